@@ -1,0 +1,175 @@
+/*
+ * backend.c: CPU feature detection and kernel selection.
+ *
+ * To add a kernel set: put its kernels in their own file (compiled with
+ * their own ISA flags), add its table to kernel_sets[] above "ref" with the
+ * CPU flags it needs. auto takes the first set whose flags the CPU has, per
+ * format, falling back to ref for formats a set does not cover.
+ */
+#include "backend.h"
+
+#include <cpuid.h>
+#include <stdio.h>
+#include <string.h>
+
+struct kernel_set {
+	const char *name;
+	const struct ms_kernel *table; /* [MS_WFMT_COUNT], entries may be empty */
+};
+
+/* Most specific first; "ref" last. Issue 7 adds avx2/avx512/amx here. */
+static const struct kernel_set kernel_sets[] = {
+	{"ref", ms_kernels_ref},
+};
+#define N_SETS (sizeof(kernel_sets) / sizeof(kernel_sets[0]))
+
+const char ms_backend_kernel_sets[] = "auto, ref";
+
+static uint64_t xgetbv0(void)
+{
+	uint32_t lo, hi;
+	__asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+	return ((uint64_t)hi << 32) | lo;
+}
+
+unsigned ms_cpu_detect(void)
+{
+	unsigned a, b, c, d, flags = 0;
+	if (!__get_cpuid(1, &a, &b, &c, &d))
+		return 0;
+	bool osxsave = (c >> 27) & 1;
+	uint64_t xcr0 = osxsave ? xgetbv0() : 0;
+	/* The OS must save the registers: YMM (bits 1-2), ZMM (5-7), tiles (17-18). */
+	bool ymm_ok = (xcr0 & 0x6) == 0x6, zmm_ok = (xcr0 & 0xE6) == 0xE6;
+	bool tile_ok = (xcr0 & 0x60000) == 0x60000;
+	if (ymm_ok && ((c >> 12) & 1))
+		flags |= MS_CPU_FMA;
+	if (ymm_ok && ((c >> 29) & 1))
+		flags |= MS_CPU_F16C;
+	if (__get_cpuid_max(0, NULL) < 7)
+		return flags;
+	__cpuid_count(7, 0, a, b, c, d);
+	if (ymm_ok && ((b >> 5) & 1))
+		flags |= MS_CPU_AVX2;
+	if (zmm_ok) {
+		if ((b >> 16) & 1)
+			flags |= MS_CPU_AVX512F;
+		if ((b >> 30) & 1)
+			flags |= MS_CPU_AVX512BW;
+		if ((b >> 31) & 1)
+			flags |= MS_CPU_AVX512VL;
+		if ((c >> 11) & 1)
+			flags |= MS_CPU_AVX512VNNI;
+	}
+	if (tile_ok) {
+		if ((d >> 24) & 1)
+			flags |= MS_CPU_AMX_TILE;
+		if ((d >> 25) & 1)
+			flags |= MS_CPU_AMX_INT8;
+		if ((d >> 22) & 1)
+			flags |= MS_CPU_AMX_BF16;
+	}
+	unsigned a1, b1, c1, d1;
+	__cpuid_count(7, 1, a1, b1, c1, d1);
+	if (zmm_ok && ((a1 >> 5) & 1))
+		flags |= MS_CPU_AVX512BF16;
+	return flags;
+}
+
+const char *ms_cpu_flags_str(unsigned flags, char *buf, size_t len)
+{
+	static const char *names[] = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
+				      "avx512vnni", "avx512bf16", "amx-tile", "amx-int8", "amx-bf16"};
+	size_t n = 0;
+	buf[0] = '\0';
+	for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if ((flags >> i) & 1 && n < len)
+			n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? " " : "", names[i]);
+	if (!n)
+		snprintf(buf, len, "(none)");
+	return buf;
+}
+
+int ms_backend_init(struct ms_backend *be, const char *kernels, int threads, struct ms_err *err)
+{
+	memset(be, 0, sizeof(*be));
+	be->name = "cpu";
+	be->cpu_flags = ms_cpu_detect();
+	bool any = !kernels || !strcmp(kernels, "auto");
+	const struct kernel_set *chosen = NULL;
+	for (size_t s = 0; s < N_SETS; s++) {
+		if (!any && strcmp(kernels, kernel_sets[s].name))
+			continue;
+		const struct kernel_set *ks = &kernel_sets[s];
+		unsigned need = 0;
+		for (int f = 0; f < MS_WFMT_COUNT; f++)
+			need |= ks->table[f].gemm ? ks->table[f].cpu_flags : 0;
+		if ((be->cpu_flags & need) != need) {
+			if (!any) {
+				char buf[256];
+				return ms_err_set(err, -ENOTSUP,
+						  "--kernels %s: this CPU lacks %s", kernels,
+						  ms_cpu_flags_str(need & ~be->cpu_flags, buf, sizeof(buf)));
+			}
+			continue;
+		}
+		chosen = ks;
+		break;
+	}
+	if (!chosen)
+		return ms_err_set(err, -EINVAL, "--kernels: unknown kernel set \"%s\" (known: %s)",
+				  kernels, ms_backend_kernel_sets);
+	be->isa = chosen->name;
+	for (int f = 0; f < MS_WFMT_COUNT; f++)
+		be->kernels[f] = chosen->table[f].gemm ? &chosen->table[f] : &ms_kernels_ref[f];
+	return ms_pool_init(&be->pool, threads, err);
+}
+
+void ms_backend_free(struct ms_backend *be)
+{
+	if (!be)
+		return;
+	ms_pool_free(&be->pool);
+	memset(be, 0, sizeof(*be));
+}
+
+const struct ms_kernel *ms_backend_find_kernel(const struct ms_backend *be, enum ms_wfmt f)
+{
+	return (f >= 0 && f < MS_WFMT_COUNT) ? be->kernels[f] : NULL;
+}
+
+/* ---- parallel gemm over row blocks ---- */
+
+struct gemm_job {
+	const struct ms_kernel *k;
+	const struct ms_wmat *w;
+	const float *x, *bias;
+	float *y;
+	int64_t n, rows_per_task;
+};
+
+static void gemm_task(void *ctx, int task, int worker)
+{
+	(void)worker;
+	const struct gemm_job *j = ctx;
+	int64_t r0 = (int64_t)task * j->rows_per_task;
+	int64_t r1 = r0 + j->rows_per_task < j->w->rows ? r0 + j->rows_per_task : j->w->rows;
+	j->k->gemm(j->w, r0, r1, j->x, j->w->cols, j->n, j->y, j->w->rows);
+	if (j->bias)
+		for (int64_t t = 0; t < j->n; t++)
+			for (int64_t r = r0; r < r1; r++)
+				j->y[t * j->w->rows + r] += j->bias[r];
+}
+
+void ms_backend_gemm(struct ms_backend *be, const struct ms_kernel *k, const struct ms_wmat *w,
+		     const float *x, int64_t n, float *y, const float *bias)
+{
+	/* About four tasks per thread balances uneven progress; 16-row
+	 * minimum keeps per-task overhead small. The split does not affect
+	 * results: each row is computed by exactly one task. */
+	int64_t per = (w->rows + 4 * be->pool.n_threads - 1) / (4 * be->pool.n_threads);
+	if (per < 16)
+		per = 16;
+	struct gemm_job j = {k, w, x, bias, y, n, per};
+	ms_pool_run(&be->pool, (int)((w->rows + per - 1) / per), gemm_task, &j);
+}

@@ -1,0 +1,92 @@
+/*
+ * kernels.h: weight formats as the kernels see them, and the kernel table.
+ *
+ * A scheme (quant/) turns checkpoint tensors into ms_wmat views, zero-copy
+ * where the on-disk layout is already what a kernel reads. A kernel computes
+ * y = x W^T over a range of output rows for one format. The backend picks
+ * one kernel per format when it starts (backend.c); nothing in the hot path
+ * branches on the CPU.
+ */
+#ifndef MS_KERNELS_H
+#define MS_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum ms_wfmt {
+	MS_WFMT_F32,
+	MS_WFMT_F16,
+	MS_WFMT_BF16,
+	MS_WFMT_MXFP4,  /* OCP MX: e2m1 codes, 2 per byte (low nibble first),
+			 * one E8M0 scale per 32 consecutive columns */
+	MS_WFMT_COUNT,
+};
+
+const char *ms_wfmt_name(enum ms_wfmt f);
+
+/* A weight matrix W [rows = out features, cols = in features]. */
+struct ms_wmat {
+	enum ms_wfmt fmt;
+	int64_t rows, cols;
+	const uint8_t *w;         /* row r starts at w + r * row_bytes */
+	size_t row_bytes;
+	const uint8_t *scales;    /* MXFP4: row r's E8M0 bytes at scales + r * scale_row_bytes */
+	size_t scale_row_bytes;
+};
+
+/* Bytes a kernel streams to read the whole matrix once. */
+uint64_t ms_wmat_bytes(const struct ms_wmat *m);
+
+/* y[t * ldy + r] = sum_k W[r, k] * x[t * ldx + k], for r in [r0, r1) and
+ * t in [0, n). Accumulates in fp32 or better; never writes outside
+ * [r0, r1) of each row of y. */
+typedef void (*ms_gemm_fn)(const struct ms_wmat *w, int64_t r0, int64_t r1, const float *x,
+			   int64_t ldx, int64_t n, float *y, int64_t ldy);
+
+/* CPU feature bits (backend.c detects them; a kernel lists what it needs). */
+enum ms_cpu_flag {
+	MS_CPU_AVX2 = 1u << 0,
+	MS_CPU_FMA = 1u << 1,
+	MS_CPU_F16C = 1u << 2,
+	MS_CPU_AVX512F = 1u << 3,
+	MS_CPU_AVX512BW = 1u << 4,
+	MS_CPU_AVX512VL = 1u << 5,
+	MS_CPU_AVX512VNNI = 1u << 6,
+	MS_CPU_AVX512BF16 = 1u << 7,
+	MS_CPU_AMX_TILE = 1u << 8,
+	MS_CPU_AMX_INT8 = 1u << 9,
+	MS_CPU_AMX_BF16 = 1u << 10,
+};
+
+struct ms_kernel {
+	const char *name;      /* "ref-bf16", ... shown by inspect */
+	const char *isa;       /* "ref", "avx2", "avx512", "amx": the --kernels set */
+	enum ms_wfmt fmt;
+	unsigned cpu_flags;    /* all must be present */
+	ms_gemm_fn gemm;
+};
+
+/* Portable reference kernels: the definition of correctness. */
+extern const struct ms_kernel ms_kernels_ref[MS_WFMT_COUNT];
+
+/* ---- scalar format helpers, shared by kernels, loaders and tests ---- */
+
+static inline float ms_bf16_to_f32(uint16_t h)
+{
+	union { uint32_t u; float f; } v = {.u = (uint32_t)h << 16};
+	return v.f;
+}
+
+float ms_f16_to_f32(uint16_t h);
+
+/* e2m1 value of a 4-bit code (bit 3 = sign). */
+extern const float ms_e2m1_lut[16];
+
+/* 2^(e - 127) for an E8M0 byte, exactly (e = 0xFF treated as 2^128, as the
+ * reference code does: it applies no NaN rule). */
+float ms_e8m0_to_f32(uint8_t e);
+
+/* Decode row r of W into out[cols] as fp32. */
+void ms_wmat_row_f32(const struct ms_wmat *m, int64_t r, float *out);
+
+#endif

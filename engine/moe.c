@@ -1,0 +1,173 @@
+/* moe.c: see moe.h. */
+#include "moe.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant.h"
+
+void ms_moe_route(const float *logits, int64_t n, int64_t E, int64_t k, int32_t *sel, float *w)
+{
+	for (int64_t t = 0; t < n; t++) {
+		const float *l = logits + t * E;
+		int32_t *s = sel + t * k;
+		float *wt = w + t * k;
+		/* k is small (4 for gpt-oss): repeated selection, first index
+		 * wins ties as in a stable descending sort. */
+		for (int64_t j = 0; j < k; j++) {
+			int32_t best = -1;
+			for (int64_t e = 0; e < E; e++) {
+				bool taken = false;
+				for (int64_t i = 0; i < j; i++)
+					taken |= s[i] == e;
+				if (!taken && (best < 0 || l[e] > l[best]))
+					best = (int32_t)e;
+			}
+			s[j] = best;
+		}
+		float mx = l[s[0]], sum = 0.0f;
+		for (int64_t j = 0; j < k; j++)
+			sum += (wt[j] = expf(l[s[j]] - mx));
+		for (int64_t j = 0; j < k; j++)
+			wt[j] /= sum;
+	}
+}
+
+struct moe_item {
+	int32_t e;
+	int64_t r0, r1;
+};
+
+struct moe_job {
+	const struct ms_qmoe *m;
+	struct ms_swiglu act;
+	const struct moe_item *items;
+	const int64_t *off;    /* [E+1] start of each expert's rows in the grouped buffers */
+	const int32_t *slot;   /* [n*k] grouped row -> token*k + j */
+	const float *w;        /* [n*k] routing weights */
+	float *xg;             /* [n*k, H] gathered inputs */
+	float *g;              /* [n*k, 2I] gate_up outputs */
+	float *a;              /* [n*k, I] activations */
+	float *ys;             /* [n*k, H] weighted expert outputs by slot */
+};
+
+static void gate_up_task(void *ctx, int it, int worker)
+{
+	(void)worker;
+	const struct moe_job *j = ctx;
+	const struct moe_item *item = &j->items[it];
+	const struct ms_qmoe *m = j->m;
+	int64_t e = item->e, I2 = 2 * m->inter, r0 = item->r0, r1 = item->r1;
+	int64_t o = j->off[e], ne = j->off[e + 1] - o;
+	float *g = j->g + o * I2;
+	m->kernel_gate_up->gemm(&m->gate_up[e], r0, r1, j->xg + o * m->hidden, m->hidden, ne, g, I2);
+	const float *b = m->gate_up_bias + e * I2;
+	/* Blocks start and end on even rows: each holds whole (gate, up) pairs,
+	 * so the activation is finished here. */
+	for (int64_t t = 0; t < ne; t++) {
+		const float *gt = g + t * I2;
+		float *at = j->a + (o + t) * m->inter;
+		for (int64_t r = r0; r < r1; r += 2)
+			at[r / 2] = ms_swiglu_eval(j->act, gt[r] + b[r], gt[r + 1] + b[r + 1]);
+	}
+}
+
+static void down_task(void *ctx, int it, int worker)
+{
+	(void)worker;
+	const struct moe_job *j = ctx;
+	const struct moe_item *item = &j->items[it];
+	const struct ms_qmoe *m = j->m;
+	int64_t e = item->e, H = m->hidden, r0 = item->r0, r1 = item->r1;
+	int64_t o = j->off[e], ne = j->off[e + 1] - o;
+	float *y = j->g + o * H; /* g is free again: reuse it for [ne, H] */
+	m->kernel_down->gemm(&m->down[e], r0, r1, j->a + o * m->inter, m->inter, ne, y, H);
+	const float *b = m->down_bias + e * H;
+	for (int64_t t = 0; t < ne; t++) {
+		int32_t s = j->slot[o + t];
+		float wt = j->w[s];
+		for (int64_t r = r0; r < r1; r++)
+			j->ys[(int64_t)s * H + r] = wt * (y[t * H + r] + b[r]);
+	}
+}
+
+/* Split every active expert's rows into blocks (even-sized when pairs
+ * matter); about four blocks per thread overall. */
+static int64_t make_items(struct moe_item *items, const int64_t *off, int64_t E, int64_t rows,
+			  int threads, bool even)
+{
+	int64_t active = 0;
+	for (int64_t e = 0; e < E; e++)
+		active += off[e + 1] > off[e];
+	if (!active)
+		return 0;
+	int64_t per = (active * rows + 4 * threads - 1) / (4 * threads);
+	if (per < 16)
+		per = 16;
+	if (even)
+		per += per & 1;
+	int64_t n = 0;
+	for (int64_t e = 0; e < E; e++) {
+		if (off[e + 1] == off[e])
+			continue;
+		for (int64_t r = 0; r < rows; r += per)
+			items[n++] = (struct moe_item){(int32_t)e, r, r + per < rows ? r + per : rows};
+	}
+	return n;
+}
+
+int ms_moe_forward(struct ms_backend *be, const struct ms_qmoe *m, struct ms_swiglu act,
+		   const float *h, int64_t n, const int32_t *sel, const float *w, int64_t k,
+		   float *out, struct ms_err *err)
+{
+	int64_t E = m->n_experts, H = m->hidden, I = m->inter, nk = n * k;
+	int64_t maxrows = (2 * I > H ? 2 * I : H);
+	int64_t max_items = E * ((maxrows + 15) / 16 + 1);
+	int64_t *off = calloc((size_t)E + 1, sizeof(*off));
+	int64_t *fill = calloc((size_t)E, sizeof(*fill));
+	int32_t *slot = malloc((size_t)nk * sizeof(*slot));
+	struct moe_item *items = malloc((size_t)max_items * sizeof(*items));
+	float *xg = malloc((size_t)(nk * H) * sizeof(float));
+	float *g = malloc((size_t)(nk * maxrows) * sizeof(float));
+	float *a = malloc((size_t)(nk * I) * sizeof(float));
+	float *ys = malloc((size_t)(nk * H) * sizeof(float));
+	int rc = 0;
+	if (!off || !fill || !slot || !items || !xg || !g || !a || !ys) {
+		rc = ms_err_set(err, -ENOMEM, "MoE: out of memory for %lld tokens", (long long)n);
+		goto out;
+	}
+	/* Counting sort of (token, j) slots by expert. */
+	for (int64_t s = 0; s < nk; s++)
+		off[sel[s] + 1]++;
+	for (int64_t e = 0; e < E; e++)
+		off[e + 1] += off[e];
+	for (int64_t s = 0; s < nk; s++) {
+		int64_t e = sel[s], row = off[e] + fill[e]++;
+		slot[row] = (int32_t)s;
+		memcpy(xg + row * H, h + (s / k) * H, (size_t)H * sizeof(float));
+	}
+	struct moe_job job = {m, act, items, off, slot, w, xg, g, a, ys};
+	int64_t ni = make_items(items, off, E, 2 * I, be->pool.n_threads, true);
+	ms_pool_run(&be->pool, (int)ni, gate_up_task, &job);
+	ni = make_items(items, off, E, H, be->pool.n_threads, false);
+	ms_pool_run(&be->pool, (int)ni, down_task, &job);
+	/* Fixed-order reduction over the k experts of each token. */
+	for (int64_t t = 0; t < n; t++) {
+		float *o = out + t * H;
+		memcpy(o, ys + (t * k) * H, (size_t)H * sizeof(float));
+		for (int64_t j = 1; j < k; j++)
+			for (int64_t r = 0; r < H; r++)
+				o[r] += ys[(t * k + j) * H + r];
+	}
+out:
+	free(off);
+	free(fill);
+	free(slot);
+	free(items);
+	free(xg);
+	free(g);
+	free(a);
+	free(ys);
+	return rc;
+}

@@ -1,0 +1,128 @@
+/* pool.c: see pool.h. */
+#include "pool.h"
+
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+int ms_pool_default_threads(void)
+{
+	cpu_set_t set;
+	if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+		int n = CPU_COUNT(&set);
+		if (n > 0)
+			return n;
+	}
+	return 1;
+}
+
+static void run_tasks(struct ms_pool *p, int worker)
+{
+	for (;;) {
+		int t = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
+		if (t >= p->n_tasks)
+			break;
+		p->fn(p->ctx, t, worker);
+	}
+}
+
+struct helper_arg {
+	struct ms_pool *pool;
+	int worker;
+};
+
+static void *helper_main(void *argp)
+{
+	struct helper_arg a = *(struct helper_arg *)argp;
+	free(argp);
+	struct ms_pool *p = a.pool;
+	unsigned long seen = 0;
+	pthread_mutex_lock(&p->mu);
+	for (;;) {
+		while (!p->stop && p->generation == seen)
+			pthread_cond_wait(&p->cv_start, &p->mu);
+		if (p->stop)
+			break;
+		seen = p->generation;
+		pthread_mutex_unlock(&p->mu);
+		run_tasks(p, a.worker);
+		pthread_mutex_lock(&p->mu);
+		if (--p->n_busy == 0)
+			pthread_cond_signal(&p->cv_done);
+	}
+	pthread_mutex_unlock(&p->mu);
+	return NULL;
+}
+
+int ms_pool_init(struct ms_pool *p, int n_threads, struct ms_err *err)
+{
+	memset(p, 0, sizeof(*p));
+	if (n_threads <= 0)
+		n_threads = ms_pool_default_threads();
+	if (n_threads > 1024)
+		return ms_err_set(err, -EINVAL, "threads: %d is more than 1024", n_threads);
+	p->n_threads = 1;
+	pthread_mutex_init(&p->mu, NULL);
+	pthread_cond_init(&p->cv_start, NULL);
+	pthread_cond_init(&p->cv_done, NULL);
+	if (n_threads == 1)
+		return 0;
+	p->threads = calloc((size_t)n_threads - 1, sizeof(pthread_t));
+	if (!p->threads)
+		return ms_err_set(err, -ENOMEM, "thread pool: out of memory");
+	for (int i = 1; i < n_threads; i++) {
+		struct helper_arg *a = malloc(sizeof(*a));
+		if (a)
+			*a = (struct helper_arg){p, i};
+		int rc = a ? pthread_create(&p->threads[i - 1], NULL, helper_main, a) : ENOMEM;
+		if (rc) {
+			free(a);
+			ms_pool_free(p);
+			return ms_err_set(err, -rc, "thread pool: cannot start thread %d", i);
+		}
+		p->n_threads++;
+	}
+	return 0;
+}
+
+void ms_pool_run(struct ms_pool *p, int n_tasks, ms_pool_fn fn, void *ctx)
+{
+	if (n_tasks <= 0)
+		return;
+	if (p->n_threads == 1 || n_tasks == 1) {
+		for (int t = 0; t < n_tasks; t++)
+			fn(ctx, t, 0);
+		return;
+	}
+	pthread_mutex_lock(&p->mu);
+	p->fn = fn;
+	p->ctx = ctx;
+	p->n_tasks = n_tasks;
+	atomic_store(&p->next, 0);
+	p->n_busy = p->n_threads - 1;
+	p->generation++;
+	pthread_cond_broadcast(&p->cv_start);
+	pthread_mutex_unlock(&p->mu);
+	run_tasks(p, 0);
+	pthread_mutex_lock(&p->mu);
+	while (p->n_busy > 0)
+		pthread_cond_wait(&p->cv_done, &p->mu);
+	pthread_mutex_unlock(&p->mu);
+}
+
+void ms_pool_free(struct ms_pool *p)
+{
+	if (!p || !p->n_threads)
+		return;
+	pthread_mutex_lock(&p->mu);
+	p->stop = true;
+	pthread_cond_broadcast(&p->cv_start);
+	pthread_mutex_unlock(&p->mu);
+	for (int i = 0; i < p->n_threads - 1; i++)
+		pthread_join(p->threads[i], NULL);
+	free(p->threads);
+	pthread_mutex_destroy(&p->mu);
+	pthread_cond_destroy(&p->cv_start);
+	pthread_cond_destroy(&p->cv_done);
+	memset(p, 0, sizeof(*p));
+}

@@ -1,0 +1,49 @@
+/*
+ * pool.h: the worker pool every parallel loop in moeserve runs on.
+ *
+ * One pool of persistent pthreads; the calling thread works too. A job is
+ * n_tasks independent tasks claimed through an atomic counter, so uneven
+ * tasks balance themselves. Each output element must be written by exactly
+ * one task: then results do not depend on the number of threads at all.
+ */
+#ifndef MS_POOL_H
+#define MS_POOL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "ms-error.h"
+
+/* task: index in [0, n_tasks); worker: in [0, n_threads), for per-thread
+ * scratch buffers. */
+typedef void (*ms_pool_fn)(void *ctx, int task, int worker);
+
+struct ms_pool {
+	int n_threads;          /* including the caller */
+	pthread_t *threads;     /* n_threads - 1 helpers */
+	pthread_mutex_t mu;
+	pthread_cond_t cv_start, cv_done;
+	unsigned long generation;  /* bumped per job; helpers wait for a change */
+	int n_busy;                /* helpers still inside the current job */
+	bool stop;
+	/* current job */
+	ms_pool_fn fn;
+	void *ctx;
+	int n_tasks;
+	atomic_int next;
+};
+
+/* n_threads <= 0 means "one per CPU this process may run on". */
+int ms_pool_init(struct ms_pool *pool, int n_threads, struct ms_err *err);
+
+/* Run fn over n_tasks tasks and return when all are done. Not reentrant:
+ * one job at a time per pool. */
+void ms_pool_run(struct ms_pool *pool, int n_tasks, ms_pool_fn fn, void *ctx);
+
+void ms_pool_free(struct ms_pool *pool);
+
+/* Number of CPUs in this process's affinity mask. */
+int ms_pool_default_threads(void);
+
+#endif

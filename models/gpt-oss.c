@@ -1,0 +1,476 @@
+/*
+ * gpt-oss.c: the GPT-OSS forward pass (GptOssForCausalLM), exactly as
+ * ../shared/docs/gpt-oss.md §2 specifies it, in fp32 activations.
+ *
+ *   x = embed[ids]
+ *   per layer: x += o_proj(attn(rope(q), rope(k), v, sinks, window))   on RMSNorm(x)
+ *              x += sum_k w_k * expert_k(RMSNorm(x))                   top-k router
+ *   logits = lm_head(RMSNorm(x))
+ *
+ * Weights arrive through the quant registry (quant/), which has already
+ * repacked them for the backend's kernels; this file never looks at a
+ * weight's format. Activations are fp32; weights are never converted per
+ * token.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt-oss.h"
+#include "moe.h"
+
+/* Longest run of tokens one internal forward step takes. Sliding layers keep
+ * a ring of window + CHUNK positions, enough for every query of a chunk to
+ * see its whole window, so their memory is bounded by the window. */
+#define GPTOSS_CHUNK 256
+
+struct gptoss_layer {
+	bool sliding;
+	float *attn_norm;          /* [H] input_layernorm */
+	float *mlp_norm;           /* [H] post_attention_layernorm */
+	struct ms_qlinear q, k, v, o;
+	float *sinks;              /* [nH] per-head sink logits */
+	struct ms_qlinear router;  /* [E, H] + [E] */
+	struct ms_qmoe moe;
+};
+
+struct gptoss {
+	struct gptoss_layer *layers;
+	struct ms_qlinear embed;    /* [V, H]: rows are looked up, never multiplied */
+	struct ms_qlinear lm_head;  /* [V, H]; aliases embed when tied */
+	bool tied;
+	float *final_norm;          /* [H] */
+	double *inv_freq;           /* [d/2] RoPE frequencies, kept in double */
+	float rope_scale;           /* YaRN attention factor, applied to cos and sin */
+};
+
+struct gptoss_seq {
+	int64_t cap;                /* positions the full layers hold */
+	int64_t ring;               /* positions a sliding layer holds */
+	float **k, **v;             /* [L] each [slots, nKV * d], keys after RoPE */
+};
+
+/* ---- RoPE ---- */
+
+/* inv_freq per transformers' _compute_yarn_parameters (truncate honoured),
+ * in double. */
+void ms_gptoss_rope_freqs(const struct ms_model_config *c, double *inv_freq, float *scale)
+{
+	int64_t d = c->head_dim, half = d / 2;
+	const struct ms_rope_config *r = &c->rope;
+	double base = r->theta;
+	if (r->type == MS_ROPE_DEFAULT) {
+		for (int64_t i = 0; i < half; i++)
+			inv_freq[i] = 1.0 / pow(base, (double)(2 * i) / (double)d);
+		*scale = 1.0f;
+		return;
+	}
+	double L0 = (double)r->original_max_pos;
+	double lo = (double)d * log(L0 / (r->beta_fast * 2.0 * M_PI)) / (2.0 * log(base));
+	double hi = (double)d * log(L0 / (r->beta_slow * 2.0 * M_PI)) / (2.0 * log(base));
+	if (r->truncate) {
+		lo = floor(lo);
+		hi = ceil(hi);
+	}
+	lo = lo > 0 ? lo : 0;
+	hi = hi < (double)(d - 1) ? hi : (double)(d - 1);
+	if (lo == hi)
+		hi += 0.001; /* avoid a zero-width ramp */
+	for (int64_t i = 0; i < half; i++) {
+		double pos_freq = pow(base, (double)(2 * i) / (double)d);
+		double extrap = 1.0 / pos_freq, interp = 1.0 / (r->factor * pos_freq);
+		double ramp = ((double)i - lo) / (hi - lo);
+		ramp = ramp < 0 ? 0 : (ramp > 1 ? 1 : ramp);
+		/* ramp 0 = high frequency (kept), 1 = low frequency (interpolated) */
+		inv_freq[i] = interp * ramp + extrap * (1.0 - ramp);
+	}
+	*scale = (float)r->attention_factor;
+}
+
+/* Rotate n_heads vectors of size d at position pos, half-split pairing
+ * (i, i + d/2). */
+static void rope_apply(const struct gptoss *g, float *x, int64_t n_heads, int64_t d, int64_t pos)
+{
+	int64_t half = d / 2;
+	float cs[512], sn[512]; /* head_dim <= 1024 is checked at load */
+	for (int64_t i = 0; i < half; i++) {
+		double ang = (double)pos * g->inv_freq[i];
+		cs[i] = (float)cos(ang) * g->rope_scale;
+		sn[i] = (float)sin(ang) * g->rope_scale;
+	}
+	for (int64_t h = 0; h < n_heads; h++) {
+		float *v = x + h * d;
+		for (int64_t i = 0; i < half; i++) {
+			float a = v[i], b = v[i + half];
+			v[i] = a * cs[i] - b * sn[i];
+			v[i + half] = b * cs[i] + a * sn[i];
+		}
+	}
+}
+
+/* ---- small ops ---- */
+
+static void rmsnorm(float *y, const float *x, const float *w, int64_t H, double eps)
+{
+	double ss = 0;
+	for (int64_t i = 0; i < H; i++)
+		ss += (double)x[i] * (double)x[i];
+	float r = (float)(1.0 / sqrt(ss / (double)H + eps));
+	for (int64_t i = 0; i < H; i++)
+		y[i] = w[i] * (x[i] * r);
+}
+
+/* ---- loading ---- */
+
+static int load_vec(struct ms_model *m, const char *name, int64_t n, float **out,
+		    struct ms_err *err)
+{
+	return ms_checkpoint_get_f32(&m->ck, name, 1, (int64_t[]){n}, out, err);
+}
+
+static int load_linear(struct ms_model *m, const char *group, const char *prefix, int64_t out,
+		       int64_t in, bool bias, struct ms_qlinear *l, struct ms_err *err)
+{
+	int rc = ms_quant_load_linear(&m->qcfg, &m->ck, prefix, out, in, bias, m->be, l, err);
+	if (!rc)
+		ms_model_add_group(m, group, l->scheme, ms_wfmt_name(l->w.fmt), l->kernel->name,
+				   ms_wmat_bytes(&l->w));
+	return rc;
+}
+
+static void gptoss_unload(struct ms_model *m)
+{
+	struct gptoss *g = m->impl;
+	if (!g)
+		return;
+	for (int64_t i = 0; g->layers && i < m->cfg.n_layers; i++) {
+		struct gptoss_layer *L = &g->layers[i];
+		free(L->attn_norm);
+		free(L->mlp_norm);
+		free(L->sinks);
+		ms_qlinear_free(&L->q);
+		ms_qlinear_free(&L->k);
+		ms_qlinear_free(&L->v);
+		ms_qlinear_free(&L->o);
+		ms_qlinear_free(&L->router);
+		ms_qmoe_free(&L->moe);
+	}
+	free(g->layers);
+	ms_qlinear_free(&g->embed);
+	if (!g->tied)
+		ms_qlinear_free(&g->lm_head);
+	free(g->final_norm);
+	free(g->inv_freq);
+	free(g);
+	m->impl = NULL;
+}
+
+static int load_layer(struct ms_model *m, int64_t i, struct gptoss_layer *L, struct ms_err *err)
+{
+	const struct ms_model_config *c = &m->cfg;
+	int64_t H = c->hidden, qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+	char p[256], name[320];
+	int rc;
+	L->sliding = c->layer_sliding[i];
+	snprintf(p, sizeof(p), "model.layers.%lld", (long long)i);
+	snprintf(name, sizeof(name), "%s.input_layernorm.weight", p);
+	if ((rc = load_vec(m, name, H, &L->attn_norm, err)))
+		return rc;
+	snprintf(name, sizeof(name), "%s.post_attention_layernorm.weight", p);
+	if ((rc = load_vec(m, name, H, &L->mlp_norm, err)))
+		return rc;
+	snprintf(name, sizeof(name), "%s.self_attn.sinks", p);
+	if ((rc = load_vec(m, name, c->n_heads, &L->sinks, err)))
+		return rc;
+	const struct {
+		const char *sub;
+		int64_t out, in;
+		struct ms_qlinear *l;
+	} lin[] = {
+		{"self_attn.q_proj", qd, H, &L->q}, {"self_attn.k_proj", kvd, H, &L->k},
+		{"self_attn.v_proj", kvd, H, &L->v}, {"self_attn.o_proj", H, qd, &L->o},
+	};
+	for (size_t j = 0; j < sizeof(lin) / sizeof(lin[0]); j++) {
+		snprintf(name, sizeof(name), "%s.%s", p, lin[j].sub);
+		if ((rc = load_linear(m, "attention q/k/v/o", name, lin[j].out, lin[j].in, true,
+				      lin[j].l, err)))
+			return rc;
+	}
+	snprintf(name, sizeof(name), "%s.mlp.router", p);
+	if ((rc = load_linear(m, "router", name, c->n_experts, H, true, &L->router, err)))
+		return rc;
+	snprintf(name, sizeof(name), "%s.mlp.experts", p);
+	if ((rc = ms_quant_load_moe(&m->qcfg, &m->ck, name, c->n_experts, H, c->intermediate, m->be,
+				    &L->moe, err)))
+		return rc;
+	uint64_t gu = 0, dn = 0;
+	for (int64_t e = 0; e < c->n_experts; e++) {
+		gu += ms_wmat_bytes(&L->moe.gate_up[e]);
+		dn += ms_wmat_bytes(&L->moe.down[e]);
+	}
+	ms_model_add_group(m, "experts gate_up", L->moe.scheme, ms_wfmt_name(L->moe.gate_up[0].fmt),
+			   L->moe.kernel_gate_up->name, gu);
+	ms_model_add_group(m, "experts down", L->moe.scheme, ms_wfmt_name(L->moe.down[0].fmt),
+			   L->moe.kernel_down->name, dn);
+	return 0;
+}
+
+static int gptoss_load(struct ms_model *m, struct ms_err *err)
+{
+	const struct ms_model_config *c = &m->cfg;
+	if (c->head_dim > 1024)
+		return ms_err_set(err, -ENOTSUP, "config.json: \"head_dim\" %lld exceeds 1024",
+				  (long long)c->head_dim);
+	struct gptoss *g = calloc(1, sizeof(*g));
+	if (!g)
+		return ms_err_set(err, -ENOMEM, "out of memory");
+	m->impl = g;
+	g->layers = calloc((size_t)c->n_layers, sizeof(*g->layers));
+	g->inv_freq = calloc((size_t)c->head_dim / 2, sizeof(double));
+	if (!g->layers || !g->inv_freq)
+		return ms_err_set(err, -ENOMEM, "out of memory");
+	ms_gptoss_rope_freqs(c, g->inv_freq, &g->rope_scale);
+	int rc = load_linear(m, "embedding", "model.embed_tokens", c->vocab, c->hidden, false,
+			     &g->embed, err);
+	for (int64_t i = 0; !rc && i < c->n_layers; i++)
+		rc = load_layer(m, i, &g->layers[i], err);
+	if (!rc)
+		rc = load_vec(m, "model.norm.weight", c->hidden, &g->final_norm, err);
+	if (!rc) {
+		g->tied = c->tie_embeddings && !ms_checkpoint_find(&m->ck, "lm_head.weight");
+		if (g->tied)
+			g->lm_head = g->embed;
+		else
+			rc = load_linear(m, "lm_head", "lm_head", c->vocab, c->hidden, false,
+					 &g->lm_head, err);
+	}
+	return rc; /* on failure the caller's ms_model_free() unloads */
+}
+
+/* ---- sequences ---- */
+
+static void gptoss_seq_free(struct ms_model *m, void *state)
+{
+	struct gptoss_seq *s = state;
+	if (!s)
+		return;
+	for (int64_t i = 0; i < m->cfg.n_layers; i++) {
+		if (s->k)
+			free(s->k[i]);
+		if (s->v)
+			free(s->v[i]);
+	}
+	free(s->k);
+	free(s->v);
+	free(s);
+}
+
+static int gptoss_seq_init(struct ms_model *m, int64_t capacity, void **state, struct ms_err *err)
+{
+	const struct ms_model_config *c = &m->cfg;
+	struct gptoss_seq *s = calloc(1, sizeof(*s));
+	*state = NULL;
+	if (!s)
+		return ms_err_set(err, -ENOMEM, "out of memory");
+	s->cap = capacity;
+	s->ring = c->sliding_window + GPTOSS_CHUNK;
+	if (s->ring > capacity)
+		s->ring = capacity;
+	s->k = calloc((size_t)c->n_layers, sizeof(float *));
+	s->v = calloc((size_t)c->n_layers, sizeof(float *));
+	if (!s->k || !s->v) {
+		gptoss_seq_free(m, s);
+		return ms_err_set(err, -ENOMEM, "out of memory");
+	}
+	size_t kvd = (size_t)(c->n_kv_heads * c->head_dim);
+	for (int64_t i = 0; i < c->n_layers; i++) {
+		size_t slots = (size_t)(c->layer_sliding[i] ? s->ring : s->cap);
+		s->k[i] = malloc(slots * kvd * sizeof(float));
+		s->v[i] = malloc(slots * kvd * sizeof(float));
+		if (!s->k[i] || !s->v[i]) {
+			gptoss_seq_free(m, s);
+			return ms_err_set(err, -ENOMEM, "KV cache: out of memory for %lld positions",
+					  (long long)capacity);
+		}
+	}
+	*state = s;
+	return 0;
+}
+
+/* ---- attention ---- */
+
+void ms_sink_softmax(float *s, int64_t n, float sink)
+{
+	float mx = sink;
+	for (int64_t i = 0; i < n; i++)
+		mx = s[i] > mx ? s[i] : mx;
+	float sum = expf(sink - mx);
+	for (int64_t i = 0; i < n; i++)
+		sum += (s[i] = expf(s[i] - mx));
+	float inv = 1.0f / sum;
+	for (int64_t i = 0; i < n; i++)
+		s[i] *= inv;
+}
+
+struct attn_job {
+	const struct ms_model_config *c;
+	const struct gptoss_layer *L;
+	const struct gptoss_seq *s;
+	int64_t layer, p0, n, slots;
+	const float *q;   /* [n, nH*d] after RoPE */
+	float *out;       /* [n, nH*d] */
+	float *scratch;   /* [threads, slots] */
+};
+
+/* One (token, head): softmax over the allowed keys plus the head's sink
+ * logit, whose probability mass is dropped (it has no value vector). */
+static void attn_task(void *ctx, int task, int worker)
+{
+	const struct attn_job *j = ctx;
+	const struct ms_model_config *c = j->c;
+	int64_t d = c->head_dim, nH = c->n_heads, kvd = c->n_kv_heads * d;
+	int64_t t = task / nH, h = task % nH, kvh = h / (nH / c->n_kv_heads);
+	int64_t pos = j->p0 + t;
+	int64_t lo = 0;
+	if (j->L->sliding && pos - c->sliding_window + 1 > 0)
+		lo = pos - c->sliding_window + 1;
+	const float *q = j->q + t * nH * d + h * d;
+	const float *K = j->s->k[j->layer], *V = j->s->v[j->layer];
+	int64_t slots = j->L->sliding ? j->s->ring : j->s->cap;
+	float *sc = j->scratch + (int64_t)worker * j->slots;
+	float scale = 1.0f / sqrtf((float)d);
+	for (int64_t p = lo; p <= pos; p++) {
+		const float *k = K + (p % slots) * kvd + kvh * d;
+		float dot = 0;
+		for (int64_t i = 0; i < d; i++)
+			dot += q[i] * k[i];
+		sc[p - lo] = dot * scale;
+	}
+	ms_sink_softmax(sc, pos - lo + 1, j->L->sinks[h]);
+	float *o = j->out + t * nH * d + h * d;
+	memset(o, 0, (size_t)d * sizeof(float));
+	for (int64_t p = lo; p <= pos; p++) {
+		const float *v = V + (p % slots) * kvd + kvh * d;
+		float pr = sc[p - lo];
+		for (int64_t i = 0; i < d; i++)
+			o[i] += pr * v[i];
+	}
+}
+
+/* ---- forward ---- */
+
+struct bufs {
+	float *x, *h, *q, *k, *v, *att, *o, *rl, *rw, *moe, *scratch;
+	int32_t *sel;
+};
+
+static void bufs_free(struct bufs *b)
+{
+	free(b->x), free(b->h), free(b->q), free(b->k), free(b->v), free(b->att);
+	free(b->o), free(b->rl), free(b->rw), free(b->moe), free(b->scratch), free(b->sel);
+}
+
+static int forward_chunk(struct ms_model *m, struct gptoss_seq *s, int64_t p0, const int32_t *tok,
+			 int64_t n, float *logits, bool all_logits, struct bufs *b,
+			 struct ms_err *err)
+{
+	const struct ms_model_config *c = &m->cfg;
+	struct gptoss *g = m->impl;
+	struct ms_backend *be = m->be;
+	int64_t H = c->hidden, d = c->head_dim, nH = c->n_heads, nKV = c->n_kv_heads;
+	int64_t qd = nH * d, kvd = nKV * d, E = c->n_experts, k = c->top_k;
+	struct ms_swiglu act = {(float)c->swiglu_limit, (float)c->swiglu_alpha};
+	int rc;
+
+	for (int64_t t = 0; t < n; t++)
+		ms_wmat_row_f32(&g->embed.w, tok[t], b->x + t * H);
+	for (int64_t li = 0; li < c->n_layers; li++) {
+		const struct gptoss_layer *L = &g->layers[li];
+		for (int64_t t = 0; t < n; t++)
+			rmsnorm(b->h + t * H, b->x + t * H, L->attn_norm, H, c->rms_eps);
+		ms_qlinear_apply(be, &L->q, b->h, n, b->q);
+		ms_qlinear_apply(be, &L->k, b->h, n, b->k);
+		ms_qlinear_apply(be, &L->v, b->h, n, b->v);
+		int64_t slots = L->sliding ? s->ring : s->cap;
+		for (int64_t t = 0; t < n; t++) {
+			rope_apply(g, b->q + t * qd, nH, d, p0 + t);
+			rope_apply(g, b->k + t * kvd, nKV, d, p0 + t);
+			int64_t slot = (p0 + t) % slots;
+			memcpy(s->k[li] + slot * kvd, b->k + t * kvd, (size_t)kvd * sizeof(float));
+			memcpy(s->v[li] + slot * kvd, b->v + t * kvd, (size_t)kvd * sizeof(float));
+		}
+		struct attn_job aj = {c, L, s, li, p0, n, s->cap, b->q, b->att, b->scratch};
+		ms_pool_run(&be->pool, (int)(n * nH), attn_task, &aj);
+		ms_qlinear_apply(be, &L->o, b->att, n, b->o);
+		for (int64_t i = 0; i < n * H; i++)
+			b->x[i] += b->o[i];
+
+		for (int64_t t = 0; t < n; t++)
+			rmsnorm(b->h + t * H, b->x + t * H, L->mlp_norm, H, c->rms_eps);
+		ms_qlinear_apply(be, &L->router, b->h, n, b->rl);
+		ms_moe_route(b->rl, n, E, k, b->sel, b->rw);
+		if ((rc = ms_moe_forward(be, &L->moe, act, b->h, n, b->sel, b->rw, k, b->moe, err)))
+			return rc;
+		for (int64_t i = 0; i < n * H; i++)
+			b->x[i] += b->moe[i];
+	}
+	if (!logits)
+		return 0; /* an inner chunk of a prompt: only its KV was needed */
+	/* Only the rows whose logits are wanted go through the head. */
+	int64_t first = all_logits ? 0 : n - 1;
+	for (int64_t t = first; t < n; t++)
+		rmsnorm(b->h + (t - first) * H, b->x + t * H, g->final_norm, H, c->rms_eps);
+	ms_qlinear_apply(be, &g->lm_head, b->h, n - first, logits);
+	return 0;
+}
+
+static int gptoss_forward(struct ms_model *m, void *state, int64_t n_past, const int32_t *tokens,
+			  int64_t n, float *logits, bool all_logits, struct ms_err *err)
+{
+	const struct ms_model_config *c = &m->cfg;
+	struct gptoss_seq *s = state;
+	int64_t C = n < GPTOSS_CHUNK ? n : GPTOSS_CHUNK;
+	int64_t H = c->hidden, qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+	int64_t E = c->n_experts, k = c->top_k;
+	struct bufs b = {0};
+	size_t fs = sizeof(float);
+	b.x = malloc((size_t)(C * H) * fs);
+	b.h = malloc((size_t)(C * H) * fs);
+	b.q = malloc((size_t)(C * qd) * fs);
+	b.k = malloc((size_t)(C * kvd) * fs);
+	b.v = malloc((size_t)(C * kvd) * fs);
+	b.att = malloc((size_t)(C * qd) * fs);
+	b.o = malloc((size_t)(C * H) * fs);
+	b.rl = malloc((size_t)(C * E) * fs);
+	b.rw = malloc((size_t)(C * k) * fs);
+	b.moe = malloc((size_t)(C * H) * fs);
+	b.sel = malloc((size_t)(C * k) * sizeof(int32_t));
+	b.scratch = malloc((size_t)(m->be->pool.n_threads * s->cap) * fs);
+	int rc = 0;
+	if (!b.x || !b.h || !b.q || !b.k || !b.v || !b.att || !b.o || !b.rl || !b.rw || !b.moe ||
+	    !b.sel || !b.scratch)
+		rc = ms_err_set(err, -ENOMEM, "forward: out of memory for %lld tokens", (long long)C);
+	for (int64_t i = 0; !rc && i < n; i += C) {
+		int64_t cn = n - i < C ? n - i : C;
+		bool last = i + cn == n;
+		/* Logits are written per chunk: all rows, or the last row of the
+		 * last chunk. */
+		float *lg = all_logits ? logits + i * c->vocab : logits;
+		if (all_logits || last)
+			rc = forward_chunk(m, s, n_past + i, tokens + i, cn, lg, all_logits, &b, err);
+		else
+			rc = forward_chunk(m, s, n_past + i, tokens + i, cn, NULL, false, &b, err);
+	}
+	bufs_free(&b);
+	return rc;
+}
+
+const struct ms_model_ops ms_model_gpt_oss = {
+	.arch = "GptOssForCausalLM",
+	.load = gptoss_load,
+	.unload = gptoss_unload,
+	.seq_init = gptoss_seq_init,
+	.seq_free = gptoss_seq_free,
+	.forward = gptoss_forward,
+};

@@ -1,0 +1,92 @@
+/*
+ * model.h: model architectures and the registry that picks one from
+ * config.json's "architectures".
+ *
+ * An architecture provides load (bind and repack every weight through the
+ * quantization registry), a per-sequence state (the KV cache) and forward.
+ * How to add one: write models/<arch>.c defining a
+ * `const struct ms_model_ops`, add one line to the table in model.c.
+ */
+#ifndef MS_MODEL_H
+#define MS_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "model-config.h"
+#include "ms-error.h"
+#include "quant.h"
+#include "safetensors.h"
+
+/* What inspect reports for one group of tensors. */
+struct ms_tensor_group {
+	char name[48];        /* "attention q/k/v/o", "experts", ... */
+	const char *scheme;   /* quant scheme that loaded it */
+	const char *format;   /* weight format the kernel reads */
+	const char *kernel;   /* kernel chosen at load */
+	int count;            /* matrices in the group */
+	uint64_t bytes;       /* weight bytes streamed per full read */
+};
+
+#define MS_MAX_GROUPS 16
+
+struct ms_model;
+
+struct ms_model_ops {
+	const char *arch;  /* config.json architectures[0] */
+	int (*load)(struct ms_model *m, struct ms_err *err);
+	void (*unload)(struct ms_model *m);
+	/* Per-sequence state able to hold `capacity` positions. */
+	int (*seq_init)(struct ms_model *m, int64_t capacity, void **state, struct ms_err *err);
+	void (*seq_free)(struct ms_model *m, void *state);
+	/* Run n tokens at positions n_past.., appending to the state. logits
+	 * gets [n, V] when all_logits, else [V] for the last token. */
+	int (*forward)(struct ms_model *m, void *state, int64_t n_past, const int32_t *tokens,
+		       int64_t n, float *logits, bool all_logits, struct ms_err *err);
+};
+
+struct ms_model {
+	const struct ms_model_ops *ops;
+	struct ms_model_config cfg;
+	struct ms_quant_config qcfg;
+	struct ms_checkpoint ck;
+	struct ms_backend *be;        /* borrowed: outlives the model */
+	struct ms_tensor_group groups[MS_MAX_GROUPS];
+	int n_groups;
+	double load_seconds;
+	void *impl;                   /* the architecture's weights */
+};
+
+/* Load the checkpoint in dir on backend be. On failure m is empty and err
+ * says what is wrong, naming the file, tensor or config field. */
+int ms_model_load(struct ms_model *m, const char *dir, struct ms_backend *be,
+		  struct ms_err *err);
+void ms_model_free(struct ms_model *m);
+
+/* Comma-separated architectures the registry knows. */
+const char *ms_model_arch_names(void);
+
+/* Add (or extend) an inspect group. */
+void ms_model_add_group(struct ms_model *m, const char *name, const char *scheme,
+			const char *format, const char *kernel, uint64_t bytes);
+
+/* One sequence being decoded: its position and KV state. */
+struct ms_seq {
+	struct ms_model *model;
+	void *state;
+	int64_t n_past;    /* tokens already in the state */
+	int64_t capacity;  /* positions it may reach */
+};
+
+int ms_seq_init(struct ms_seq *s, struct ms_model *m, int64_t capacity, struct ms_err *err);
+void ms_seq_free(struct ms_seq *s);
+
+/* Append tokens: checks ids and capacity before touching anything, so a
+ * refused call leaves the sequence as it was. */
+int ms_seq_forward(struct ms_seq *s, const int32_t *tokens, int64_t n, float *logits,
+		   bool all_logits, struct ms_err *err);
+
+extern const struct ms_model_ops ms_model_gpt_oss;
+
+#endif

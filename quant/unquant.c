@@ -1,0 +1,155 @@
+/*
+ * unquant.c: plain floating-point weights (F32, F16, BF16), and the "none"
+ * method used when config.json has no quantization_config.
+ *
+ * Linear weights are used in place from the mapping when their alignment
+ * allows (zero-copy); the HF expert tensors are stored transposed
+ * (gate_up_proj [E, H, 2I], down_proj [E, I, H]) and are repacked once, in
+ * their own dtype, into the [out, in] rows the kernels stream.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant.h"
+
+static int get_float_tensor(const struct ms_checkpoint *ck, const char *name, int ndim,
+			    const int64_t *shape, const struct ms_tensor **t, struct ms_err *err)
+{
+	int rc = ms_checkpoint_get(ck, name, MS_DTYPE_ANY, ndim, shape, t, err);
+	if (!rc && !ms_dtype_is_float((*t)->dtype))
+		rc = ms_err_set(err, -EBADMSG,
+				"%s: tensor \"%s\" has dtype %s; an unquantized weight must be F32, F16 "
+				"or BF16 (is quantization_config missing?)",
+				ms_checkpoint_file_of(ck, *t), name, ms_dtype_name((*t)->dtype));
+	return rc;
+}
+
+static int load_linear(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
+		       const char *prefix, int64_t out, int64_t in, bool has_bias,
+		       struct ms_backend *be, struct ms_qlinear *l, struct ms_err *err)
+{
+	(void)qc;
+	char name[512];
+	const struct ms_tensor *t;
+	snprintf(name, sizeof(name), "%s.weight", prefix);
+	int rc = get_float_tensor(ck, name, 2, (int64_t[]){out, in}, &t, err);
+	if (rc)
+		return rc;
+	size_t es = ms_dtype_size(t->dtype);
+	l->w = (struct ms_wmat){.fmt = ms_wfmt_from_dtype(t->dtype), .rows = out, .cols = in,
+				.w = t->data, .row_bytes = (size_t)in * es};
+	/* Kernels load whole elements: a misaligned tensor (legal in
+	 * safetensors) is copied once instead of read in place. */
+	if ((uintptr_t)t->data % es) {
+		if (posix_memalign(&l->owned, 64, t->nbytes ? t->nbytes : 64))
+			return ms_err_set(err, -ENOMEM, "%s: out of memory", name);
+		memcpy(l->owned, t->data, t->nbytes);
+		l->w.w = l->owned;
+		ms_checkpoint_release(ck, t);
+	}
+	l->kernel = ms_backend_find_kernel(be, l->w.fmt);
+	if (!l->kernel)
+		return ms_err_set(err, -ENOTSUP, "%s: no kernel for %s weights", name,
+				  ms_wfmt_name(l->w.fmt));
+	if (has_bias) {
+		snprintf(name, sizeof(name), "%s.bias", prefix);
+		rc = ms_checkpoint_get_f32(ck, name, 1, (int64_t[]){out}, &l->bias, err);
+	}
+	return rc;
+}
+
+/* Transpose expert e of src [E, K, N] (in HF's [in, out] order) into
+ * dst [E, N, K], element size es. Element-wise memcpy: the source may be
+ * misaligned. */
+struct transpose_job {
+	const uint8_t *src;
+	uint8_t *dst;
+	int64_t K, N;
+	size_t es;
+};
+
+static void transpose_task(void *ctx, int e, int worker)
+{
+	(void)worker;
+	const struct transpose_job *j = ctx;
+	size_t plane = (size_t)j->K * (size_t)j->N * j->es;
+	const uint8_t *s = j->src + (size_t)e * plane;
+	uint8_t *d = j->dst + (size_t)e * plane;
+	for (int64_t k = 0; k < j->K; k++)
+		for (int64_t n = 0; n < j->N; n++)
+			memcpy(d + ((size_t)n * (size_t)j->K + (size_t)k) * j->es,
+			       s + ((size_t)k * (size_t)j->N + (size_t)n) * j->es, j->es);
+}
+
+static int load_moe(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
+		    const char *prefix, int64_t E, int64_t H, int64_t I, struct ms_backend *be,
+		    struct ms_qmoe *m, struct ms_err *err)
+{
+	(void)qc;
+	char gu_name[512], dn_name[512], name[512];
+	const struct ms_tensor *gu, *dn;
+	snprintf(gu_name, sizeof(gu_name), "%s.gate_up_proj", prefix);
+	snprintf(dn_name, sizeof(dn_name), "%s.down_proj", prefix);
+	int rc = get_float_tensor(ck, gu_name, 3, (int64_t[]){E, H, 2 * I}, &gu, err);
+	if (!rc)
+		rc = get_float_tensor(ck, dn_name, 3, (int64_t[]){E, I, H}, &dn, err);
+	if (!rc && gu->dtype != dn->dtype)
+		rc = ms_err_set(err, -ENOTSUP, "%s: gate_up_proj is %s but down_proj is %s", prefix,
+				ms_dtype_name(gu->dtype), ms_dtype_name(dn->dtype));
+	if (rc)
+		return rc;
+	snprintf(name, sizeof(name), "%s.gate_up_proj_bias", prefix);
+	if ((rc = ms_checkpoint_get_f32(ck, name, 2, (int64_t[]){E, 2 * I}, &m->gate_up_bias, err)))
+		return rc;
+	snprintf(name, sizeof(name), "%s.down_proj_bias", prefix);
+	if ((rc = ms_checkpoint_get_f32(ck, name, 2, (int64_t[]){E, H}, &m->down_bias, err)))
+		return rc;
+
+	size_t es = ms_dtype_size(gu->dtype);
+	enum ms_wfmt fmt = ms_wfmt_from_dtype(gu->dtype);
+	m->n_experts = E;
+	m->hidden = H;
+	m->inter = I;
+	m->gate_up = calloc((size_t)E, sizeof(*m->gate_up));
+	m->down = calloc((size_t)E, sizeof(*m->down));
+	if (!m->gate_up || !m->down || posix_memalign(&m->owned, 64, gu->nbytes + dn->nbytes + 64))
+		return ms_err_set(err, -ENOMEM, "%s: out of memory for %zu bytes of experts", prefix,
+				  gu->nbytes + dn->nbytes);
+	uint8_t *gu_dst = m->owned, *dn_dst = gu_dst + gu->nbytes;
+	struct transpose_job j1 = {gu->data, gu_dst, H, 2 * I, es};
+	struct transpose_job j2 = {dn->data, dn_dst, I, H, es};
+	ms_pool_run(&be->pool, (int)E, transpose_task, &j1);
+	ms_pool_run(&be->pool, (int)E, transpose_task, &j2);
+	ms_checkpoint_release(ck, gu);
+	ms_checkpoint_release(ck, dn);
+	for (int64_t e = 0; e < E; e++) {
+		m->gate_up[e] = (struct ms_wmat){.fmt = fmt, .rows = 2 * I, .cols = H,
+			.w = gu_dst + (size_t)e * (size_t)(2 * I * H) * es, .row_bytes = (size_t)H * es};
+		m->down[e] = (struct ms_wmat){.fmt = fmt, .rows = H, .cols = I,
+			.w = dn_dst + (size_t)e * (size_t)(H * I) * es, .row_bytes = (size_t)I * es};
+	}
+	m->kernel_gate_up = m->kernel_down = ms_backend_find_kernel(be, fmt);
+	if (!m->kernel_gate_up)
+		return ms_err_set(err, -ENOTSUP, "%s: no kernel for %s experts", prefix, ms_wfmt_name(fmt));
+	return 0;
+}
+
+const struct ms_quant_scheme ms_scheme_unquantized = {
+	.name = "unquantized",
+	.load_linear = load_linear,
+	.load_moe = load_moe,
+};
+
+static int none_scheme_for(const struct ms_quant_config *qc, const char *prefix,
+			   enum ms_qkind kind, const struct ms_quant_scheme **out, struct ms_err *err)
+{
+	(void)qc, (void)prefix, (void)kind, (void)err;
+	*out = &ms_scheme_unquantized;
+	return 0;
+}
+
+const struct ms_quant_method ms_quant_none = {
+	.name = "none",
+	.scheme_for = none_scheme_for,
+};

@@ -1,0 +1,454 @@
+/*
+ * main.c: the moeserve command line: `moeserve <command> [options]`.
+ *
+ * This is the only place that prints errors and picks exit codes; library
+ * code returns an error code and a message (config/ms-error.h).
+ * Exit codes follow sysexits.h so scripts can tell failures apart:
+ *   0 success, 64 usage error, 65 bad model data (config, checkpoint,
+ *   quantization), 66 model folder or file missing, 69 unsupported here
+ *   (e.g. a kernel set this CPU lacks), 70 internal error, 71 out of memory
+ *   or another system error, 74 I/O error writing output.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sysexits.h>
+#include <time.h>
+
+#include "backend.h"
+#include "model.h"
+
+#ifndef MS_VERSION
+#define MS_VERSION "0.0.0"
+#endif
+#ifndef MS_DEFAULT_MODEL
+#define MS_DEFAULT_MODEL "models/default"
+#endif
+
+static int exit_code_for(int rc)
+{
+	switch (rc) {
+	case 0: return EX_OK;
+	case -ENOENT: return EX_NOINPUT;
+	case -EINVAL:
+	case -EBADMSG: return EX_DATAERR;
+	case -ENOTSUP: return EX_UNAVAILABLE;
+	case -ENOMEM: return EX_OSERR;
+	case -EIO: return EX_IOERR;
+	default: return rc < 0 ? EX_SOFTWARE : EX_OK;
+	}
+}
+
+static int fail(const struct ms_err *err)
+{
+	fprintf(stderr, "moeserve: error: %s\n", err->msg);
+	return exit_code_for(err->code);
+}
+
+static int usage_error(const char *cmd, const char *fmt, const char *arg)
+{
+	fprintf(stderr, "moeserve%s%s: ", cmd ? " " : "", cmd ? cmd : "");
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\nTry 'moeserve %s%s--help'.\n", cmd ? cmd : "", cmd ? " " : "");
+	return EX_USAGE;
+}
+
+static const char *default_model(void)
+{
+	const char *e = getenv("MOESERVE_MODEL");
+	return e && *e ? e : MS_DEFAULT_MODEL;
+}
+
+static double now_seconds(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Strict integer parse: the whole string, within [lo, hi]. */
+static bool parse_long(const char *s, long lo, long hi, long *out)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi)
+		return false;
+	*out = v;
+	return true;
+}
+
+/* "1,2,3" -> ids. Whitespace around commas is allowed. */
+static int parse_tokens(const char *s, int32_t **out, int64_t *n)
+{
+	size_t cap = 16, cnt = 0;
+	int32_t *ids = malloc(cap * sizeof(*ids));
+	if (!ids)
+		return -ENOMEM;
+	const char *p = s;
+	while (*p) {
+		char *end;
+		errno = 0;
+		long v = strtol(p, &end, 10);
+		if (end == p || errno || v < 0 || v > INT32_MAX) {
+			free(ids);
+			return -EINVAL;
+		}
+		if (cnt == cap) {
+			int32_t *ni = realloc(ids, (cap *= 2) * sizeof(*ids));
+			if (!ni) {
+				free(ids);
+				return -ENOMEM;
+			}
+			ids = ni;
+		}
+		ids[cnt++] = (int32_t)v;
+		p = end;
+		while (*p == ' ')
+			p++;
+		if (*p == ',')
+			p++;
+		else if (*p) {
+			free(ids);
+			return -EINVAL;
+		}
+	}
+	if (!cnt) {
+		free(ids);
+		return -EINVAL;
+	}
+	*out = ids;
+	*n = (int64_t)cnt;
+	return 0;
+}
+
+/* ---- common options ---- */
+
+struct common_opts {
+	const char *model;
+	const char *kernels;
+	long threads;
+};
+
+enum { OPT_KERNELS = 1000, OPT_THREADS, OPT_LOGITS, OPT_IGNORE_EOS, OPT_PROMPT };
+
+static int load(const struct common_opts *o, struct ms_backend *be, struct ms_model *m)
+{
+	struct ms_err err = {0};
+	int rc = ms_backend_init(be, o->kernels ? o->kernels : getenv("MOESERVE_KERNELS"),
+				 (int)o->threads, &err);
+	if (rc)
+		return fail(&err);
+	rc = ms_model_load(m, o->model, be, &err);
+	if (rc) {
+		ms_backend_free(be);
+		return fail(&err);
+	}
+	return 0;
+}
+
+/* ---- generate ---- */
+
+static void generate_help(void)
+{
+	printf("Usage: moeserve generate [--model DIR] --tokens IDS [options]\n"
+	       "Greedy decoding from a prompt of token ids. The generated ids are printed\n"
+	       "space-separated as the last line of stdout; progress goes to stderr.\n\n"
+	       "  --model DIR        checkpoint folder (default: $MOESERVE_MODEL or\n"
+	       "                     %s)\n"
+	       "  --tokens IDS       prompt token ids, comma-separated (e.g. 1,2,3)\n"
+	       "  --max-tokens N     tokens to generate (default 16; 0 = prompt only)\n"
+	       "  --ignore-eos       keep generating after an eos_token_id\n"
+	       "  --logits-out FILE  write the logits of every prompt position as\n"
+	       "                     little-endian float32 [prompt tokens x vocab]\n"
+	       "  --threads N        worker threads (default: available CPUs)\n"
+	       "  --kernels SET      kernel set: %s (default auto,\n"
+	       "                     or $MOESERVE_KERNELS)\n"
+	       "  -h, --help         this help\n\n"
+	       "(--prompt TEXT arrives with the tokenizer.)\n",
+	       MS_DEFAULT_MODEL, ms_backend_kernel_sets);
+}
+
+static bool is_eos(const struct ms_model_config *c, int32_t id)
+{
+	for (int i = 0; i < c->n_eos; i++)
+		if (c->eos_ids[i] == id)
+			return true;
+	return false;
+}
+
+static int32_t argmax(const float *v, int64_t n)
+{
+	int64_t best = 0;
+	for (int64_t i = 1; i < n; i++)
+		if (v[i] > v[best])
+			best = i;
+	return (int32_t)best;
+}
+
+static int cmd_generate(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"model", required_argument, NULL, 'm'},
+		{"tokens", required_argument, NULL, 't'},
+		{"prompt", required_argument, NULL, OPT_PROMPT},
+		{"max-tokens", required_argument, NULL, 'n'},
+		{"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
+		{"logits-out", required_argument, NULL, OPT_LOGITS},
+		{"threads", required_argument, NULL, OPT_THREADS},
+		{"kernels", required_argument, NULL, OPT_KERNELS},
+		{"help", no_argument, NULL, 'h'},
+		{0},
+	};
+	struct common_opts co = {default_model(), NULL, 0};
+	const char *tokens = NULL, *logits_out = NULL;
+	long max_tokens = 16;
+	bool ignore_eos = false;
+	int c;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "m:t:n:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'm': co.model = optarg; break;
+		case 't': tokens = optarg; break;
+		case 'n':
+			if (!parse_long(optarg, 0, 1L << 30, &max_tokens))
+				return usage_error("generate", "--max-tokens: \"%s\" is not a count >= 0", optarg);
+			break;
+		case OPT_IGNORE_EOS: ignore_eos = true; break;
+		case OPT_LOGITS: logits_out = optarg; break;
+		case OPT_THREADS:
+			if (!parse_long(optarg, 1, 1024, &co.threads))
+				return usage_error("generate", "--threads: \"%s\" is not in [1, 1024]", optarg);
+			break;
+		case OPT_KERNELS: co.kernels = optarg; break;
+		case OPT_PROMPT:
+			return usage_error("generate", "--prompt: %s",
+					   "text prompts need the tokenizer, which this build does not "
+					   "have yet; use --tokens");
+		case 'h': generate_help(); return EX_OK;
+		default: return usage_error("generate", "%s", "invalid option");
+		}
+	}
+	if (optind < argc)
+		return usage_error("generate", "unexpected argument \"%s\"", argv[optind]);
+	if (!tokens)
+		return usage_error("generate", "%s", "--tokens is required");
+	int32_t *prompt;
+	int64_t n_prompt;
+	int rc = parse_tokens(tokens, &prompt, &n_prompt);
+	if (rc)
+		return usage_error("generate", "--tokens: \"%s\" is not a comma-separated list of ids",
+				   tokens);
+
+	struct ms_backend be;
+	struct ms_model m;
+	if ((rc = load(&co, &be, &m))) {
+		free(prompt);
+		return rc;
+	}
+	fprintf(stderr, "moeserve: loaded %s in %.2f s (%s kernels, %d threads)\n", co.model,
+		m.load_seconds, be.isa, be.pool.n_threads);
+	int64_t V = m.cfg.vocab, cap = n_prompt + max_tokens;
+	if (cap > m.cfg.max_pos)
+		cap = m.cfg.max_pos;
+	struct ms_err err = {0};
+	struct ms_seq seq;
+	float *logits = malloc((size_t)(n_prompt * V) * sizeof(float));
+	int32_t *out = malloc((size_t)(max_tokens + 1) * sizeof(int32_t));
+	int64_t n_out = 0;
+	int ex = EX_OK;
+	if (!logits || !out) {
+		ms_err_set(&err, -ENOMEM, "out of memory for %lld x %lld logits", (long long)n_prompt,
+			   (long long)V);
+		ex = fail(&err);
+		goto done_nofree_seq;
+	}
+	if ((rc = ms_seq_init(&seq, &m, cap, &err))) {
+		ex = fail(&err);
+		goto done_nofree_seq;
+	}
+	double t0 = now_seconds();
+	if ((rc = ms_seq_forward(&seq, prompt, n_prompt, logits, logits_out != NULL, &err))) {
+		ex = fail(&err);
+		goto done;
+	}
+	double t1 = now_seconds();
+	const float *last = logits_out ? logits + (n_prompt - 1) * V : logits;
+	if (logits_out) {
+		FILE *f = fopen(logits_out, "wb");
+		size_t want = (size_t)(n_prompt * V);
+		if (!f || fwrite(logits, sizeof(float), want, f) != want || fclose(f) != 0) {
+			fprintf(stderr, "moeserve: error: cannot write %s: %s\n", logits_out,
+				strerror(errno));
+			ex = EX_IOERR;
+			goto done;
+		}
+	}
+	int32_t next = argmax(last, V);
+	while (n_out < max_tokens) {
+		out[n_out++] = next;
+		if (!ignore_eos && is_eos(&m.cfg, next))
+			break;
+		if (n_out == max_tokens || seq.n_past >= seq.capacity)
+			break;
+		if ((rc = ms_seq_forward(&seq, &next, 1, logits, false, &err))) {
+			ex = fail(&err);
+			goto done;
+		}
+		next = argmax(logits, V);
+	}
+	double t2 = now_seconds();
+	fprintf(stderr, "moeserve: prompt %lld tokens in %.3f s (%.1f tok/s), generated %lld in %.3f s (%.1f tok/s)\n",
+		(long long)n_prompt, t1 - t0, (double)n_prompt / (t1 - t0 + 1e-12), (long long)n_out,
+		t2 - t1, n_out > 1 ? (double)(n_out - 1) / (t2 - t1 + 1e-12) : 0.0);
+	for (int64_t i = 0; i < n_out; i++)
+		printf("%s%d", i ? " " : "", out[i]);
+	printf("\n");
+	if (fflush(stdout) != 0)
+		ex = EX_IOERR;
+done:
+	ms_seq_free(&seq);
+done_nofree_seq:
+	free(logits);
+	free(out);
+	free(prompt);
+	ms_model_free(&m);
+	ms_backend_free(&be);
+	return ex;
+}
+
+/* ---- inspect ---- */
+
+static void inspect_help(void)
+{
+	printf("Usage: moeserve inspect [--model DIR] [--kernels SET] [--threads N]\n"
+	       "Load a checkpoint and describe it: architecture and sizes, the quantization\n"
+	       "scheme of each tensor group, the kernel chosen for each, and the weight bytes.\n");
+}
+
+static void print_bytes(uint64_t b)
+{
+	if (b >= (1ull << 30))
+		printf("%.2f GiB", (double)b / (double)(1ull << 30));
+	else if (b >= (1ull << 20))
+		printf("%.2f MiB", (double)b / (double)(1ull << 20));
+	else
+		printf("%.1f KiB", (double)b / 1024.0);
+}
+
+static int cmd_inspect(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"model", required_argument, NULL, 'm'},
+		{"threads", required_argument, NULL, OPT_THREADS},
+		{"kernels", required_argument, NULL, OPT_KERNELS},
+		{"help", no_argument, NULL, 'h'},
+		{0},
+	};
+	struct common_opts co = {default_model(), NULL, 0};
+	int c;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'm': co.model = optarg; break;
+		case OPT_THREADS:
+			if (!parse_long(optarg, 1, 1024, &co.threads))
+				return usage_error("inspect", "--threads: \"%s\" is not in [1, 1024]", optarg);
+			break;
+		case OPT_KERNELS: co.kernels = optarg; break;
+		case 'h': inspect_help(); return EX_OK;
+		default: return usage_error("inspect", "%s", "invalid option");
+		}
+	}
+	if (optind < argc)
+		return usage_error("inspect", "unexpected argument \"%s\"", argv[optind]);
+	struct ms_backend be;
+	struct ms_model m;
+	int rc = load(&co, &be, &m);
+	if (rc)
+		return rc;
+	const struct ms_model_config *cf = &m.cfg;
+	char flags[256];
+	int64_t n_sliding = 0;
+	for (int64_t i = 0; i < cf->n_layers; i++)
+		n_sliding += cf->layer_sliding[i];
+	printf("model:         %s\n", co.model);
+	printf("architecture:  %s\n", cf->arch);
+	printf("layers:        %lld (%lld sliding, window %lld; %lld full)\n", (long long)cf->n_layers,
+	       (long long)n_sliding, (long long)cf->sliding_window, (long long)(cf->n_layers - n_sliding));
+	printf("hidden:        %lld\n", (long long)cf->hidden);
+	printf("attention:     %lld heads x %lld, %lld kv heads, sinks\n", (long long)cf->n_heads,
+	       (long long)cf->head_dim, (long long)cf->n_kv_heads);
+	printf("experts:       %lld, top-%lld, intermediate %lld, swiglu limit %g\n",
+	       (long long)cf->n_experts, (long long)cf->top_k, (long long)cf->intermediate,
+	       cf->swiglu_limit);
+	printf("vocab:         %lld\n", (long long)cf->vocab);
+	if (cf->rope.type == MS_ROPE_YARN)
+		printf("rope:          yarn, theta %g, factor %g, original context %lld, beta %g/%g, "
+		       "truncate %s, attention factor %.6f\n",
+		       cf->rope.theta, cf->rope.factor, (long long)cf->rope.original_max_pos,
+		       cf->rope.beta_fast, cf->rope.beta_slow, cf->rope.truncate ? "true" : "false",
+		       cf->rope.attention_factor);
+	else
+		printf("rope:          default, theta %g\n", cf->rope.theta);
+	printf("context:       %lld (max_position_embeddings)\n", (long long)cf->max_pos);
+	printf("quantization:  %s\n", m.qcfg.method->name);
+	printf("checkpoint:    %d file%s, %zu tensors\n", m.ck.n_files, m.ck.n_files == 1 ? "" : "s",
+	       m.ck.n_tensors);
+	printf("backend:       %s, kernels %s, %d threads\n", be.name, be.isa, be.pool.n_threads);
+	printf("cpu features:  %s\n", ms_cpu_flags_str(be.cpu_flags, flags, sizeof(flags)));
+	printf("\n%-20s %-12s %-7s %-12s %6s %12s\n", "tensor group", "scheme", "format", "kernel",
+	       "count", "bytes");
+	uint64_t total = 0;
+	for (int i = 0; i < m.n_groups; i++) {
+		const struct ms_tensor_group *g = &m.groups[i];
+		printf("%-20s %-12s %-7s %-12s %6d %12llu\n", g->name, g->scheme, g->format, g->kernel,
+		       g->count, (unsigned long long)g->bytes);
+		total += g->bytes;
+	}
+	printf("\ntotal weight bytes: %llu (", (unsigned long long)total);
+	print_bytes(total);
+	printf(")\nload time: %.3f s\n", m.load_seconds);
+	ms_model_free(&m);
+	ms_backend_free(&be);
+	return fflush(stdout) == 0 ? EX_OK : EX_IOERR;
+}
+
+/* ---- dispatch ---- */
+
+static void main_help(void)
+{
+	printf("moeserve %s: serves GPT-OSS-style mixture-of-experts models.\n\n"
+	       "Usage: moeserve <command> [options]\n\n"
+	       "Commands:\n"
+	       "  generate   greedy decoding from token ids (see 'moeserve generate --help')\n"
+	       "  inspect    describe a checkpoint: sizes, schemes, kernels, bytes\n"
+	       "  help       this help\n\n"
+	       "Exit codes: 0 ok, 64 usage, 65 bad model data, 66 missing model or file,\n"
+	       "69 unsupported on this machine, 70 internal, 71 system error, 74 I/O error.\n",
+	       MS_VERSION);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		main_help();
+		return EX_USAGE;
+	}
+	const char *cmd = argv[1];
+	if (!strcmp(cmd, "generate"))
+		return cmd_generate(argc - 1, argv + 1);
+	if (!strcmp(cmd, "inspect"))
+		return cmd_inspect(argc - 1, argv + 1);
+	if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+		main_help();
+		return EX_OK;
+	}
+	if (!strcmp(cmd, "--version")) {
+		printf("moeserve %s\n", MS_VERSION);
+		return EX_OK;
+	}
+	return usage_error(NULL, "unknown command \"%s\"", cmd);
+}

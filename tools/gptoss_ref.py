@@ -1,0 +1,530 @@
+#!/usr/bin/python3
+"""Independent float64 numpy reference of the GPT-OSS forward pass.
+
+This is the ground truth the C daemon is checked against: it is written from
+shared/docs/gpt-oss.md section 2 (model math) and 3 (checkpoint layouts), shares
+no code with the C implementation or with the checkpoint generator, and
+computes everything in float64 after decoding the stored weights exactly, so
+any disagreement beyond fp32 rounding points at the C side.
+
+CLI (same contract as `moeserve generate`, so it can stand in for the binary):
+
+    /usr/bin/python3 tools/gptoss_ref.py [generate] --model DIR --tokens 1,2,3
+        [--max-tokens N] [--logits-out FILE] [--threads N]
+    /usr/bin/python3 tools/gptoss_ref.py --self-test
+
+Greedy decoding (argmax, ties -> lowest id) by full recompute at every step;
+the generated ids are printed space-separated as the last line of stdout;
+--logits-out writes the logits of every prompt position as little-endian
+float32 [prompt_tokens x vocab].  --threads is accepted and ignored.
+
+Needs only numpy (run with /usr/bin/python3).
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+# ---------------------------------------------------------------------------
+# safetensors reading
+
+# itemsize of each safetensors dtype we can decode
+_ITEMSIZE = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8, "U8": 1, "I8": 1,
+             "I16": 2, "I32": 4, "I64": 8}
+_NUMPY = {"F16": "<f2", "F32": "<f4", "F64": "<f8", "U8": "u1", "I8": "i1",
+          "I16": "<i2", "I32": "<i4", "I64": "<i8"}
+
+
+class SafetensorsError(Exception):
+    pass
+
+
+class SafetensorsFile:
+    """One .safetensors file, memory-mapped; tensors are decoded on demand."""
+
+    def __init__(self, path):
+        self.path = path
+        size = os.path.getsize(path)
+        if size < 8:
+            raise SafetensorsError(f"{path}: {size} bytes, too short for a header")
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            if n > size - 8:
+                raise SafetensorsError(f"{path}: header length {n} exceeds file size {size}")
+            try:
+                header = json.loads(f.read(n).decode("utf-8"))
+            except (UnicodeDecodeError, ValueError) as e:
+                raise SafetensorsError(f"{path}: bad JSON header: {e}") from None
+        self.metadata = header.pop("__metadata__", None)
+        self.data_start = 8 + n
+        data_len = size - self.data_start
+        self.entries = {}
+        for name, info in header.items():
+            dt, shape, offs = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+            if dt not in _ITEMSIZE:
+                raise SafetensorsError(f"{path}: tensor {name}: unsupported dtype {dt!r}")
+            if (not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape)
+                    or not isinstance(offs, list) or len(offs) != 2):
+                raise SafetensorsError(f"{path}: tensor {name}: malformed entry {info}")
+            b, e = offs
+            want = int(np.prod(shape, dtype=np.int64)) * _ITEMSIZE[dt]
+            if not (0 <= b <= e <= data_len) or e - b != want:
+                raise SafetensorsError(
+                    f"{path}: tensor {name}: offsets {offs} do not hold {shape} {dt} "
+                    f"within {data_len} data bytes")
+            self.entries[name] = (dt, tuple(shape), b, e)
+        self._map = np.memmap(path, dtype=np.uint8, mode="r") if size > 0 else None
+
+    def raw(self, name):
+        dt, shape, b, e = self.entries[name]
+        return dt, shape, self._map[self.data_start + b:self.data_start + e]
+
+
+def decode(dt, shape, buf):
+    """Bytes -> numpy array: floats exactly widened to float64, ints kept."""
+    buf = np.ascontiguousarray(buf)
+    if dt == "BF16":
+        # bf16 is the upper half of an IEEE float32
+        bits = buf.view("<u2").astype(np.uint32) << 16
+        return bits.view(np.float32).astype(np.float64).reshape(shape)
+    arr = buf.view(_NUMPY[dt]).reshape(shape)
+    if dt.startswith("F"):
+        return arr.astype(np.float64)
+    return arr.copy()
+
+
+class Checkpoint:
+    """All tensors of a model directory: model.safetensors, or the shards listed
+    in model.safetensors.index.json (shard file names come only from its
+    weight_map, as the real hub repos number them unpredictably)."""
+
+    def __init__(self, model_dir):
+        single = os.path.join(model_dir, "model.safetensors")
+        index = os.path.join(model_dir, "model.safetensors.index.json")
+        self.where = {}
+        if os.path.exists(single):
+            f = SafetensorsFile(single)
+            self.where = {name: f for name in f.entries}
+        elif os.path.exists(index):
+            with open(index) as fh:
+                weight_map = json.load(fh).get("weight_map")
+            if not isinstance(weight_map, dict) or not weight_map:
+                raise SafetensorsError(f"{index}: no weight_map")
+            files = {}
+            for name, fname in weight_map.items():
+                if fname not in files:
+                    files[fname] = SafetensorsFile(os.path.join(model_dir, fname))
+                if name not in files[fname].entries:
+                    raise SafetensorsError(f"{index}: {name} is mapped to {fname}, which lacks it")
+                self.where[name] = files[fname]
+        else:
+            raise SafetensorsError(f"{model_dir}: neither model.safetensors nor "
+                                   "model.safetensors.index.json")
+
+    def __contains__(self, name):
+        return name in self.where
+
+    def dtype(self, name):
+        return self.where[name].entries[name][0]
+
+    def get(self, name, shape=None):
+        if name not in self.where:
+            raise SafetensorsError(f"missing tensor {name}")
+        arr = decode(*self.where[name].raw(name))
+        if shape is not None and arr.shape != tuple(shape):
+            raise SafetensorsError(f"tensor {name}: shape {list(arr.shape)}, expected {list(shape)}")
+        return arr
+
+
+# ---------------------------------------------------------------------------
+# MXFP4 (doc 3.2)
+
+# e2m1 value of each nibble; bit 3 is the sign, so index 8 is -0.0
+FP4_LUT = np.array([+0.0, +0.5, +1.0, +1.5, +2.0, +3.0, +4.0, +6.0,
+                    -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=np.float64)
+
+
+def dequant_mxfp4(blocks, scales, k):
+    """blocks [..., G, 16] u8 + scales [..., G] u8 -> [..., k] float64.
+
+    Element 32g+2j is the low nibble of byte j of block g, 32g+2j+1 the high
+    nibble; a group is worth lut * 2^(scale-127).  Groups beyond k (a last,
+    zero-padded group when k % 32 != 0) are dropped."""
+    if blocks.shape[-1] != 16 or blocks.shape[:-1] != scales.shape:
+        raise SafetensorsError(f"mxfp4 blocks {list(blocks.shape)} / scales {list(scales.shape)} mismatch")
+    g = blocks.shape[-2]
+    if g != -(-k // 32):
+        raise SafetensorsError(f"mxfp4: {g} groups of 32 cannot hold exactly {k} elements")
+    vals = np.empty(blocks.shape[:-1] + (32,), dtype=np.float64)
+    vals[..., 0::2] = FP4_LUT[blocks & 0x0F]
+    vals[..., 1::2] = FP4_LUT[blocks >> 4]
+    vals *= np.ldexp(1.0, scales.astype(np.int64) - 127)[..., None]
+    return vals.reshape(blocks.shape[:-2] + (g * 32,))[..., :k]
+
+
+# ---------------------------------------------------------------------------
+# configuration (doc 1.1)
+
+class Config:
+    def __init__(self, c):
+        def need(key):
+            if key not in c:
+                raise ValueError(f"config.json: missing {key}")
+            return c[key]
+
+        self.hidden = int(need("hidden_size"))
+        self.n_layers = int(need("num_hidden_layers"))
+        self.n_heads = int(need("num_attention_heads"))
+        self.n_kv = int(c.get("num_key_value_heads", self.n_heads))
+        self.head_dim = int(c["head_dim"]) if c.get("head_dim") is not None else self.hidden // self.n_heads
+        self.inter = int(need("intermediate_size"))
+        self.n_experts = int(c.get("num_local_experts", c.get("num_experts", 0)))
+        k = c.get("num_experts_per_tok", c.get("experts_per_token"))
+        if k is None:
+            raise ValueError("config.json: missing num_experts_per_tok")
+        self.top_k = int(k)
+        self.vocab = int(need("vocab_size"))
+        self.eps = float(c.get("rms_norm_eps", 1e-5))
+        self.window = c.get("sliding_window")
+        self.limit = float(c.get("swiglu_limit", 7.0))
+        # the modeling code hard-codes alpha; a config's swiglu_alpha is not read there
+        self.alpha = 1.702
+        self.tie = bool(c.get("tie_word_embeddings", False))
+        self.max_pos = int(c.get("max_position_embeddings", 131072))
+
+        lt = c.get("layer_types")
+        if lt is None:
+            lt = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(self.n_layers)]
+        if len(lt) != self.n_layers or any(t not in ("sliding_attention", "full_attention") for t in lt):
+            raise ValueError(f"config.json: bad layer_types {lt}")
+        self.sliding = [t == "sliding_attention" for t in lt]
+        if any(self.sliding) and (self.window is None or int(self.window) < 1):
+            raise ValueError("config.json: sliding layers but no sliding_window")
+
+        if self.n_heads % self.n_kv or self.head_dim % 2 or not (1 <= self.top_k <= self.n_experts):
+            raise ValueError("config.json: inconsistent head / expert counts")
+
+        # v5 keeps everything (rope_theta too) in rope_parameters; v4 splits it
+        rp = c.get("rope_parameters") or c.get("rope_scaling") or {}
+        self.rope_theta = float(rp.get("rope_theta", c.get("rope_theta", 150000.0)))
+        self.rope_type = rp.get("rope_type", rp.get("type", "default"))
+        if self.rope_type == "yarn":
+            l0 = rp.get("original_max_position_embeddings") or self.max_pos
+            factor = rp.get("factor")
+            if factor is None:
+                factor = self.max_pos / l0
+            self.rope = dict(factor=float(factor), l0=float(l0),
+                             beta_fast=float(rp.get("beta_fast", 32.0)),
+                             beta_slow=float(rp.get("beta_slow", 1.0)),
+                             truncate=bool(rp.get("truncate", True)),
+                             attention_factor=rp.get("attention_factor"))
+        elif self.rope_type != "default":
+            raise ValueError(f"config.json: rope_type {self.rope_type!r} not supported")
+
+
+# ---------------------------------------------------------------------------
+# RoPE (doc 2.3)
+
+def yarn_inv_freq(dim, base, factor, l0, beta_fast, beta_slow, truncate, attention_factor=None):
+    """Returns (inv_freq [dim/2], attention_scaling)."""
+    pos_freq = base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+    extrap = 1.0 / pos_freq
+    interp = 1.0 / (factor * pos_freq)
+
+    def corr(n_rot):
+        return dim * math.log(l0 / (n_rot * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = corr(beta_fast), corr(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+    inv_freq = interp * ramp + extrap * (1.0 - ramp)
+    if attention_factor is None:
+        attention_factor = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+    return inv_freq, float(attention_factor)
+
+
+def rope_tables(cfg, n_pos):
+    d = cfg.head_dim
+    if cfg.rope_type == "yarn":
+        r = cfg.rope
+        inv_freq, scale = yarn_inv_freq(d, cfg.rope_theta, r["factor"], r["l0"], r["beta_fast"],
+                                        r["beta_slow"], r["truncate"], r["attention_factor"])
+    else:
+        inv_freq = 1.0 / cfg.rope_theta ** (np.arange(0, d, 2, dtype=np.float64) / d)
+        scale = 1.0
+    ang = np.arange(n_pos, dtype=np.float64)[:, None] * inv_freq[None, :]
+    return np.cos(ang) * scale, np.sin(ang) * scale
+
+
+def apply_rope(x, cos, sin):
+    """x [T, heads, d]; pairs are (i, i + d/2), not adjacent elements."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    c, s = cos[:, None, :], sin[:, None, :]
+    return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+
+
+# ---------------------------------------------------------------------------
+# model
+
+class Stats:
+    """Diagnostics gathered during forward passes: how often the SwiGLU clamps
+    fire (so tests know they exercise them) and how close the router and the
+    greedy choice came to a tie (an fp32 implementation may legitimately pick
+    the other side of a near-tie)."""
+
+    def __init__(self):
+        self.gate_clamped = 0
+        self.up_clamped = 0
+        self.elements = 0
+        self.min_router_gap = math.inf
+        self.min_greedy_margin = math.inf
+
+    def clamp_fraction(self):
+        e = max(self.elements, 1)
+        return {"gate": self.gate_clamped / e, "up": self.up_clamped / e}
+
+
+def rms_norm(x, w, eps):
+    return w * (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps))
+
+
+def sigmoid(z):
+    # tanh form cannot overflow for large |z|
+    return 0.5 * (1.0 + np.tanh(0.5 * z))
+
+
+class Model:
+    def __init__(self, model_dir):
+        with open(os.path.join(model_dir, "config.json")) as f:
+            self.cfg = cfg = Config(json.load(f))
+        ck = Checkpoint(model_dir)
+        H, d, nH, nKV = cfg.hidden, cfg.head_dim, cfg.n_heads, cfg.n_kv
+        E, I, V = cfg.n_experts, cfg.inter, cfg.vocab
+
+        self.embed = ck.get("model.embed_tokens.weight", (V, H))
+        self.norm = ck.get("model.norm.weight", (H,))
+        self.lm_head = self.embed if cfg.tie else ck.get("lm_head.weight", (V, H))
+        self.layers = []
+        for l in range(cfg.n_layers):
+            p = f"model.layers.{l}."
+            g = lambda n, s: ck.get(p + n, s)  # noqa: E731
+            lw = dict(
+                ln1=g("input_layernorm.weight", (H,)),
+                wq=g("self_attn.q_proj.weight", (nH * d, H)), bq=g("self_attn.q_proj.bias", (nH * d,)),
+                wk=g("self_attn.k_proj.weight", (nKV * d, H)), bk=g("self_attn.k_proj.bias", (nKV * d,)),
+                wv=g("self_attn.v_proj.weight", (nKV * d, H)), bv=g("self_attn.v_proj.bias", (nKV * d,)),
+                wo=g("self_attn.o_proj.weight", (H, nH * d)), bo=g("self_attn.o_proj.bias", (H,)),
+                sinks=g("self_attn.sinks", (nH,)),
+                ln2=g("post_attention_layernorm.weight", (H,)),
+                wr=g("mlp.router.weight", (E, H)), br=g("mlp.router.bias", (E,)),
+                gub=g("mlp.experts.gate_up_proj_bias", (E, 2 * I)),
+                db=g("mlp.experts.down_proj_bias", (E, H)),
+            )
+            if p + "mlp.experts.gate_up_proj_blocks" in ck:
+                # MXFP4 blocks are in [out, in] orientation; the math below
+                # uses the HF parameter layout (doc 3.3), hence the transposes
+                gh, gi = -(-H // 32), -(-I // 32)
+                gu = dequant_mxfp4(g("mlp.experts.gate_up_proj_blocks", (E, 2 * I, gh, 16)),
+                                   g("mlp.experts.gate_up_proj_scales", (E, 2 * I, gh)), H)
+                dn = dequant_mxfp4(g("mlp.experts.down_proj_blocks", (E, H, gi, 16)),
+                                   g("mlp.experts.down_proj_scales", (E, H, gi)), I)
+                lw["gu"] = np.ascontiguousarray(gu.transpose(0, 2, 1))
+                lw["dn"] = np.ascontiguousarray(dn.transpose(0, 2, 1))
+            else:
+                lw["gu"] = g("mlp.experts.gate_up_proj", (E, H, 2 * I))
+                lw["dn"] = g("mlp.experts.down_proj", (E, I, H))
+            self.layers.append(lw)
+
+    def attention(self, lw, h, sliding, cos, sin):
+        cfg = self.cfg
+        T, d, nH, nKV = h.shape[0], cfg.head_dim, cfg.n_heads, cfg.n_kv
+        q = apply_rope((h @ lw["wq"].T + lw["bq"]).reshape(T, nH, d), cos, sin)
+        k = apply_rope((h @ lw["wk"].T + lw["bk"]).reshape(T, nKV, d), cos, sin)
+        v = (h @ lw["wv"].T + lw["bv"]).reshape(T, nKV, d)
+        # query head h reads kv head h // (nH/nKV): each kv head repeated consecutively
+        k = np.repeat(k, nH // nKV, axis=1)
+        v = np.repeat(v, nH // nKV, axis=1)
+        s = np.einsum("ihd,jhd->hij", q, k) * d ** -0.5
+        i = np.arange(T)[:, None]
+        j = np.arange(T)[None, :]
+        allowed = j <= i
+        if sliding:
+            allowed &= (i - j) < int(cfg.window)
+        s = np.where(allowed[None], s, -np.inf)
+        # the sink is one more softmax column (unscaled) whose mass is discarded
+        sink = lw["sinks"][:, None, None]
+        m = np.maximum(s.max(axis=-1, keepdims=True), sink)
+        e = np.exp(s - m)
+        p = e / (e.sum(axis=-1, keepdims=True) + np.exp(sink - m))
+        o = np.einsum("hij,jhd->ihd", p, v).reshape(T, nH * d)
+        return o @ lw["wo"].T + lw["bo"]
+
+    def moe(self, lw, h, stats):
+        cfg = self.cfg
+        k, lim = cfg.top_k, cfg.limit
+        r = h @ lw["wr"].T + lw["br"]
+        # stable sort of the negated logits: largest first, ties to the lower index
+        order = np.argsort(-r, axis=1, kind="stable")
+        top = order[:, :k]
+        vals = np.take_along_axis(r, top, axis=1)
+        w = np.exp(vals - vals[:, :1])
+        w /= w.sum(axis=1, keepdims=True)
+        if stats is not None and k < cfg.n_experts:
+            kth = vals[:, -1]
+            nxt = np.take_along_axis(r, order[:, k:k + 1], axis=1)[:, 0]
+            stats.min_router_gap = min(stats.min_router_gap, float(np.min(kth - nxt)))
+        out = np.zeros_like(h)
+        for e in range(cfg.n_experts):
+            tok, slot = np.nonzero(top == e)
+            if tok.size == 0:
+                continue
+            gu = h[tok] @ lw["gu"][e] + lw["gub"][e]
+            gate, up = gu[:, 0::2], gu[:, 1::2]   # interleaved, not halves
+            if stats is not None:
+                stats.gate_clamped += int(np.count_nonzero(gate > lim))
+                stats.up_clamped += int(np.count_nonzero(np.abs(up) > lim))
+                stats.elements += gate.size
+            gate = np.minimum(gate, lim)
+            up = np.clip(up, -lim, lim)
+            act = (up + 1.0) * (gate * sigmoid(cfg.alpha * gate))
+            y = act @ lw["dn"][e] + lw["db"][e]
+            out[tok] += w[tok, slot][:, None] * y
+        return out
+
+    def forward(self, ids, stats=None):
+        """ids: sequence of token ids (positions 0..T-1) -> logits [T, V] float64."""
+        cfg = self.cfg
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.ndim != 1 or ids.size == 0:
+            raise ValueError("need at least one token")
+        if ids.min() < 0 or ids.max() >= cfg.vocab:
+            raise ValueError(f"token id out of range [0, {cfg.vocab})")
+        cos, sin = rope_tables(cfg, ids.size)
+        x = self.embed[ids]
+        for l, lw in enumerate(self.layers):
+            x = x + self.attention(lw, rms_norm(x, lw["ln1"], cfg.eps), cfg.sliding[l], cos, sin)
+            x = x + self.moe(lw, rms_norm(x, lw["ln2"], cfg.eps), stats)
+        return rms_norm(x, self.norm, cfg.eps) @ self.lm_head.T
+
+
+def greedy_margin(row):
+    if row.size < 2:
+        return math.inf
+    top2 = np.partition(row, -2)[-2:]
+    return float(top2[1] - top2[0])
+
+
+def generate(model, prompt, max_tokens, stats=None):
+    """Greedy decoding by full recompute (no KV cache on purpose: the reference
+    must not share the cache logic under test).  Returns (generated ids,
+    prompt logits [T, V] float64)."""
+    ids = list(prompt)
+    logits = model.forward(ids, stats)
+    prompt_logits = logits
+    out = []
+    for step in range(max_tokens):
+        if step:
+            logits = model.forward(ids, stats)
+        row = logits[-1]
+        if stats is not None:
+            stats.min_greedy_margin = min(stats.min_greedy_margin, greedy_margin(row))
+        nxt = int(np.argmax(row))   # first maximum = lowest id on ties
+        out.append(nxt)
+        ids.append(nxt)
+    return out, prompt_logits
+
+
+# ---------------------------------------------------------------------------
+# self-test
+
+def self_test():
+    failures = []
+
+    def check(what, got, want, rel=1e-6):
+        ok = abs(got - want) <= rel * abs(want)
+        print(f"{'ok  ' if ok else 'FAIL'} {what}: {got!r} (want {want!r})")
+        if not ok:
+            failures.append(what)
+
+    inv, scale = yarn_inv_freq(64, 150000.0, 32.0, 4096.0, 32.0, 1.0, truncate=False)
+    for i, want in [(0, 1.0), (1, 0.68904430), (8, 0.050813280), (9, 0.031705696),
+                    (12, 0.0067949593), (17, 1.2931869e-4), (18, 3.8308812e-5), (31, 3.0235114e-7)]:
+        check(f"yarn inv_freq[{i}]", float(inv[i]), want)
+    check("yarn attention_scaling", scale, 1.3465735902799727, rel=1e-12)
+    # truncate=true snaps the ramp ends to 8 and 18, so dim 17 sits at 9/10 of the ramp
+    inv_t, _ = yarn_inv_freq(64, 150000.0, 32.0, 4096.0, 32.0, 1.0, truncate=True)
+    check("yarn truncate inv_freq[17]", float(inv_t[17]), 150000.0 ** (-34 / 64) * (0.9 / 32 + 0.1))
+
+    blocks = np.zeros((1, 16), dtype=np.uint8)
+    blocks[0, :2] = [0x21, 0xF8]
+    vals = dequant_mxfp4(blocks, np.array([128], dtype=np.uint8), 32)
+    want = [1.0, 2.0, -0.0, -12.0]
+    ok = list(vals[:4]) == want and bool(np.signbit(vals[2])) and not np.any(vals[4:])
+    print(f"{'ok  ' if ok else 'FAIL'} mxfp4 worked example: {list(vals[:4])} (want {want})")
+    if not ok:
+        failures.append("mxfp4")
+
+    bf = decode("BF16", (3,), np.array([0x3F80, 0xC000, 0x3EAB], dtype="<u2").view(np.uint8))
+    ok = list(bf) == [1.0, -2.0, float(np.float32(0.333984375))]
+    print(f"{'ok  ' if ok else 'FAIL'} bf16 decode: {list(bf)}")
+    if not ok:
+        failures.append("bf16")
+
+    print("self-test:", "FAILED " + ", ".join(failures) if failures else "passed")
+    return not failures
+
+
+# ---------------------------------------------------------------------------
+# CLI
+
+def parse_tokens(text):
+    parts = [t for t in text.replace(",", " ").split() if t]
+    try:
+        return [int(t) for t in parts]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad token list {text!r}") from None
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("command", nargs="?", choices=["generate"],
+                    help="optional, so the argument list of `moeserve generate` works unchanged")
+    ap.add_argument("--model", help="checkpoint directory")
+    ap.add_argument("--tokens", type=parse_tokens, help="prompt ids, comma separated")
+    ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--logits-out", help="write prompt logits here (f32 LE, [T x V])")
+    ap.add_argument("--threads", type=int, help="ignored (accepted for CLI compatibility)")
+    ap.add_argument("--self-test", action="store_true")
+    a = ap.parse_args(argv)
+
+    if a.self_test:
+        return 0 if self_test() else 1
+    if not a.model or a.tokens is None:
+        ap.error("--model and --tokens are required")
+    if not a.tokens:
+        ap.error("--tokens: need at least one token")
+    if a.max_tokens < 0:
+        ap.error("--max-tokens must be >= 0")
+    try:
+        model = Model(a.model)
+        out, logits = generate(model, a.tokens, a.max_tokens)
+    except (OSError, ValueError, SafetensorsError) as e:
+        print(f"gptoss_ref: {e}", file=sys.stderr)
+        return 1
+    if a.logits_out:
+        logits.astype("<f4").tofile(a.logits_out)
+    print(" ".join(str(t) for t in out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
