@@ -407,19 +407,19 @@ int ms_checkpoint_open(struct ms_checkpoint *ck, const char *dir, struct ms_err 
 		return ms_err_set(err, -ENOMEM, "out of memory");
 	char path[4096];
 	int rc;
-	snprintf(path, sizeof(path), "%s/model.safetensors.index.json", dir);
+	/* transformers' order: a single model.safetensors wins over an index. */
+	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
 	if (access(path, F_OK) == 0) {
-		rc = open_index(ck, path, err);
+		rc = add_file(ck, path, err);
+		if (!rc)
+			rc = parse_header(ck, 0, NULL, err);
 	} else {
-		snprintf(path, sizeof(path), "%s/model.safetensors", dir);
-		if (access(path, F_OK) != 0) {
+		snprintf(path, sizeof(path), "%s/model.safetensors.index.json", dir);
+		if (access(path, F_OK) == 0)
+			rc = open_index(ck, path, err);
+		else
 			rc = ms_err_set(err, -ENOENT,
-					"%s: no model.safetensors.index.json and no model.safetensors", dir);
-		} else {
-			rc = add_file(ck, path, err);
-			if (!rc)
-				rc = parse_header(ck, 0, NULL, err);
-		}
+					"%s: no model.safetensors and no model.safetensors.index.json", dir);
 	}
 	if (!rc)
 		rc = finish(ck, err);

@@ -62,8 +62,9 @@ struct ms_checkpoint {
 	size_t n_tensors;
 };
 
-/* Open DIR/model.safetensors.index.json if it exists, else
- * DIR/model.safetensors. On failure ck is empty (safe to close). */
+/* Open DIR/model.safetensors if it exists, else the shards that
+ * DIR/model.safetensors.index.json lists (transformers' order). On failure
+ * ck is empty (safe to close). */
 int ms_checkpoint_open(struct ms_checkpoint *ck, const char *dir, struct ms_err *err);
 
 /* Open exactly one safetensors file (tests, tools). */

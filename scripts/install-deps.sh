@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Install what moeserve needs to build, run and test on Debian 12 (bookworm).
+# Idempotent: apt-get runs only when a package is missing.
+set -euo pipefail
+
+PKGS=(
+  gcc libc6-dev pkg-config cmake meson ninja-build   # toolchain; cmake finds oneDNN
+  libcjson-dev libmicrohttpd-dev libdnnl-dev libnuma-dev check
+  python3 python3-numpy                             # tools/ and the golden tests
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "install-deps: installing ${missing[*]}" >&2
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# README command 2: install what is missing, build, and run every test twice:
+# a normal build, then one under AddressSanitizer + UndefinedBehaviorSanitizer.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh || exit 1
+
+# UBSan must fail the test, not just print; leaks are failures too.
+export UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:halt_on_error=1
+
+passed=0 failed=0
+run_suite() { # name builddir [meson setup args...]
+  local name=$1 dir=$2; shift 2
+  echo "=== $name: configure and build ($dir)"
+  if [ ! -d "$dir" ]; then
+    meson setup "$dir" "$@" >/dev/null || { failed=$((failed + 1)); return; }
+  fi
+  if ! ninja -C "$dir"; then
+    echo "$name: build failed"; failed=$((failed + 1)); return
+  fi
+  echo "=== $name: tests"
+  meson test -C "$dir" --print-errorlogs --num-processes 2
+  # Count from meson's machine-readable log, one entry per test.
+  local counts
+  counts=$(python3 - "$dir/meson-logs/testlog.json" <<'PY'
+import json, sys
+ok = bad = 0
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r.get("result") in ("OK", "EXPECTEDFAIL"):
+        ok += 1
+    else:
+        bad += 1
+print(ok, bad)
+PY
+)
+  passed=$((passed + ${counts% *})); failed=$((failed + ${counts#* }))
+}
+
+run_suite plain build
+run_suite sanitizers build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
+
+echo "tests: $passed passed, $failed failed"
+[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]

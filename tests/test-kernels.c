@@ -1,0 +1,280 @@
+/*
+ * test-kernels.c: weight-format decoding and the reference kernels.
+ *
+ * The reference kernels are the definition of correctness for every later
+ * kernel, so they are held here to an independent double-precision product
+ * on random data of ragged sizes, within 1e-5 relative to the magnitude of
+ * the sum (fp32 accumulation over at most a few thousand terms).
+ */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "kernels.h"
+#include "pool.h"
+
+static uint32_t rng_state = 12345;
+static uint32_t rnd(void)
+{
+	rng_state = rng_state * 1664525u + 1013904223u;
+	return rng_state >> 8;
+}
+static float frand(void) /* uniform [-1, 1) */
+{
+	return (float)rnd() / (float)(1u << 23) - 1.0f;
+}
+
+START_TEST(e2m1_table_and_e8m0)
+{
+	const float want[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+	for (int i = 0; i < 16; i++) {
+		ck_assert_float_eq(ms_e2m1_lut[i], want[i]);
+		ck_assert_int_eq(signbit(ms_e2m1_lut[i]) != 0, i >= 8);
+	}
+	ck_assert_float_eq(ms_e8m0_to_f32(127), 1.0f);
+	ck_assert_float_eq(ms_e8m0_to_f32(128), 2.0f);
+	ck_assert_float_eq(ms_e8m0_to_f32(120), 1.0f / 128.0f);
+	ck_assert_float_eq(ms_e8m0_to_f32(254), ldexpf(1.0f, 127));
+	ck_assert_float_eq(ms_e8m0_to_f32(0), ldexpf(1.0f, -127));
+}
+END_TEST
+
+/* The worked example of gpt-oss.md §3.2: bytes 0x21, 0xF8 with scale 128
+ * decode to +1, +2, -0, -12 (low nibble first). */
+START_TEST(mxfp4_worked_example_and_nibble_order)
+{
+	uint8_t blocks[16] = {0x21, 0xF8};
+	uint8_t scale = 128;
+	struct ms_wmat m = {.fmt = MS_WFMT_MXFP4, .rows = 1, .cols = 32, .w = blocks,
+			    .row_bytes = 16, .scales = &scale, .scale_row_bytes = 1};
+	float out[32];
+	ms_wmat_row_f32(&m, 0, out);
+	ck_assert_float_eq(out[0], 1.0f);
+	ck_assert_float_eq(out[1], 2.0f);
+	ck_assert_float_eq(out[2], 0.0f);
+	ck_assert(signbit(out[2]));
+	ck_assert_float_eq(out[3], -12.0f);
+	for (int i = 4; i < 32; i++)
+		ck_assert_float_eq(out[i], 0.0f);
+	/* Second group uses the second scale byte. */
+	uint8_t b2[32] = {0}, s2[2] = {127, 130};
+	b2[16] = 0x7F; /* element 32 = code 0xF (-6), element 33 = code 7 (+6) */
+	struct ms_wmat m2 = {.fmt = MS_WFMT_MXFP4, .rows = 1, .cols = 64, .w = b2,
+			     .row_bytes = 32, .scales = s2, .scale_row_bytes = 2};
+	float o2[64];
+	ms_wmat_row_f32(&m2, 0, o2);
+	ck_assert_float_eq(o2[32], -48.0f);
+	ck_assert_float_eq(o2[33], 48.0f);
+}
+END_TEST
+
+START_TEST(half_formats)
+{
+	ck_assert_float_eq(ms_bf16_to_f32(0x3F80), 1.0f);
+	ck_assert_float_eq(ms_bf16_to_f32(0xC040), -3.0f);
+	ck_assert_float_eq(ms_f16_to_f32(0x3C00), 1.0f);
+	ck_assert_float_eq(ms_f16_to_f32(0xC000), -2.0f);
+	ck_assert_float_eq(ms_f16_to_f32(0x7BFF), 65504.0f);
+	ck_assert_float_eq(ms_f16_to_f32(0x0001), ldexpf(1.0f, -24)); /* smallest subnormal */
+	ck_assert_float_eq(ms_f16_to_f32(0x03FF), ldexpf(1023.0f, -24));
+	ck_assert(isinf(ms_f16_to_f32(0x7C00)));
+	ck_assert(isnan(ms_f16_to_f32(0x7E00)));
+	ck_assert(signbit(ms_f16_to_f32(0x8000)));
+}
+END_TEST
+
+/* Encode float to the storage of fmt (round to nearest even for halves). */
+static uint16_t to_bf16(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	u += 0x7FFF + ((u >> 16) & 1);
+	return (uint16_t)(u >> 16);
+}
+static uint16_t to_f16(float f) /* normal range only, enough for [-1, 1) data */
+{
+	if (f == 0)
+		return 0;
+	uint16_t s = f < 0 ? 0x8000 : 0;
+	int e;
+	float m = frexpf(fabsf(f), &e); /* f = m 2^e, m in [0.5, 1) */
+	if (e - 1 < -14)
+		return s; /* flush tiny values: not produced by the tests' data */
+	uint32_t man = (uint32_t)lrintf((m * 2.0f - 1.0f) * 1024.0f);
+	uint32_t ex = (uint32_t)(e - 1 + 15);
+	if (man == 1024) {
+		man = 0;
+		ex++;
+	}
+	return (uint16_t)(s | (ex << 10) | man);
+}
+
+struct mat_buf {
+	struct ms_wmat m;
+	uint8_t *w, *s;
+};
+
+/* Random matrix of the given format; MXFP4 with random codes and scales
+ * near 2^0 so values stay O(1). */
+static struct mat_buf make_mat(enum ms_wfmt fmt, int64_t rows, int64_t cols)
+{
+	struct mat_buf b = {0};
+	size_t es = fmt == MS_WFMT_F32 ? 4 : 2;
+	if (fmt == MS_WFMT_MXFP4) {
+		int64_t g = (cols + 31) / 32;
+		b.w = calloc((size_t)(rows * g * 16), 1);
+		b.s = malloc((size_t)(rows * g));
+		for (int64_t r = 0; r < rows; r++)
+			for (int64_t k = 0; k < cols; k++) {
+				uint8_t code = (uint8_t)(rnd() & 15);
+				b.w[r * g * 16 + k / 2] |= (k & 1) ? (uint8_t)(code << 4) : code;
+			}
+		for (int64_t i = 0; i < rows * g; i++)
+			b.s[i] = (uint8_t)(124 + rnd() % 5);
+		b.m = (struct ms_wmat){fmt, rows, cols, b.w, (size_t)g * 16, b.s, (size_t)g};
+		return b;
+	}
+	b.w = malloc((size_t)(rows * cols) * es);
+	for (int64_t i = 0; i < rows * cols; i++) {
+		float v = frand();
+		if (fmt == MS_WFMT_F32)
+			memcpy(b.w + i * 4, &v, 4);
+		else {
+			uint16_t h = fmt == MS_WFMT_BF16 ? to_bf16(v) : to_f16(v);
+			memcpy(b.w + i * 2, &h, 2);
+		}
+	}
+	b.m = (struct ms_wmat){fmt, rows, cols, b.w, (size_t)cols * es, NULL, 0};
+	return b;
+}
+
+static void check_gemm(enum ms_wfmt fmt, int64_t rows, int64_t cols, int64_t n)
+{
+	struct mat_buf b = make_mat(fmt, rows, cols);
+	float *x = malloc((size_t)(n * cols) * sizeof(float));
+	float *y = malloc((size_t)(n * rows) * sizeof(float));
+	float *row = malloc((size_t)cols * sizeof(float));
+	for (int64_t i = 0; i < n * cols; i++)
+		x[i] = frand();
+	for (int64_t i = 0; i < n * rows; i++)
+		y[i] = 1e30f; /* sentinel: rows outside [r0, r1) must stay untouched */
+	int64_t r0 = rows / 5, r1 = rows - rows / 7;
+	ms_kernels_ref[fmt].gemm(&b.m, r0, r1, x, cols, n, y, rows);
+	for (int64_t r = 0; r < rows; r++) {
+		ms_wmat_row_f32(&b.m, r, row);
+		for (int64_t t = 0; t < n; t++) {
+			float got = y[t * rows + r];
+			if (r < r0 || r >= r1) {
+				ck_assert_float_eq(got, 1e30f);
+				continue;
+			}
+			double want = 0, mag = 0;
+			for (int64_t k = 0; k < cols; k++) {
+				want += (double)row[k] * x[t * cols + k];
+				mag += fabs((double)row[k] * x[t * cols + k]);
+			}
+			ck_assert_msg(fabs(got - want) <= 1e-5 * (mag + 1.0),
+				      "%s %lldx%lld n=%lld: row %lld tok %lld got %.9g want %.9g",
+				      ms_wfmt_name(fmt), (long long)rows, (long long)cols, (long long)n,
+				      (long long)r, (long long)t, got, want);
+		}
+	}
+	free(x), free(y), free(row), free(b.w), free(b.s);
+}
+
+START_TEST(ref_gemm_matches_double)
+{
+	const enum ms_wfmt fmts[] = {MS_WFMT_F32, MS_WFMT_F16, MS_WFMT_BF16, MS_WFMT_MXFP4};
+	const int64_t shapes[][2] = {{37, 45}, {64, 64}, {5, 80}, {19, 1100}, {33, 2880}, {1, 1}};
+	const int64_t ns[] = {1, 3, 8};
+	for (size_t f = 0; f < 4; f++)
+		for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+			for (size_t i = 0; i < 3; i++)
+				check_gemm(fmts[f], shapes[s][0], shapes[s][1], ns[i]);
+}
+END_TEST
+
+START_TEST(backend_gemm_thread_independent)
+{
+	struct ms_err err = {0};
+	struct ms_backend b1, b3;
+	ck_assert_int_eq(ms_backend_init(&b1, "ref", 1, &err), 0);
+	ck_assert_int_eq(ms_backend_init(&b3, "auto", 3, &err), 0);
+	int64_t rows = 301, cols = 96, n = 5;
+	struct mat_buf m = make_mat(MS_WFMT_BF16, rows, cols);
+	float *x = malloc((size_t)(n * cols) * sizeof(float)), *bias = malloc((size_t)rows * sizeof(float));
+	float *y1 = malloc((size_t)(n * rows) * sizeof(float)), *y3 = malloc((size_t)(n * rows) * sizeof(float));
+	for (int64_t i = 0; i < n * cols; i++)
+		x[i] = frand();
+	for (int64_t i = 0; i < rows; i++)
+		bias[i] = frand();
+	ms_backend_gemm(&b1, ms_backend_find_kernel(&b1, MS_WFMT_BF16), &m.m, x, n, y1, bias);
+	ms_backend_gemm(&b3, ms_backend_find_kernel(&b3, MS_WFMT_BF16), &m.m, x, n, y3, bias);
+	ck_assert_int_eq(memcmp(y1, y3, (size_t)(n * rows) * sizeof(float)), 0);
+	/* bias was added */
+	float row[96];
+	ms_wmat_row_f32(&m.m, 7, row);
+	double want = bias[7];
+	for (int k = 0; k < cols; k++)
+		want += (double)row[k] * x[2 * cols + k];
+	ck_assert(fabs(y1[2 * rows + 7] - want) < 1e-4);
+	free(x), free(bias), free(y1), free(y3), free(m.w);
+	ms_backend_free(&b1);
+	ms_backend_free(&b3);
+}
+END_TEST
+
+START_TEST(backend_rejects_unknown_kernel_set)
+{
+	struct ms_err err = {0};
+	struct ms_backend be;
+	ck_assert_int_lt(ms_backend_init(&be, "sse9", 1, &err), 0);
+	ck_assert_ptr_nonnull(strstr(err.msg, "sse9"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "ref"));
+}
+END_TEST
+
+static void count_task(void *ctx, int task, int worker)
+{
+	(void)worker;
+	__atomic_fetch_add(&((int *)ctx)[task], 1, __ATOMIC_RELAXED);
+}
+
+START_TEST(pool_runs_every_task_once)
+{
+	struct ms_err err = {0};
+	struct ms_pool p;
+	ck_assert_int_eq(ms_pool_init(&p, 4, &err), 0);
+	ck_assert_int_eq(p.n_threads, 4);
+	int *hits = calloc(1000, sizeof(int));
+	for (int rep = 0; rep < 50; rep++)
+		ms_pool_run(&p, 1000, count_task, hits);
+	for (int i = 0; i < 1000; i++)
+		ck_assert_int_eq(hits[i], 50);
+	free(hits);
+	ms_pool_free(&p);
+	ms_pool_free(&p); /* a second free is harmless */
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("kernels");
+	TCase *tc = tcase_create("core");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, e2m1_table_and_e8m0);
+	tcase_add_test(tc, mxfp4_worked_example_and_nibble_order);
+	tcase_add_test(tc, half_formats);
+	tcase_add_test(tc, ref_gemm_matches_double);
+	tcase_add_test(tc, backend_gemm_thread_independent);
+	tcase_add_test(tc, backend_rejects_unknown_kernel_set);
+	tcase_add_test(tc, pool_runs_every_task_once);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}

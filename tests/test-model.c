@@ -1,0 +1,318 @@
+/*
+ * test-model.c: the pieces of the GPT-OSS forward pass, and properties of
+ * the whole forward on small generated checkpoints (paths in the
+ * MS_FIXTURE_BF16 and MS_FIXTURE_MXFP4 environment variables; meson
+ * generates them with tools/gptoss_ckpt.py). Agreement with the independent
+ * numpy reference is tests/golden.py's job; this file checks what only the
+ * C side has: incremental decoding, chunking, threads, refusals.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt-oss.h"
+#include "model.h"
+#include "moe.h"
+
+static struct ms_model_config yarn_20b(bool truncate)
+{
+	struct ms_model_config c = {0};
+	c.head_dim = 64;
+	c.max_pos = 131072;
+	c.rope = (struct ms_rope_config){MS_ROPE_YARN, 150000.0, 32.0, 32.0, 1.0, 4096, truncate,
+					 0.1 * log(32.0) + 1.0};
+	return c;
+}
+
+/* Values from gpt-oss.md §2.3 (float32 printouts of the reference). */
+START_TEST(yarn_frequencies)
+{
+	struct ms_model_config c = yarn_20b(false);
+	double f[32];
+	float scale;
+	ms_gptoss_rope_freqs(&c, f, &scale);
+	const struct {
+		int i;
+		double v;
+	} want[] = {{0, 1.0},           {1, 0.68904430},     {8, 0.050813280},
+		    {9, 0.031705696},   {12, 0.0067949593},  {17, 1.2931869e-4},
+		    {18, 3.8308812e-5}, {31, 3.0235114e-7}};
+	for (size_t k = 0; k < sizeof(want) / sizeof(want[0]); k++)
+		ck_assert_msg(fabs(f[want[k].i] - want[k].v) <= 2e-7 * want[k].v,
+			      "inv_freq[%d] = %.9g, want %.9g", want[k].i, f[want[k].i], want[k].v);
+	ck_assert(fabs(scale - 1.3465735902799727) < 1e-6);
+	/* truncate=true floors/ceils the ramp to [8, 18]: dim 12 then sits at
+	 * ramp 0.4 instead of (12 - 8.0928) / (17.398 - 8.0928). */
+	struct ms_model_config t = yarn_20b(true);
+	double g[32];
+	ms_gptoss_rope_freqs(&t, g, &scale);
+	double pf = pow(150000.0, 24.0 / 64.0), r = (12.0 - 8.0) / 10.0;
+	double exp12 = (1.0 / (32.0 * pf)) * r + (1.0 / pf) * (1.0 - r);
+	ck_assert(fabs(g[12] - exp12) <= 1e-12 * exp12);
+	ck_assert(fabs(g[12] - f[12]) > 1e-4 * f[12]);
+}
+END_TEST
+
+START_TEST(default_rope_frequencies)
+{
+	struct ms_model_config c = {0};
+	c.head_dim = 16;
+	c.rope.type = MS_ROPE_DEFAULT;
+	c.rope.theta = 10000.0;
+	double f[8];
+	float scale;
+	ms_gptoss_rope_freqs(&c, f, &scale);
+	for (int i = 0; i < 8; i++)
+		ck_assert(fabs(f[i] - pow(10000.0, -2.0 * i / 16.0)) < 1e-15);
+	ck_assert_float_eq(scale, 1.0f);
+}
+END_TEST
+
+START_TEST(sink_softmax)
+{
+	float s[3] = {1.0f, 2.0f, 3.0f};
+	ms_sink_softmax(s, 3, 0.5f);
+	double den = exp(1) + exp(2) + exp(3) + exp(0.5);
+	for (int i = 0; i < 3; i++)
+		ck_assert(fabs(s[i] - exp(i + 1) / den) < 1e-6);
+	ck_assert(s[0] + s[1] + s[2] < 1.0f); /* the sink keeps its share */
+	/* Large scores stay finite (max subtraction includes the sink). */
+	float big[2] = {1000.0f, 1001.0f};
+	ms_sink_softmax(big, 2, 1002.0f);
+	double d2 = exp(-2) + exp(-1) + 1;
+	ck_assert(fabs(big[0] - exp(-2) / d2) < 1e-6 && fabs(big[1] - exp(-1) / d2) < 1e-6);
+	/* A sink far below the scores vanishes: plain softmax. */
+	float p[2] = {0.0f, 0.0f};
+	ms_sink_softmax(p, 2, -100.0f);
+	ck_assert(fabs(p[0] - 0.5f) < 1e-6);
+	/* A dominant sink takes almost everything. */
+	float q[1] = {0.0f};
+	ms_sink_softmax(q, 1, 20.0f);
+	ck_assert(q[0] < 1e-8);
+}
+END_TEST
+
+START_TEST(router_topk_softmax)
+{
+	/* 2 tokens, 5 experts, k = 3; ties go to the lower index. */
+	const float logits[10] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f, /* */ -3, -2, -1, 0, 7};
+	int32_t sel[6];
+	float w[6];
+	ms_moe_route(logits, 2, 5, 3, sel, w);
+	ck_assert_int_eq(sel[0], 1);
+	ck_assert_int_eq(sel[1], 3);
+	ck_assert_int_eq(sel[2], 4);
+	double den = 2 * exp(2.0) + exp(1.0);
+	ck_assert(fabs(w[0] - exp(2.0) / den) < 1e-6 && fabs(w[2] - exp(1.0) / den) < 1e-6);
+	ck_assert(fabs(w[0] + w[1] + w[2] - 1.0f) < 1e-6);
+	ck_assert_int_eq(sel[3], 4);
+	ck_assert_int_eq(sel[4], 3);
+	ck_assert_int_eq(sel[5], 2);
+	/* softmax over the selected k only, not over all experts */
+	den = exp(7.0) + exp(0.0) + exp(-1.0);
+	ck_assert(fabs(w[3] - exp(7.0) / den) < 1e-6);
+}
+END_TEST
+
+START_TEST(expert_activation)
+{
+	struct ms_swiglu a = {7.0f, 1.702f};
+	double sig;
+	/* gate above the limit is clamped to 7; up too; +1 on up */
+	sig = 1.0 / (1.0 + exp(-1.702 * 7.0));
+	ck_assert(fabs(ms_swiglu_eval(a, 10.0f, 9.0f) - (7.0 + 1.0) * 7.0 * sig) < 1e-4);
+	/* gate is NOT clamped below: -10 stays -10; up clamps to -7 */
+	sig = 1.0 / (1.0 + exp(1.702 * 10.0));
+	ck_assert(fabs(ms_swiglu_eval(a, -10.0f, -9.0f) - (-7.0 + 1.0) * (-10.0) * sig) < 1e-9);
+	/* in range: gate * sigmoid(1.702 gate) * (up + 1) */
+	sig = 1.0 / (1.0 + exp(-1.702 * 0.5));
+	ck_assert(fabs(ms_swiglu_eval(a, 0.5f, -0.25f) - 0.75 * 0.5 * sig) < 1e-6);
+	ck_assert_float_eq(ms_swiglu_eval(a, 0.3f, -1.0f), 0.0f);
+}
+END_TEST
+
+/* ---- whole-model properties ---- */
+
+struct loaded {
+	struct ms_backend be;
+	struct ms_model m;
+};
+
+static void load_fixture(struct loaded *l, const char *env, int threads)
+{
+	const char *dir = getenv(env);
+	ck_assert_msg(dir != NULL, "%s is not set (run through meson test)", env);
+	struct ms_err err = {0};
+	ck_assert_int_eq(ms_backend_init(&l->be, "auto", threads, &err), 0);
+	int rc = ms_model_load(&l->m, dir, &l->be, &err);
+	ck_assert_msg(rc == 0, "load %s: %s", dir, err.msg);
+}
+
+static void unload(struct loaded *l)
+{
+	ms_model_free(&l->m);
+	ms_backend_free(&l->be);
+}
+
+static int32_t *random_tokens(int64_t n, int64_t vocab, uint32_t seed)
+{
+	int32_t *t = malloc((size_t)n * sizeof(*t));
+	for (int64_t i = 0; i < n; i++) {
+		seed = seed * 1664525u + 1013904223u;
+		t[i] = (int32_t)((seed >> 8) % (uint32_t)vocab);
+	}
+	return t;
+}
+
+/* Prefill of n tokens with all logits, versus the same tokens fed in pieces
+ * (first a block, then one at a time): every row within 1e-4. The prompt is
+ * longer than the sliding window and than one internal chunk, so the ring
+ * buffer of the sliding layers wraps during both runs. */
+static void check_incremental(const char *env, int64_t n, int64_t first_block)
+{
+	struct loaded l;
+	load_fixture(&l, env, 2);
+	struct ms_err err = {0};
+	int64_t V = l.m.cfg.vocab;
+	int32_t *tok = random_tokens(n, V, 7);
+	float *full = malloc((size_t)(n * V) * sizeof(float));
+	float *inc = malloc((size_t)(n * V) * sizeof(float));
+	struct ms_seq s;
+	ck_assert_int_eq(ms_seq_init(&s, &l.m, n, &err), 0);
+	ck_assert_int_eq(ms_seq_forward(&s, tok, n, full, true, &err), 0);
+	ms_seq_free(&s);
+	ck_assert_int_eq(ms_seq_init(&s, &l.m, n, &err), 0);
+	ck_assert_int_eq(ms_seq_forward(&s, tok, first_block, inc, true, &err), 0);
+	for (int64_t i = first_block; i < n; i++)
+		ck_assert_int_eq(ms_seq_forward(&s, tok + i, 1, inc + i * V, false, &err), 0);
+	ck_assert_int_eq(s.n_past, n);
+	double worst = 0;
+	for (int64_t i = 0; i < n * V; i++)
+		worst = fmax(worst, fabs((double)full[i] - inc[i]));
+	ck_assert_msg(worst <= 1e-4, "%s: incremental vs full max |dlogit| %g", env, worst);
+	ms_seq_free(&s);
+	free(tok), free(full), free(inc);
+	unload(&l);
+}
+
+START_TEST(incremental_matches_full_bf16)
+{
+	check_incremental("MS_FIXTURE_BF16", 300, 170);
+}
+END_TEST
+
+START_TEST(incremental_matches_full_mxfp4)
+{
+	check_incremental("MS_FIXTURE_MXFP4", 90, 33);
+}
+END_TEST
+
+/* Results do not depend on the number of threads: every output element is
+ * computed by one task in a fixed order. */
+START_TEST(threads_do_not_change_logits)
+{
+	const char *envs[] = {"MS_FIXTURE_BF16", "MS_FIXTURE_MXFP4"};
+	for (int e = 0; e < 2; e++) {
+		float *out[2] = {0};
+		int64_t n = 57, V = 0;
+		const int threads[2] = {1, 3};
+		for (int r = 0; r < 2; r++) {
+			struct loaded l;
+			struct ms_err err = {0};
+			load_fixture(&l, envs[e], threads[r]);
+			V = l.m.cfg.vocab;
+			int32_t *tok = random_tokens(n, V, 99);
+			out[r] = malloc((size_t)(n * V) * sizeof(float));
+			struct ms_seq s;
+			ck_assert_int_eq(ms_seq_init(&s, &l.m, n, &err), 0);
+			ck_assert_int_eq(ms_seq_forward(&s, tok, n, out[r], true, &err), 0);
+			ms_seq_free(&s);
+			free(tok);
+			unload(&l);
+		}
+		ck_assert_int_eq(memcmp(out[0], out[1], (size_t)(n * V) * sizeof(float)), 0);
+		free(out[0]), free(out[1]);
+	}
+}
+END_TEST
+
+/* A refused call changes nothing: bad ids and overflowing the context are
+ * errors, and the sequence continues as if they never happened. */
+START_TEST(refusals_leave_sequence_intact)
+{
+	struct loaded l;
+	load_fixture(&l, "MS_FIXTURE_BF16", 2);
+	struct ms_err err = {0};
+	int64_t V = l.m.cfg.vocab;
+	int32_t *tok = random_tokens(12, V, 3);
+	float *a = malloc((size_t)V * sizeof(float)), *b = malloc((size_t)V * sizeof(float));
+	struct ms_seq s, ref;
+	ck_assert_int_eq(ms_seq_init(&s, &l.m, 12, &err), 0);
+	ck_assert_int_eq(ms_seq_init(&ref, &l.m, 12, &err), 0);
+	ck_assert_int_eq(ms_seq_forward(&s, tok, 10, a, false, &err), 0);
+	ck_assert_int_eq(ms_seq_forward(&ref, tok, 10, b, false, &err), 0);
+	int32_t bad[2] = {1, (int32_t)V};
+	ck_assert_int_eq(ms_seq_forward(&s, bad, 2, a, false, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "token id"));
+	int32_t neg = -5;
+	ck_assert_int_eq(ms_seq_forward(&s, &neg, 1, a, false, &err), -EINVAL);
+	ck_assert_int_eq(ms_seq_forward(&s, tok, 3, a, false, &err), -ENOSPC);
+	ck_assert_int_eq(s.n_past, 10);
+	ck_assert_int_eq(ms_seq_forward(&s, tok + 10, 2, a, false, &err), 0);
+	ck_assert_int_eq(ms_seq_forward(&ref, tok + 10, 2, b, false, &err), 0);
+	ck_assert_int_eq(memcmp(a, b, (size_t)V * sizeof(float)), 0);
+	/* capacity beyond max_position_embeddings is refused at init */
+	struct ms_seq big;
+	ck_assert_int_lt(ms_seq_init(&big, &l.m, l.m.cfg.max_pos + 1, &err), 0);
+	ms_seq_free(&big);
+	ms_seq_free(&s);
+	ms_seq_free(&ref);
+	free(tok), free(a), free(b);
+	unload(&l);
+}
+END_TEST
+
+START_TEST(inspect_groups_name_schemes_and_kernels)
+{
+	struct loaded l;
+	load_fixture(&l, "MS_FIXTURE_MXFP4", 1);
+	bool experts_mxfp4 = false, attn_unquant = false;
+	for (int i = 0; i < l.m.n_groups; i++) {
+		const struct ms_tensor_group *g = &l.m.groups[i];
+		if (!strncmp(g->name, "experts", 7))
+			experts_mxfp4 |= !strcmp(g->scheme, "mxfp4") && !strcmp(g->kernel, "ref-mxfp4");
+		if (!strcmp(g->name, "attention q/k/v/o"))
+			attn_unquant |= !strcmp(g->scheme, "unquantized") && g->count == 4 * (int)l.m.cfg.n_layers;
+		ck_assert(g->bytes > 0);
+	}
+	ck_assert(experts_mxfp4);
+	ck_assert(attn_unquant);
+	unload(&l);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("model");
+	TCase *parts = tcase_create("parts");
+	tcase_add_test(parts, yarn_frequencies);
+	tcase_add_test(parts, default_rope_frequencies);
+	tcase_add_test(parts, sink_softmax);
+	tcase_add_test(parts, router_topk_softmax);
+	tcase_add_test(parts, expert_activation);
+	suite_add_tcase(s, parts);
+	TCase *fw = tcase_create("forward");
+	tcase_set_timeout(fw, 300);
+	tcase_add_test(fw, incremental_matches_full_bf16);
+	tcase_add_test(fw, incremental_matches_full_mxfp4);
+	tcase_add_test(fw, threads_do_not_change_logits);
+	tcase_add_test(fw, refusals_leave_sequence_intact);
+	tcase_add_test(fw, inspect_groups_name_schemes_and_kernels);
+	suite_add_tcase(s, fw);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
