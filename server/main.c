@@ -5,7 +5,8 @@
  * code returns an error code and a message (config/ms-error.h).
  * Exit codes follow sysexits.h so scripts can tell failures apart:
  *   0 success, 64 usage error, 65 bad model data (config, checkpoint,
- *   quantization), 66 model folder or file missing, 69 unsupported here
+ *   quantization) or input (token ids), 66 model folder, file or tensor
+ *   missing, 69 unsupported here
  *   (e.g. a kernel set this CPU lacks), 70 internal error, 71 out of memory
  *   or another system error, 74 I/O error writing output.
  */
@@ -139,8 +140,11 @@ static int load(const struct common_opts *o, struct ms_backend *be, struct ms_mo
 	struct ms_err err = {0};
 	int rc = ms_backend_init(be, o->kernels ? o->kernels : getenv("MOESERVE_KERNELS"),
 				 (int)o->threads, &err);
-	if (rc)
-		return fail(&err);
+	if (rc) {
+		/* An unknown kernel set is the caller's mistake, not the model's. */
+		fprintf(stderr, "moeserve: error: %s\n", err.msg);
+		return rc == -EINVAL ? EX_USAGE : exit_code_for(rc);
+	}
 	rc = ms_model_load(m, o->model, be, &err);
 	if (rc) {
 		ms_backend_free(be);
@@ -426,8 +430,9 @@ static void main_help(void)
 	       "  generate   greedy decoding from token ids (see 'moeserve generate --help')\n"
 	       "  inspect    describe a checkpoint: sizes, schemes, kernels, bytes\n"
 	       "  help       this help\n\n"
-	       "Exit codes: 0 ok, 64 usage, 65 bad model data, 66 missing model or file,\n"
-	       "69 unsupported on this machine, 70 internal, 71 system error, 74 I/O error.\n",
+	       "Exit codes: 0 ok, 64 usage, 65 bad model data or input, 66 missing model,\n"
+	       "file or tensor, 69 unsupported here, 70 internal, 71 system error,\n"
+	       "74 I/O error.\n",
 	       MS_VERSION);
 }
 

@@ -1,0 +1,201 @@
+#!/usr/bin/python3
+"""CLI contract of `moeserve`: help, exit codes, error messages that name the
+field, file or tensor, --logits-out, eos handling, inspect.
+
+    /usr/bin/python3 tests/cli.py --moeserve BUILD/server/moeserve --workdir DIR
+
+Each case prints PASS/FAIL; the last line is `cli: N passed, M failed`.
+"""
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import gptoss_ckpt  # noqa: E402
+
+EX_OK, EX_USAGE, EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE = 0, 64, 65, 66, 69
+
+results = []
+
+
+def case(name, ok, detail=""):
+    results.append(ok)
+    print(f"{'PASS' if ok else 'FAIL'}  {name}{'' if ok else '  -- ' + detail}")
+
+
+def run(binary, *args, env=None):
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=120, env=e)
+
+
+def expect(name, res, code, *needles):
+    """Exit status code and every needle in stderr (errors) or stdout (help)."""
+    text = res.stderr + res.stdout
+    missing = [n for n in needles if n not in text]
+    ok = res.returncode == code and not missing
+    case(name, ok, f"exit {res.returncode} (want {code}); missing {missing}; output:\n{text[-800:]}")
+
+
+def read_st(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    return json.loads(data[8:8 + n]), data[8 + n:]
+
+
+def write_st(path, header, blob):
+    hj = json.dumps(header).encode()
+    hj += b" " * (-len(hj) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hj)) + hj + blob)
+
+
+def copy_model(src, dst):
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+    return dst
+
+
+def edit_config(d, **changes):
+    p = os.path.join(d, "config.json")
+    with open(p) as f:
+        c = json.load(f)
+    for k, v in changes.items():
+        if v is None:
+            c.pop(k, None)
+        else:
+            c[k] = v
+    with open(p, "w") as f:
+        json.dump(c, f)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--moeserve", required=True)
+    ap.add_argument("--workdir", required=True)
+    a = ap.parse_args()
+    b = a.moeserve
+    os.makedirs(a.workdir, exist_ok=True)
+    base = os.path.join(a.workdir, "base")
+    gptoss_ckpt.write_checkpoint(base, gptoss_ckpt.preset_params("tiny-bf16"))
+    mx = os.path.join(a.workdir, "mxfp4")
+    gptoss_ckpt.write_checkpoint(mx, gptoss_ckpt.preset_params("mxfp4-ragged"))
+    with open(os.path.join(base, "config.json")) as f:
+        vocab = json.load(f)["vocab_size"]
+
+    # --- help and usage ---
+    expect("help", run(b, "--help"), EX_OK, "generate", "inspect", "Exit codes")
+    expect("generate --help", run(b, "generate", "--help"), EX_OK, "--tokens", "--logits-out", "--threads")
+    expect("inspect --help", run(b, "inspect", "--help"), EX_OK, "--model")
+    expect("no command", run(b), EX_USAGE)
+    expect("unknown command", run(b, "frobnicate"), EX_USAGE, "frobnicate")
+    expect("missing --tokens", run(b, "generate", "--model", base), EX_USAGE, "--tokens")
+    expect("bad --tokens", run(b, "generate", "--model", base, "--tokens", "1,x"), EX_USAGE, "1,x")
+    expect("bad --threads", run(b, "generate", "--model", base, "--tokens", "1", "--threads", "0"), EX_USAGE, "--threads")
+    expect("bad --max-tokens", run(b, "generate", "--model", base, "--tokens", "1", "--max-tokens", "-1"), EX_USAGE)
+    expect("--prompt needs tokenizer", run(b, "generate", "--prompt", "hi"), EX_USAGE, "tokenizer")
+    expect("unknown kernel set", run(b, "inspect", "--model", base, "--kernels", "sse9"), EX_USAGE, "sse9", "ref")
+    expect("stray argument", run(b, "inspect", "--model", base, "extra"), EX_USAGE, "extra")
+
+    # --- generate contract ---
+    lp = os.path.join(a.workdir, "logits.f32")
+    r = run(b, "generate", "--model", base, "--tokens", "3,1,4,1,5", "--max-tokens", "7", "--ignore-eos",
+            "--logits-out", lp)
+    ids = r.stdout.strip().splitlines()[-1].split() if r.stdout.strip() else []
+    size = os.path.getsize(lp) if os.path.exists(lp) else -1
+    case("generate prints max-tokens ids and writes [T x V] float32 logits",
+         r.returncode == 0 and len(ids) == 7 and all(0 <= int(i) < vocab for i in ids) and size == 5 * vocab * 4,
+         f"rc {r.returncode}, ids {ids}, logits bytes {size}\n{r.stderr}")
+    r0 = run(b, "generate", "--model", base, "--tokens", "3,1,4,1,5", "--max-tokens", "0", "--logits-out", lp)
+    case("--max-tokens 0 prints an empty last line", r0.returncode == 0 and r0.stdout == "\n", repr(r0.stdout))
+    r = run(b, "generate", "--model", base, "--tokens", "3,1,4,1,5", "--max-tokens", "7", "--ignore-eos",
+            env={"MOESERVE_KERNELS": "ref", "MOESERVE_MODEL": "/nonexistent"})
+    case("MOESERVE_KERNELS=ref gives the same ids", r.returncode == 0 and r.stdout.split() == ids, r.stderr)
+    r = run(b, "generate", "--tokens", "1", "--max-tokens", "1", env={"MOESERVE_MODEL": base})
+    case("MOESERVE_MODEL is the default --model", r.returncode == 0, r.stderr)
+
+    # eos: make the first new id of the continuation an eos id; generation
+    # must stop right after emitting it.
+    stop_at = next(i for i in range(len(ids)) if ids[i] not in ids[:i] and i >= 1) if len(set(ids)) > 1 else None
+    if stop_at is None:
+        case("eos stops generation", False, f"continuation {ids} has no usable id")
+    else:
+        eosd = copy_model(base, os.path.join(a.workdir, "eos"))
+        edit_config(eosd, eos_token_id=[int(ids[stop_at]), vocab + 5])
+        r = run(b, "generate", "--model", eosd, "--tokens", "3,1,4,1,5", "--max-tokens", "7")
+        got = r.stdout.strip().split()
+        case("eos stops generation (eos id included, nothing after)", r.returncode == 0 and got == ids[:stop_at + 1],
+             f"got {got}, want {ids[:stop_at + 1]}")
+        r = run(b, "generate", "--model", eosd, "--tokens", "3,1,4,1,5", "--max-tokens", "7", "--ignore-eos")
+        case("--ignore-eos goes on", r.stdout.strip().split() == ids, r.stdout)
+
+    expect("token id out of range", run(b, "generate", "--model", base, "--tokens", f"1,{vocab}"), EX_DATAERR,
+           f"token id {vocab}")
+
+    # --- model folder and config errors ---
+    expect("missing model folder", run(b, "inspect", "--model", os.path.join(a.workdir, "nope")), EX_NOINPUT,
+           "config.json")
+    d = copy_model(base, os.path.join(a.workdir, "badcfg"))
+    edit_config(d, num_key_value_heads=3)
+    expect("heads not a multiple of kv heads", run(b, "inspect", "--model", d), EX_DATAERR,
+           "num_key_value_heads", "3")
+    d = copy_model(base, os.path.join(a.workdir, "badarch"))
+    edit_config(d, architectures=["LlamaForCausalLM"])
+    expect("unsupported architecture", run(b, "inspect", "--model", d), EX_UNAVAILABLE, "LlamaForCausalLM",
+           "GptOssForCausalLM")
+    d = copy_model(base, os.path.join(a.workdir, "badquant"))
+    edit_config(d, quantization_config={"quant_method": "foo"})
+    expect("unknown quant_method lists the known ones", run(b, "inspect", "--model", d), EX_UNAVAILABLE,
+           "quant_method", "foo", "mxfp4")
+    d = copy_model(base, os.path.join(a.workdir, "badrope"))
+    edit_config(d, rope_scaling={"rope_type": "longrope", "factor": 4.0})
+    expect("unknown rope_type", run(b, "inspect", "--model", d), EX_UNAVAILABLE, "rope_type", "longrope")
+
+    # --- checkpoint errors ---
+    st = os.path.join(base, "model.safetensors")
+    header, blob = read_st(st)
+    d = copy_model(base, os.path.join(a.workdir, "missing-tensor"))
+    h = dict(header)
+    del h["model.layers.0.self_attn.sinks"]
+    write_st(os.path.join(d, "model.safetensors"), h, blob)
+    expect("missing tensor", run(b, "inspect", "--model", d), EX_NOINPUT, "model.layers.0.self_attn.sinks",
+           "missing")
+    d = copy_model(base, os.path.join(a.workdir, "wrong-shape"))
+    h = json.loads(json.dumps(header))
+    t = h["model.layers.0.self_attn.q_proj.weight"]
+    t["shape"] = [t["shape"][1], t["shape"][0]]
+    write_st(os.path.join(d, "model.safetensors"), h, blob)
+    expect("wrong shape", run(b, "inspect", "--model", d), EX_DATAERR, "model.layers.0.self_attn.q_proj.weight",
+           "shape")
+    d = copy_model(base, os.path.join(a.workdir, "wrong-dtype"))
+    h = json.loads(json.dumps(header))
+    h["model.layers.0.mlp.experts.gate_up_proj"]["dtype"] = "U8"
+    t = h["model.layers.0.mlp.experts.gate_up_proj"]
+    t["shape"] = t["shape"][:-1] + [t["shape"][-1] * 2]   # same bytes, U8
+    write_st(os.path.join(d, "model.safetensors"), h, blob)
+    expect("wrong dtype", run(b, "inspect", "--model", d), EX_DATAERR, "model.layers.0.mlp.experts.gate_up_proj")
+    d = copy_model(base, os.path.join(a.workdir, "truncated"))
+    with open(os.path.join(d, "model.safetensors"), "r+b") as f:
+        f.truncate(os.path.getsize(st) - 100)
+    expect("truncated file", run(b, "inspect", "--model", d), EX_DATAERR, "model.safetensors", "truncated")
+
+    # --- inspect ---
+    r = run(b, "inspect", "--model", mx)
+    out = r.stdout
+    case("inspect names schemes, kernels and bytes",
+         r.returncode == 0 and "quantization:  mxfp4" in out and "ref-mxfp4" in out and "unquantized" in out
+         and "experts gate_up" in out and "total weight bytes" in out and "GptOssForCausalLM" in out,
+         out + r.stderr)
+
+    n_ok = sum(results)
+    print(f"cli: {n_ok} passed, {len(results) - n_ok} failed")
+    return 0 if n_ok == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
