@@ -39,19 +39,8 @@ static int load_moe(const struct ms_quant_config *qc, const struct ms_checkpoint
 	snprintf(name, sizeof(name), "%s.down_proj_scales", prefix);
 	if ((rc = ms_checkpoint_get(ck, name, MS_DTYPE_U8, 3, (int64_t[]){E, H, gi}, &dns, err)))
 		return rc;
-	snprintf(name, sizeof(name), "%s.gate_up_proj_bias", prefix);
-	if ((rc = ms_checkpoint_get_f32(ck, name, 2, (int64_t[]){E, 2 * I}, &m->gate_up_bias, err)))
+	if ((rc = ms_qmoe_init(m, ck, prefix, E, H, I, err)))
 		return rc;
-	snprintf(name, sizeof(name), "%s.down_proj_bias", prefix);
-	if ((rc = ms_checkpoint_get_f32(ck, name, 2, (int64_t[]){E, H}, &m->down_bias, err)))
-		return rc;
-	m->n_experts = E;
-	m->hidden = H;
-	m->inter = I;
-	m->gate_up = calloc((size_t)E, sizeof(*m->gate_up));
-	m->down = calloc((size_t)E, sizeof(*m->down));
-	if (!m->gate_up || !m->down)
-		return ms_err_set(err, -ENOMEM, "%s: out of memory", prefix);
 	const uint8_t *gb = gub->data, *gs = gus->data, *db = dnb->data, *ds = dns->data;
 	for (int64_t e = 0; e < E; e++) {
 		m->gate_up[e] = (struct ms_wmat){

@@ -170,6 +170,27 @@ int ms_quant_load_moe(const struct ms_quant_config *qc, const struct ms_checkpoi
 	return 0;
 }
 
+int ms_qmoe_init(struct ms_qmoe *m, const struct ms_checkpoint *ck, const char *prefix,
+		 int64_t E, int64_t H, int64_t I, struct ms_err *err)
+{
+	char name[512];
+	int rc;
+	m->n_experts = E;
+	m->hidden = H;
+	m->inter = I;
+	snprintf(name, sizeof(name), "%s.gate_up_proj_bias", prefix);
+	if ((rc = ms_checkpoint_get_f32(ck, name, 2, (int64_t[]){E, 2 * I}, &m->gate_up_bias, err)))
+		return rc;
+	snprintf(name, sizeof(name), "%s.down_proj_bias", prefix);
+	if ((rc = ms_checkpoint_get_f32(ck, name, 2, (int64_t[]){E, H}, &m->down_bias, err)))
+		return rc;
+	m->gate_up = calloc((size_t)E, sizeof(*m->gate_up));
+	m->down = calloc((size_t)E, sizeof(*m->down));
+	if (!m->gate_up || !m->down)
+		return ms_err_set(err, -ENOMEM, "%s: out of memory", prefix);
+	return 0;
+}
+
 void ms_qlinear_free(struct ms_qlinear *l)
 {
 	if (!l)

@@ -102,6 +102,12 @@ int ms_quant_load_moe(const struct ms_quant_config *qc, const struct ms_checkpoi
 		      const char *prefix, int64_t n_experts, int64_t hidden, int64_t inter,
 		      struct ms_backend *be, struct ms_qmoe *m, struct ms_err *err);
 
+/* For schemes: set the sizes, load the BF16/F16/F32 expert biases
+ * (prefix.gate_up_proj_bias [E, 2I], prefix.down_proj_bias [E, H]) as fp32,
+ * and allocate the per-expert matrix arrays. */
+int ms_qmoe_init(struct ms_qmoe *m, const struct ms_checkpoint *ck, const char *prefix,
+		 int64_t E, int64_t H, int64_t I, struct ms_err *err);
+
 void ms_qlinear_free(struct ms_qlinear *l);
 void ms_qmoe_free(struct ms_qmoe *m);
 

@@ -87,7 +87,7 @@ static int load_moe(const struct ms_quant_config *qc, const struct ms_checkpoint
 		    struct ms_qmoe *m, struct ms_err *err)
 {
 	(void)qc;
-	char gu_name[512], dn_name[512], name[512];
+	char gu_name[512], dn_name[512];
 	const struct ms_tensor *gu, *dn;
 	snprintf(gu_name, sizeof(gu_name), "%s.gate_up_proj", prefix);
 	snprintf(dn_name, sizeof(dn_name), "%s.down_proj", prefix);
@@ -99,21 +99,11 @@ static int load_moe(const struct ms_quant_config *qc, const struct ms_checkpoint
 				ms_dtype_name(gu->dtype), ms_dtype_name(dn->dtype));
 	if (rc)
 		return rc;
-	snprintf(name, sizeof(name), "%s.gate_up_proj_bias", prefix);
-	if ((rc = ms_checkpoint_get_f32(ck, name, 2, (int64_t[]){E, 2 * I}, &m->gate_up_bias, err)))
+	if ((rc = ms_qmoe_init(m, ck, prefix, E, H, I, err)))
 		return rc;
-	snprintf(name, sizeof(name), "%s.down_proj_bias", prefix);
-	if ((rc = ms_checkpoint_get_f32(ck, name, 2, (int64_t[]){E, H}, &m->down_bias, err)))
-		return rc;
-
 	size_t es = ms_dtype_size(gu->dtype);
 	enum ms_wfmt fmt = ms_wfmt_from_dtype(gu->dtype);
-	m->n_experts = E;
-	m->hidden = H;
-	m->inter = I;
-	m->gate_up = calloc((size_t)E, sizeof(*m->gate_up));
-	m->down = calloc((size_t)E, sizeof(*m->down));
-	if (!m->gate_up || !m->down || posix_memalign(&m->owned, 64, gu->nbytes + dn->nbytes + 64))
+	if (posix_memalign(&m->owned, 64, gu->nbytes + dn->nbytes + 64))
 		return ms_err_set(err, -ENOMEM, "%s: out of memory for %zu bytes of experts", prefix,
 				  gu->nbytes + dn->nbytes);
 	uint8_t *gu_dst = m->owned, *dn_dst = gu_dst + gu->nbytes;
