@@ -156,6 +156,19 @@ def main():
     edit_config(d, rope_scaling={"rope_type": "longrope", "factor": 4.0})
     expect("unknown rope_type", run(b, "inspect", "--model", d), EX_UNAVAILABLE, "rope_type", "longrope")
 
+    # --- modules_to_not_convert: experts it names load unquantized ---
+    nc = ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]
+    d = copy_model(base, os.path.join(a.workdir, "mxfp4-not-converted"))
+    edit_config(d, quantization_config={"quant_method": "mxfp4",
+                                        "modules_to_not_convert": nc + ["model.layers.*.mlp.experts"]})
+    r = run(b, "generate", "--model", d, "--tokens", "3,1,4,1,5", "--max-tokens", "7", "--ignore-eos")
+    case("mxfp4 method with every expert in modules_to_not_convert = the bf16 model",
+         r.returncode == 0 and r.stdout.split() == ids, r.stdout + r.stderr)
+    d = copy_model(base, os.path.join(a.workdir, "mxfp4-converted"))
+    edit_config(d, quantization_config={"quant_method": "mxfp4", "modules_to_not_convert": nc})
+    expect("mxfp4 experts without their blocks are refused", run(b, "inspect", "--model", d), EX_NOINPUT,
+           "model.layers.0.mlp.experts.gate_up_proj_blocks")
+
     # --- checkpoint errors ---
     st = os.path.join(base, "model.safetensors")
     header, blob = read_st(st)

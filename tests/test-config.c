@@ -535,7 +535,7 @@ START_TEST(test_nonpositive_sizes)
 		     "0");
 	expect_error("{\"head_dim\":0}", NULL, -EINVAL, "head_dim", "0");
 	expect_error("{\"head_dim\":-2}", NULL, -EINVAL, "head_dim", "-2");
-	/* nH < H's divisor: the default H / nH is 0 */
+	/* absent head_dim with H < nH: the default H / nH is 0 */
 	expect_error("{\"hidden_size\":32}", RM("head_dim"), -EINVAL, "head_dim");
 	expect_error("{\"rms_norm_eps\":0}", NULL, -EINVAL, "rms_norm_eps", "0");
 	expect_error("{\"rms_norm_eps\":-1e-5}", NULL, -EINVAL, "rms_norm_eps");
