@@ -72,11 +72,15 @@ static int get_int(const cJSON *obj, const char *name, const char *alias, bool r
 		*out = dflt;
 		return 0;
 	}
-	if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) ||
-	    fabs(it->valuedouble) > 9.0e15)
-		return ms_err_set(err, -EINVAL, "config.json: field \"%s\" must be an integer, got %s",
-				  it->string ? it->string : name,
-				  cJSON_IsNumber(it) ? "a fraction" : "a non-number");
+	const char *nm = it->string ? it->string : name;
+	if (!cJSON_IsNumber(it))
+		return ms_err_set(err, -EINVAL, "config.json: field \"%s\" must be an integer", nm);
+	if (fabs(it->valuedouble) > 9.0e15) /* beyond exact doubles, and any real size */
+		return ms_err_set(err, -EINVAL, "config.json: field \"%s\" is out of range: %g", nm,
+				  it->valuedouble);
+	if (it->valuedouble != floor(it->valuedouble))
+		return ms_err_set(err, -EINVAL, "config.json: field \"%s\" must be an integer, got %.17g",
+				  nm, it->valuedouble);
 	*out = (int64_t)it->valuedouble;
 	return 0;
 }
@@ -91,8 +95,9 @@ static int get_num(const cJSON *obj, const char *where, const char *name, bool r
 		*out = dflt;
 		return 0;
 	}
-	if (!cJSON_IsNumber(it))
-		return ms_err_set(err, -EINVAL, "config.json: field \"%s%s\" must be a number", where, name);
+	if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble))
+		return ms_err_set(err, -EINVAL, "config.json: field \"%s%s\" must be a finite number",
+				  where, name);
 	*out = it->valuedouble;
 	return 0;
 }
@@ -187,6 +192,9 @@ static int parse_rope(struct ms_model_config *c, const cJSON *root, struct ms_er
 	    (rc = get_num(rp, where, "mscale", false, 0, &ms, err)) ||
 	    (rc = get_num(rp, where, "mscale_all_dim", false, 0, &msad, err)))
 		return rc;
+	if (field(rp, "attention_factor") && !(af > 0))
+		return ms_err_set(err, -EINVAL, "config.json: \"%sattention_factor\" must be > 0, got %g",
+				  where, af);
 	if (af > 0)
 		r->attention_factor = af;
 	else if (ms != 0 && msad != 0)
@@ -233,26 +241,46 @@ static int parse_layer_types(struct ms_model_config *c, const cJSON *root, struc
 	return 0;
 }
 
+/* eos_token_id: one id or a list; each an integer id inside the vocabulary. */
 static int parse_eos(struct ms_model_config *c, const cJSON *root, struct ms_err *err)
 {
 	const cJSON *e = field(root, "eos_token_id");
 	c->n_eos = 0;
 	if (!e)
 		return 0;
-	if (cJSON_IsNumber(e)) {
-		c->eos_ids[c->n_eos++] = (int64_t)e->valuedouble;
-		return 0;
-	}
-	if (!cJSON_IsArray(e))
+	if (!cJSON_IsNumber(e) && !cJSON_IsArray(e))
 		return ms_err_set(err, -EINVAL, "config.json: \"eos_token_id\" must be an integer or a list");
-	const cJSON *it;
-	cJSON_ArrayForEach(it, e) {
-		if (!cJSON_IsNumber(it))
-			return ms_err_set(err, -EINVAL, "config.json: \"eos_token_id\" holds a non-number");
-		if (c->n_eos < (int)(sizeof(c->eos_ids) / sizeof(c->eos_ids[0])))
-			c->eos_ids[c->n_eos++] = (int64_t)it->valuedouble;
+	int n = cJSON_IsArray(e) ? cJSON_GetArraySize(e) : 1;
+	int max = (int)(sizeof(c->eos_ids) / sizeof(c->eos_ids[0]));
+	if (n > max)
+		return ms_err_set(err, -EINVAL, "config.json: \"eos_token_id\" lists %d ids (at most %d)",
+				  n, max);
+	for (int i = 0; i < n; i++) {
+		const cJSON *it = cJSON_IsArray(e) ? cJSON_GetArrayItem(e, i) : e;
+		double v = cJSON_IsNumber(it) ? it->valuedouble : -1;
+		if (!cJSON_IsNumber(it) || v != floor(v) || v < 0 || v >= (double)c->vocab)
+			return ms_err_set(err, -EINVAL,
+					  "config.json: \"eos_token_id\" entry %d is not an id in [0, %lld)",
+					  i, (long long)c->vocab);
+		c->eos_ids[c->n_eos++] = (int64_t)v;
 	}
 	return 0;
+}
+
+/* Python's json keeps the last of repeated keys, cJSON the first: refuse
+ * to guess. Returns the first repeated key found, or NULL. */
+static const char *duplicate_key(const cJSON *node)
+{
+	for (const cJSON *a = node ? node->child : NULL; a; a = a->next) {
+		if (cJSON_IsObject(node) && a->string)
+			for (const cJSON *b = a->next; b; b = b->next)
+				if (b->string && !strcmp(a->string, b->string))
+					return a->string;
+		const char *d = duplicate_key(a);
+		if (d)
+			return d;
+	}
+	return NULL;
 }
 
 static int parse_root(struct ms_model_config *c, const cJSON *root, struct ms_err *err)
@@ -260,6 +288,9 @@ static int parse_root(struct ms_model_config *c, const cJSON *root, struct ms_er
 	int rc;
 	if (!cJSON_IsObject(root))
 		return ms_err_set(err, -EINVAL, "config.json: top level is not an object");
+	const char *dup = duplicate_key(root);
+	if (dup)
+		return ms_err_set(err, -EINVAL, "config.json: key \"%s\" appears twice", dup);
 	const cJSON *arch = field(root, "architectures");
 	const cJSON *a0 = cJSON_IsArray(arch) ? cJSON_GetArrayItem(arch, 0) : NULL;
 	if (!a0 || !cJSON_IsString(a0))

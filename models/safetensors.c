@@ -158,14 +158,21 @@ static int parse_entry(const struct ms_st_file *f, const cJSON *e, uint64_t data
 					  nm, i);
 		o[i] = (uint64_t)x->valuedouble;
 	}
-	if (o[0] > o[1] || o[1] > data_size)
+	if (o[0] > o[1])
+		return ms_err_set(err, -EBADMSG,
+				  "%s: tensor \"%s\": data_offsets begin %llu > end %llu", f->path, nm,
+				  (unsigned long long)o[0], (unsigned long long)o[1]);
+	if (o[1] > data_size)
 		return ms_err_set(err, -EBADMSG,
 				  "%s: tensor \"%s\": data_offsets [%llu, %llu] outside the %llu-byte data "
 				  "section (truncated file?)",
 				  f->path, nm, (unsigned long long)o[0], (unsigned long long)o[1],
 				  (unsigned long long)data_size);
 	uint64_t esz = dtype_info[d].size;
-	if (count > UINT64_MAX / esz || o[1] - o[0] != count * esz) {
+	if (count > UINT64_MAX / esz)
+		return ms_err_set(err, -EBADMSG, "%s: tensor \"%s\": shape x dtype size overflows",
+				  f->path, nm);
+	if (o[1] - o[0] != count * esz) {
 		char sb[128];
 		return ms_err_set(err, -EBADMSG,
 				  "%s: tensor \"%s\": %llu bytes in data_offsets but shape %s of %s needs %llu",
@@ -225,8 +232,13 @@ static int parse_header(struct ms_checkpoint *ck, int file_idx, struct wm *keep,
 				  (unsigned long long)hlen);
 	ck->files[file_idx].data_start = 8 + (size_t)hlen;
 	uint64_t data_size = f->size - 8 - hlen;
-	cJSON *root = cJSON_ParseWithLength((const char *)p + 8, (size_t)hlen);
-	if (!root || !cJSON_IsObject(root)) {
+	/* Only the space padding the format allows may follow the JSON. */
+	const char *hdr = (const char *)p + 8, *end = NULL;
+	cJSON *root = cJSON_ParseWithLengthOpts(hdr, (size_t)hlen, &end, false);
+	while (root && end < hdr + hlen && (*end == ' ' || *end == '\n' || *end == '\t' ||
+					    *end == '\r' || *end == '\0'))
+		end++;
+	if (!root || !cJSON_IsObject(root) || end != hdr + hlen) {
 		cJSON_Delete(root);
 		return ms_err_set(err, -EBADMSG, "%s: header is not a valid JSON object", f->path);
 	}
@@ -300,7 +312,8 @@ static int cmp_tensor(const void *a, const void *b)
  * parsers disagree on which copy wins, so we refuse to pick). */
 static int finish(struct ms_checkpoint *ck, struct ms_err *err)
 {
-	qsort(ck->tensors, ck->n_tensors, sizeof(*ck->tensors), cmp_tensor);
+	if (ck->n_tensors > 1) /* (tensors may be NULL when there are none) */
+		qsort(ck->tensors, ck->n_tensors, sizeof(*ck->tensors), cmp_tensor);
 	for (size_t i = 1; i < ck->n_tensors; i++)
 		if (strcmp(ck->tensors[i - 1].name, ck->tensors[i].name) == 0)
 			return ms_err_set(err, -EBADMSG, "%s: duplicate tensor name \"%s\"",

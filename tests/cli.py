@@ -126,7 +126,7 @@ def main():
         case("eos stops generation", False, f"continuation {ids} has no usable id")
     else:
         eosd = copy_model(base, os.path.join(a.workdir, "eos"))
-        edit_config(eosd, eos_token_id=[int(ids[stop_at]), vocab + 5])
+        edit_config(eosd, eos_token_id=[int(ids[stop_at])])
         r = run(b, "generate", "--model", eosd, "--tokens", "3,1,4,1,5", "--max-tokens", "7")
         got = r.stdout.strip().split()
         case("eos stops generation (eos id included, nothing after)", r.returncode == 0 and got == ids[:stop_at + 1],
@@ -134,6 +134,9 @@ def main():
         r = run(b, "generate", "--model", eosd, "--tokens", "3,1,4,1,5", "--max-tokens", "7", "--ignore-eos")
         case("--ignore-eos goes on", r.stdout.strip().split() == ids, r.stdout)
 
+    d = copy_model(base, os.path.join(a.workdir, "bad-eos"))
+    edit_config(d, eos_token_id=[1, vocab + 5])
+    expect("eos id outside the vocabulary", run(b, "inspect", "--model", d), EX_DATAERR, "eos_token_id")
     expect("token id out of range", run(b, "generate", "--model", base, "--tokens", f"1,{vocab}"), EX_DATAERR,
            f"token id {vocab}")
 

@@ -405,6 +405,12 @@ START_TEST(test_eos_forms)
 	ms_model_config_free(&c);
 	expect_error("{\"eos_token_id\":\"<|return|>\"}", NULL, -EINVAL, "eos_token_id");
 	expect_error("{\"eos_token_id\":[200002,\"x\"]}", NULL, -EINVAL, "eos_token_id");
+	/* ids must be integers inside the vocabulary; at most 8 of them */
+	expect_error("{\"eos_token_id\":-5}", NULL, -EINVAL, "eos_token_id");
+	expect_error("{\"eos_token_id\":1.5}", NULL, -EINVAL, "eos_token_id");
+	expect_error("{\"eos_token_id\":1e30}", NULL, -EINVAL, "eos_token_id");
+	expect_error("{\"eos_token_id\":201088}", NULL, -EINVAL, "eos_token_id", "201088");
+	expect_error("{\"eos_token_id\":[1,2,3,4,5,6,7,8,9]}", NULL, -EINVAL, "eos_token_id", "9");
 }
 END_TEST
 
@@ -545,8 +551,8 @@ END_TEST
 
 START_TEST(test_fractional_integer_field)
 {
-	/* The message names the field; see the report on the value. */
-	expect_error("{\"hidden_size\":12.5}", NULL, -EINVAL, "hidden_size", "integer");
+	/* The message names the field and shows the value. */
+	expect_error("{\"hidden_size\":12.5}", NULL, -EINVAL, "hidden_size", "integer", "12.5");
 	expect_error("{\"num_hidden_layers\":24.000001}", NULL, -EINVAL, "num_hidden_layers");
 	expect_error("{\"experts_per_token\":3.5}", RM("num_experts_per_tok"), -EINVAL,
 		     "experts_per_token");
@@ -554,7 +560,7 @@ START_TEST(test_fractional_integer_field)
 	expect_error("{\"hidden_size\":true}", NULL, -EINVAL, "hidden_size");
 	expect_error("{\"hidden_size\":[2880]}", NULL, -EINVAL, "hidden_size");
 	/* beyond what an int64 (and a double) holds exactly: no UB cast */
-	expect_error("{\"vocab_size\":1e300}", NULL, -EINVAL, "vocab_size");
+	expect_error("{\"vocab_size\":1e300}", NULL, -EINVAL, "vocab_size", "out of range");
 	expect_error("{\"vocab_size\":-1e300}", NULL, -EINVAL, "vocab_size");
 	expect_error("{\"sliding_window\":1e19}", NULL, -EINVAL, "sliding_window");
 	/* integral doubles are integers */
@@ -581,6 +587,35 @@ START_TEST(test_odd_head_dim)
 {
 	expect_error("{\"head_dim\":63}", NULL, -EINVAL, "head_dim", "63");
 	expect_error("{\"head_dim\":1}", NULL, -EINVAL, "head_dim", "1");
+}
+END_TEST
+
+START_TEST(test_non_finite_and_duplicates)
+{
+	/* 1e400 parses to infinity: not a usable theta, limit or eps. The text
+	 * is edited directly: cJSON would print an infinity back as null. */
+	static const struct {
+		const char *from, *to, *field;
+	} inf[] = {
+		{"\"rope_theta\":150000,", "\"rope_theta\":1e400,", "rope_theta"},
+		{"\"swiglu_limit\":7.0,", "\"swiglu_limit\":1e400,", "swiglu_limit"},
+		{"\"rms_norm_eps\":1e-05,", "\"rms_norm_eps\":-1e400,", "rms_norm_eps"},
+	};
+	for (size_t i = 0; i < sizeof(inf) / sizeof(inf[0]); i++) {
+		const char *at = strstr(gpt_oss_20b, inf[i].from);
+		ck_assert_ptr_nonnull(at);
+		char text[sizeof(gpt_oss_20b) + 64];
+		snprintf(text, sizeof(text), "%.*s%s%s", (int)(at - gpt_oss_20b), gpt_oss_20b,
+			 inf[i].to, at + strlen(inf[i].from));
+		expect_text_error(text, -EINVAL, inf[i].field, "finite", NULL);
+	}
+	/* an explicit attention_factor must be positive, never silently replaced */
+	expect_error("{\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":32.0,"
+		     "\"original_max_position_embeddings\":4096,\"attention_factor\":-2}}",
+		     NULL, -EINVAL, "attention_factor");
+	/* a repeated key: Python keeps the last, cJSON the first; refused */
+	expect_text_error("{\"architectures\":[\"GptOssForCausalLM\"],\"hidden_size\":8,"
+			  "\"hidden_size\":16}", -EINVAL, "hidden_size", "twice", NULL);
 }
 END_TEST
 
@@ -824,6 +859,7 @@ static Suite *config_suite(void)
 	tcase_add_test(bad, test_missing_required_fields);
 	tcase_add_test(bad, test_nonpositive_sizes);
 	tcase_add_test(bad, test_fractional_integer_field);
+	tcase_add_test(bad, test_non_finite_and_duplicates);
 	tcase_add_test(bad, test_top_k_exceeds_experts);
 	tcase_add_test(bad, test_odd_head_dim);
 	tcase_add_test(bad, test_invalid_json);

@@ -319,13 +319,37 @@ START_TEST(test_truncated_data)
 }
 END_TEST
 
+/* Only the space padding the format allows may follow the header's JSON. */
+START_TEST(test_header_trailing_garbage)
+{
+	char *d = new_dir();
+	struct ms_err err;
+	char *p = st_write(d, "g.safetensors", "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],"
+			   "\"data_offsets\":[0,2]}} garbage", zeros, 2);
+	expect_open_file_error(p, -EBADMSG, NULL, &err);
+	ASSERT_MSG_HAS(err, "JSON");
+	free(p);
+	p = st_write(d, "s.safetensors", "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],"
+		     "\"data_offsets\":[0,2]}}      ", zeros, 2);
+	struct ms_checkpoint ck;
+	ck_assert_int_eq(ms_checkpoint_open_file(&ck, p, &err), 0);
+	ms_checkpoint_close(&ck);
+	free(p);
+	free(d);
+}
+END_TEST
+
 START_TEST(test_begin_after_end)
 {
 	struct ms_err err;
 	one_tensor_error("F32", "[1]", "[8, 4]", zeros, 16, -EBADMSG, &err);
-	/* begin > end with end - begin wrapping to the right size mod 2^64
-	 * must not slip through either */
+	ASSERT_MSG_HAS(err, "begin 8 > end 4");
 	one_tensor_error("U8", "[0]", "[5, 4]", zeros, 16, -EBADMSG, &err);
+	/* begin > end where end - begin, wrapped mod 2^64, equals the size the
+	 * shape needs: 2^64 - 2^53 = 2^53 * 2047. Only the begin <= end check
+	 * stops this one (it would point 2^53 bytes past the mapping). */
+	one_tensor_error("U8", "[9007199254740992, 2047]", "[9007199254740992, 0]", zeros, 16,
+			 -EBADMSG, &err);
 }
 END_TEST
 
@@ -419,9 +443,11 @@ START_TEST(test_shape_overflow)
 			 -EBADMSG, &err);
 	ASSERT_MSG_HAS(err, "overflow");
 	/* 2^63 elements fit, 2^63 * 4 bytes do not: the byte count must not
-	 * wrap around to the span (2^65 mod 2^64 = 0 = an empty span) */
+	 * wrap around to the span (2^65 mod 2^64 = 0 = an empty span). */
 	one_tensor_error("F32", "[2147483648, 2147483648, 2]", "[0, 0]", zeros, 8, -EBADMSG, &err);
+	ASSERT_MSG_HAS(err, "overflows");
 	one_tensor_error("F32", "[4294967296, 1073741824]", "[0, 0]", zeros, 8, -EBADMSG, &err);
+	ASSERT_MSG_HAS(err, "overflows");
 }
 END_TEST
 
@@ -1071,6 +1097,7 @@ static Suite *safetensors_suite(void)
 	tcase_add_test(bad, test_unknown_dtype);
 	tcase_add_test(bad, test_bad_shape_entry);
 	tcase_add_test(bad, test_shape_overflow);
+	tcase_add_test(bad, test_header_trailing_garbage);
 	suite_add_tcase(s, bad);
 
 	TCase *good = tcase_create("valid");
