@@ -6,6 +6,7 @@ set -euo pipefail
 PKGS=(
   gcc libc6-dev pkg-config cmake meson ninja-build   # toolchain; cmake finds oneDNN
   libcjson-dev libmicrohttpd-dev libdnnl-dev libnuma-dev check
+  ocl-icd-opencl-dev   # dnnl-config.cmake requires OpenCL; only a Recommends of libdnnl-dev
   python3 python3-numpy                             # tools/ and the golden tests
 )
 
