@@ -120,8 +120,17 @@ int ms_backend_init(struct ms_backend *be, const char *kernels, int threads, str
 		return ms_err_set(err, -EINVAL, "--kernels: unknown kernel set \"%s\" (known: %s)",
 				  kernels, ms_backend_kernel_sets);
 	be->isa = chosen->name;
-	for (int f = 0; f < MS_WFMT_COUNT; f++)
-		be->kernels[f] = chosen->table[f].gemm ? &chosen->table[f] : &ms_kernels_ref[f];
+	for (int f = 0; f < MS_WFMT_COUNT; f++) {
+		bool has = chosen->table[f].gemm != NULL;
+		be->kernels[f] = has ? &chosen->table[f] : &ms_kernels_ref[f];
+		if (has)
+			snprintf(be->reasons[f], sizeof(be->reasons[f]), "%s set %s",
+				 any ? "auto: best" : "forced:", chosen->name);
+		else
+			snprintf(be->reasons[f], sizeof(be->reasons[f]),
+				 "set %s has no %s kernel: reference", chosen->name,
+				 ms_wfmt_name((enum ms_wfmt)f));
+	}
 	return ms_pool_init(&be->pool, threads, err);
 }
 
@@ -131,6 +140,11 @@ void ms_backend_free(struct ms_backend *be)
 		return;
 	ms_pool_free(&be->pool);
 	memset(be, 0, sizeof(*be));
+}
+
+const char *ms_backend_kernel_reason(const struct ms_backend *be, enum ms_wfmt f)
+{
+	return (f >= 0 && f < MS_WFMT_COUNT) ? be->reasons[f] : "?";
 }
 
 const struct ms_kernel *ms_backend_find_kernel(const struct ms_backend *be, enum ms_wfmt f)

@@ -18,6 +18,7 @@ struct ms_backend {
 	unsigned cpu_flags;        /* what the CPU and OS support */
 	struct ms_pool pool;
 	const struct ms_kernel *kernels[MS_WFMT_COUNT];
+	char reasons[MS_WFMT_COUNT][96];   /* why each kernel was chosen */
 };
 
 /* kernels: "auto" (or NULL) picks the most specific set this CPU runs,
@@ -28,6 +29,9 @@ void ms_backend_free(struct ms_backend *be);
 
 /* The kernel for format f, or NULL when no kernel computes it. */
 const struct ms_kernel *ms_backend_find_kernel(const struct ms_backend *be, enum ms_wfmt f);
+
+/* Why the kernel for f was chosen (for inspect). */
+const char *ms_backend_kernel_reason(const struct ms_backend *be, enum ms_wfmt f);
 
 /* Detected CPU features (CPUID plus the OS's XCR0 state). */
 unsigned ms_cpu_detect(void);

@@ -19,12 +19,18 @@ enum ms_wfmt {
 	MS_WFMT_BF16,
 	MS_WFMT_MXFP4,  /* OCP MX: e2m1 codes, 2 per byte (low nibble first),
 			 * one E8M0 scale per 32 consecutive columns */
+	MS_WFMT_INTQ,   /* GPTQ/AWQ after repacking: unsigned `bits`-wide codes
+			 * along each row (LSB first; 3-bit codes take 4 bits),
+			 * W = scale * (code - zero) per (row, group) */
+	MS_WFMT_FP8,    /* e4m3fn bytes, W = fp8 * scale[row] */
 	MS_WFMT_COUNT,
 };
 
 const char *ms_wfmt_name(enum ms_wfmt f);
 
-/* A weight matrix W [rows = out features, cols = in features]. */
+/* A weight matrix W [rows = out features, cols = in features]. Every row is
+ * self-contained (its codes, scales and zeros are addressed by row), so rows
+ * of two matrices can be spliced into one (quant/ fuses gate and up). */
 struct ms_wmat {
 	enum ms_wfmt fmt;
 	int64_t rows, cols;
@@ -32,7 +38,21 @@ struct ms_wmat {
 	size_t row_bytes;
 	const uint8_t *scales;    /* MXFP4: row r's E8M0 bytes at scales + r * scale_row_bytes */
 	size_t scale_row_bytes;
+	/* INTQ */
+	int bits;                 /* code width: 2, 3, 4 or 8 */
+	int64_t group_size;       /* columns per group (natural order) */
+	int64_t n_groups;         /* groups per row */
+	const float *fscale;      /* INTQ: [rows][n_groups]; FP8: [rows] */
+	const float *fzero;       /* INTQ: [rows][n_groups], the zero point as a float */
+	const int32_t *const *row_g_idx; /* INTQ: row r's group of column k is
+					  * row_g_idx[r][k]; NULL: k / group_size */
 };
+
+/* Bits a stored INTQ code occupies (3-bit codes are kept in nibbles). */
+static inline int ms_intq_storage_bits(int bits)
+{
+	return bits == 3 ? 4 : bits;
+}
 
 /* Bytes a kernel streams to read the whole matrix once. */
 uint64_t ms_wmat_bytes(const struct ms_wmat *m);
@@ -88,5 +108,13 @@ float ms_e8m0_to_f32(uint8_t e);
 
 /* Decode row r of W into out[cols] as fp32. */
 void ms_wmat_row_f32(const struct ms_wmat *m, int64_t r, float *out);
+
+/* e4m3fn (bias 7, no infinities, 0x7F/0xFF NaN, max 448) to fp32, exactly. */
+float ms_fp8_e4m3_to_f32(uint8_t b);
+
+/* fp32 to e4m3fn, round to nearest even; finite values beyond 448 saturate
+ * to +-448 (callers clamp first anyway, as every activation quantizer
+ * does), NaN gives 0x7F. */
+uint8_t ms_f32_to_fp8_e4m3(float x);
 
 #endif

@@ -46,11 +46,26 @@ struct moe_job {
 	const int64_t *off;    /* [E+1] start of each expert's rows in the grouped buffers */
 	const int32_t *slot;   /* [n*k] grouped row -> token*k + j */
 	const float *w;        /* [n*k] routing weights */
-	float *xg;             /* [n*k, H] gathered inputs */
-	float *g;              /* [n*k, 2I] gate_up outputs */
-	float *a;              /* [n*k, I] activations */
+	float *xg;             /* [n*k, H] gathered inputs (quantized in place when asked) */
+	float *g;              /* [n*k, max(2I, H)] gate_up, then down outputs */
+	float *a;              /* [n*k, I] activations (quantized in place when asked) */
+	float *rs;             /* [n*k] per-row output scale of the current stage */
 	float *ys;             /* [n*k, H] weighted expert outputs by slot */
+	int stage;             /* 0: gate_up inputs, 1: down inputs (for quant_task) */
 };
+
+/* Quantize the inputs of expert e for its projection of the current stage
+ * (each expert has its own activation scale). */
+static void quant_task(void *ctx, int e, int worker)
+{
+	(void)worker;
+	const struct moe_job *j = ctx;
+	const struct ms_qlinear *L = j->stage ? &j->m->down[e] : &j->m->gate_up[e];
+	int64_t o = j->off[e], ne = j->off[e + 1] - o, K = L->w.cols;
+	float *x = (j->stage ? j->a : j->xg) + o * K;
+	if (ne && L->act.kind != MS_ACTQ_NONE)
+		ms_actq_apply(&L->act, x, K, ne, K, x, j->rs + o);
+}
 
 static void gate_up_task(void *ctx, int it, int worker)
 {
@@ -58,16 +73,21 @@ static void gate_up_task(void *ctx, int it, int worker)
 	const struct moe_job *j = ctx;
 	const struct moe_item *item = &j->items[it];
 	const struct ms_qmoe *m = j->m;
+	const struct ms_qlinear *L = &m->gate_up[item->e];
 	int64_t e = item->e, I2 = 2 * m->inter, r0 = item->r0, r1 = item->r1;
 	int64_t o = j->off[e], ne = j->off[e + 1] - o;
 	float *g = j->g + o * I2;
-	m->kernel_gate_up->gemm(&m->gate_up[e], r0, r1, j->xg + o * m->hidden, m->hidden, ne, g, I2);
-	const float *b = m->gate_up_bias + e * I2;
+	L->kernel->gemm(&L->w, r0, r1, j->xg + o * m->hidden, m->hidden, ne, g, I2);
+	const float *b = L->bias;
+	bool scaled = L->act.kind != MS_ACTQ_NONE;
 	/* Blocks start and end on even rows: each holds whole (gate, up) pairs,
 	 * so the activation is finished here. */
 	for (int64_t t = 0; t < ne; t++) {
-		const float *gt = g + t * I2;
+		float *gt = g + t * I2, s = scaled ? j->rs[o + t] : 1.0f;
 		float *at = j->a + (o + t) * m->inter;
+		if (scaled)
+			for (int64_t r = r0; r < r1; r++)
+				gt[r] *= s;
 		for (int64_t r = r0; r < r1; r += 2)
 			at[r / 2] = ms_swiglu_eval(j->act, gt[r] + b[r], gt[r + 1] + b[r + 1]);
 	}
@@ -79,16 +99,18 @@ static void down_task(void *ctx, int it, int worker)
 	const struct moe_job *j = ctx;
 	const struct moe_item *item = &j->items[it];
 	const struct ms_qmoe *m = j->m;
+	const struct ms_qlinear *L = &m->down[item->e];
 	int64_t e = item->e, H = m->hidden, r0 = item->r0, r1 = item->r1;
 	int64_t o = j->off[e], ne = j->off[e + 1] - o;
 	float *y = j->g + o * H; /* g is free again: reuse it for [ne, H] */
-	m->kernel_down->gemm(&m->down[e], r0, r1, j->a + o * m->inter, m->inter, ne, y, H);
-	const float *b = m->down_bias + e * H;
+	L->kernel->gemm(&L->w, r0, r1, j->a + o * m->inter, m->inter, ne, y, H);
+	const float *b = L->bias;
+	bool scaled = L->act.kind != MS_ACTQ_NONE;
 	for (int64_t t = 0; t < ne; t++) {
 		int32_t s = j->slot[o + t];
-		float wt = j->w[s];
+		float wt = j->w[s], rs = scaled ? j->rs[o + t] : 1.0f;
 		for (int64_t r = r0; r < r1; r++)
-			j->ys[(int64_t)s * H + r] = wt * (y[t * H + r] + b[r]);
+			j->ys[(int64_t)s * H + r] = wt * (y[t * H + r] * rs + b[r]);
 	}
 }
 
@@ -132,8 +154,9 @@ int ms_moe_forward(struct ms_backend *be, const struct ms_qmoe *m, struct ms_swi
 	float *g = malloc((size_t)(nk * maxrows) * sizeof(float));
 	float *a = malloc((size_t)(nk * I) * sizeof(float));
 	float *ys = malloc((size_t)(nk * H) * sizeof(float));
+	float *rs = malloc((size_t)nk * sizeof(float));
 	int rc = 0;
-	if (!off || !fill || !slot || !items || !xg || !g || !a || !ys) {
+	if (!off || !fill || !slot || !items || !xg || !g || !a || !ys || !rs) {
 		rc = ms_err_set(err, -ENOMEM, "MoE: out of memory for %lld tokens", (long long)n);
 		goto out;
 	}
@@ -147,9 +170,20 @@ int ms_moe_forward(struct ms_backend *be, const struct ms_qmoe *m, struct ms_swi
 		slot[row] = (int32_t)s;
 		memcpy(xg + row * H, h + (s / k) * H, (size_t)H * sizeof(float));
 	}
-	struct moe_job job = {m, act, items, off, slot, w, xg, g, a, ys};
+	struct moe_job job = {m, act, items, off, slot, w, xg, g, a, rs, ys, 0};
+	bool quant_in = false, quant_mid = false;
+	for (int64_t e = 0; e < E; e++) {
+		quant_in |= m->gate_up[e].act.kind != MS_ACTQ_NONE;
+		quant_mid |= m->down[e].act.kind != MS_ACTQ_NONE;
+	}
+	if (quant_in)
+		ms_pool_run(&be->pool, (int)E, quant_task, &job);
 	int64_t ni = make_items(items, off, E, 2 * I, be->pool.n_threads, true);
 	ms_pool_run(&be->pool, (int)ni, gate_up_task, &job);
+	if (quant_mid) {
+		job.stage = 1;
+		ms_pool_run(&be->pool, (int)E, quant_task, &job);
+	}
 	ni = make_items(items, off, E, H, be->pool.n_threads, false);
 	ms_pool_run(&be->pool, (int)ni, down_task, &job);
 	/* Fixed-order reduction over the k experts of each token. */
@@ -169,5 +203,6 @@ out:
 	free(g);
 	free(a);
 	free(ys);
+	free(rs);
 	return rc;
 }

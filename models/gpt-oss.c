@@ -129,13 +129,19 @@ static int load_vec(struct ms_model *m, const char *name, int64_t n, float **out
 	return ms_checkpoint_get_f32(&m->ck, name, 1, (int64_t[]){n}, out, err);
 }
 
-static int load_linear(struct ms_model *m, const char *group, const char *prefix, int64_t out,
-		       int64_t in, bool bias, struct ms_qlinear *l, struct ms_err *err)
+static void add_group(struct ms_model *m, const char *group, const struct ms_qlinear *l)
 {
-	int rc = ms_quant_load_linear(&m->qcfg, &m->ck, prefix, out, in, bias, m->be, l, err);
+	ms_model_add_group(m, group, l->scheme, ms_wfmt_name(l->w.fmt), ms_actq_name(l->act.kind),
+			   l->kernel->name, l->why, ms_wmat_bytes(&l->w));
+}
+
+static int load_linear(struct ms_model *m, const char *group, const char *prefix,
+		       enum ms_qkind kind, int64_t out, int64_t in, bool bias, struct ms_qlinear *l,
+		       struct ms_err *err)
+{
+	int rc = ms_quant_load_linear(&m->qcfg, &m->ck, prefix, kind, out, in, bias, m->be, l, err);
 	if (!rc)
-		ms_model_add_group(m, group, l->scheme, ms_wfmt_name(l->w.fmt), l->kernel->name,
-				   ms_wmat_bytes(&l->w));
+		add_group(m, group, l);
 	return rc;
 }
 
@@ -193,26 +199,23 @@ static int load_layer(struct ms_model *m, int64_t i, struct gptoss_layer *L, str
 	};
 	for (size_t j = 0; j < sizeof(lin) / sizeof(lin[0]); j++) {
 		snprintf(name, sizeof(name), "%s.%s", p, lin[j].sub);
-		if ((rc = load_linear(m, "attention q/k/v/o", name, lin[j].out, lin[j].in, true,
-				      lin[j].l, err)))
+		if ((rc = load_linear(m, "attention q/k/v/o", name, MS_QKIND_LINEAR, lin[j].out,
+				      lin[j].in, true, lin[j].l, err)))
 			return rc;
 	}
 	snprintf(name, sizeof(name), "%s.mlp.router", p);
-	if ((rc = load_linear(m, "router", name, c->n_experts, H, true, &L->router, err)))
+	if ((rc = load_linear(m, "router", name, MS_QKIND_LINEAR, c->n_experts, H, true, &L->router,
+			      err)))
 		return rc;
 	snprintf(name, sizeof(name), "%s.mlp.experts", p);
 	if ((rc = ms_quant_load_moe(&m->qcfg, &m->ck, name, c->n_experts, H, c->intermediate, m->be,
 				    &L->moe, err)))
 		return rc;
-	uint64_t gu = 0, dn = 0;
 	for (int64_t e = 0; e < c->n_experts; e++) {
-		gu += ms_wmat_bytes(&L->moe.gate_up[e]);
-		dn += ms_wmat_bytes(&L->moe.down[e]);
+		add_group(m, "experts gate_up", &L->moe.gate_up[e]);
+		add_group(m, "experts down", &L->moe.down[e]);
 	}
-	ms_model_add_group(m, "experts gate_up", L->moe.scheme, ms_wfmt_name(L->moe.gate_up[0].fmt),
-			   L->moe.kernel_gate_up->name, gu);
-	ms_model_add_group(m, "experts down", L->moe.scheme, ms_wfmt_name(L->moe.down[0].fmt),
-			   L->moe.kernel_down->name, dn);
+	m->moe_layout = L->moe.layout;
 	return 0;
 }
 
@@ -231,8 +234,8 @@ static int gptoss_load(struct ms_model *m, struct ms_err *err)
 	if (!g->layers || !g->inv_freq)
 		return ms_err_set(err, -ENOMEM, "out of memory");
 	ms_gptoss_rope_freqs(c, g->inv_freq, &g->rope_scale);
-	int rc = load_linear(m, "embedding", "model.embed_tokens", c->vocab, c->hidden, false,
-			     &g->embed, err);
+	int rc = load_linear(m, "embedding", "model.embed_tokens", MS_QKIND_EMBEDDING, c->vocab,
+			     c->hidden, false, &g->embed, err);
 	for (int64_t i = 0; !rc && i < c->n_layers; i++)
 		rc = load_layer(m, i, &g->layers[i], err);
 	if (!rc)
@@ -242,8 +245,8 @@ static int gptoss_load(struct ms_model *m, struct ms_err *err)
 		if (g->tied)
 			g->lm_head = g->embed;
 		else
-			rc = load_linear(m, "lm_head", "lm_head", c->vocab, c->hidden, false,
-					 &g->lm_head, err);
+			rc = load_linear(m, "lm_head", "lm_head", MS_QKIND_LINEAR, c->vocab,
+					 c->hidden, false, &g->lm_head, err);
 	}
 	return rc; /* on failure the caller's ms_model_free() unloads */
 }
@@ -466,7 +469,44 @@ static int gptoss_forward(struct ms_model *m, void *state, int64_t n_past, const
 	return rc;
 }
 
+/* Modules by name, for `moeserve dequant`: the checkpoint's linear names,
+ * plus model.layers.L.mlp.experts.E.gate_up (interleaved [2I, H]) and
+ * .down for the experts, whatever their layout on disk. */
+static const struct ms_qlinear *gptoss_find_linear(const struct ms_model *m, const char *name)
+{
+	const struct gptoss *g = m->impl;
+	long long l, e;
+	int n = 0;
+	char what[32];
+	if (!strcmp(name, "model.embed_tokens"))
+		return &g->embed;
+	if (!strcmp(name, "lm_head"))
+		return &g->lm_head;
+	if (sscanf(name, "model.layers.%lld.%n", &l, &n) != 1 || l < 0 || l >= m->cfg.n_layers)
+		return NULL;
+	const struct gptoss_layer *L = &g->layers[l];
+	const char *rest = name + n;
+	if (!strcmp(rest, "self_attn.q_proj"))
+		return &L->q;
+	if (!strcmp(rest, "self_attn.k_proj"))
+		return &L->k;
+	if (!strcmp(rest, "self_attn.v_proj"))
+		return &L->v;
+	if (!strcmp(rest, "self_attn.o_proj"))
+		return &L->o;
+	if (!strcmp(rest, "mlp.router"))
+		return &L->router;
+	if (sscanf(rest, "mlp.experts.%lld.%31s", &e, what) == 2 && e >= 0 && e < m->cfg.n_experts) {
+		if (!strcmp(what, "gate_up"))
+			return &L->moe.gate_up[e];
+		if (!strcmp(what, "down"))
+			return &L->moe.down[e];
+	}
+	return NULL;
+}
+
 const struct ms_model_ops ms_model_gpt_oss = {
+	.find_linear = gptoss_find_linear,
 	.arch = "GptOssForCausalLM",
 	.load = gptoss_load,
 	.unload = gptoss_unload,

@@ -25,12 +25,13 @@ const char *ms_model_arch_names(void)
 }
 
 void ms_model_add_group(struct ms_model *m, const char *name, const char *scheme,
-			const char *format, const char *kernel, uint64_t bytes)
+			const char *format, const char *act, const char *kernel, const char *why,
+			uint64_t bytes)
 {
 	for (int i = 0; i < m->n_groups; i++) {
 		struct ms_tensor_group *g = &m->groups[i];
 		if (!strcmp(g->name, name) && !strcmp(g->scheme, scheme) &&
-		    !strcmp(g->format, format) && !strcmp(g->kernel, kernel)) {
+		    !strcmp(g->format, format) && !strcmp(g->act, act) && !strcmp(g->kernel, kernel)) {
 			g->count++;
 			g->bytes += bytes;
 			return;
@@ -42,7 +43,9 @@ void ms_model_add_group(struct ms_model *m, const char *name, const char *scheme
 	snprintf(g->name, sizeof(g->name), "%s", name);
 	g->scheme = scheme;
 	g->format = format;
+	g->act = act;
 	g->kernel = kernel;
+	g->why = why;
 	g->count = 1;
 	g->bytes = bytes;
 }
@@ -67,7 +70,7 @@ int ms_model_load(struct ms_model *m, const char *dir, struct ms_backend *be, st
 	if (!rc) {
 		/* The quant registry reads the same document. */
 		cJSON *root = cJSON_Parse(text);
-		rc = root ? ms_quant_config_init(&m->qcfg, root, err)
+		rc = root ? ms_quant_config_init(&m->qcfg, root, dir, err)
 			  : ms_err_set(err, -EINVAL, "config.json: invalid JSON");
 		cJSON_Delete(root);
 	}
@@ -106,6 +109,11 @@ void ms_model_free(struct ms_model *m)
 	ms_quant_config_free(&m->qcfg);
 	ms_model_config_free(&m->cfg);
 	memset(m, 0, sizeof(*m));
+}
+
+const struct ms_qlinear *ms_model_find_linear(const struct ms_model *m, const char *name)
+{
+	return m->ops && m->ops->find_linear ? m->ops->find_linear(m, name) : NULL;
 }
 
 int ms_seq_init(struct ms_seq *s, struct ms_model *m, int64_t capacity, struct ms_err *err)

@@ -24,7 +24,9 @@ struct ms_tensor_group {
 	char name[48];        /* "attention q/k/v/o", "experts", ... */
 	const char *scheme;   /* quant scheme that loaded it */
 	const char *format;   /* weight format the kernel reads */
+	const char *act;      /* activation quantization */
 	const char *kernel;   /* kernel chosen at load */
+	const char *why;      /* why that kernel */
 	int count;            /* matrices in the group */
 	uint64_t bytes;       /* weight bytes streamed per full read */
 };
@@ -44,6 +46,8 @@ struct ms_model_ops {
 	 * gets [n, V] when all_logits, else [V] for the last token. */
 	int (*forward)(struct ms_model *m, void *state, int64_t n_past, const int32_t *tokens,
 		       int64_t n, float *logits, bool all_logits, struct ms_err *err);
+	/* A loaded projection by module name, or NULL. (optional) */
+	const struct ms_qlinear *(*find_linear)(const struct ms_model *m, const char *name);
 };
 
 struct ms_model {
@@ -54,6 +58,7 @@ struct ms_model {
 	struct ms_backend *be;        /* borrowed: outlives the model */
 	struct ms_tensor_group groups[MS_MAX_GROUPS];
 	int n_groups;
+	const char *moe_layout;       /* expert layout family found on disk */
 	double load_seconds;
 	void *impl;                   /* the architecture's weights */
 };
@@ -69,7 +74,12 @@ const char *ms_model_arch_names(void);
 
 /* Add (or extend) an inspect group. */
 void ms_model_add_group(struct ms_model *m, const char *name, const char *scheme,
-			const char *format, const char *kernel, uint64_t bytes);
+			const char *format, const char *act, const char *kernel, const char *why,
+			uint64_t bytes);
+
+/* A loaded projection by module name (see the architecture's find_linear),
+ * or NULL. */
+const struct ms_qlinear *ms_model_find_linear(const struct ms_model *m, const char *name);
 
 /* One sequence being decoded: its position and KV state. */
 struct ms_seq {

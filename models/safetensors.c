@@ -449,6 +449,20 @@ const struct ms_tensor *ms_checkpoint_find(const struct ms_checkpoint *ck, const
 	return bsearch(&key, ck->tensors, ck->n_tensors, sizeof(key), cmp_tensor);
 }
 
+bool ms_checkpoint_has_prefix(const struct ms_checkpoint *ck, const char *prefix)
+{
+	/* lower bound of prefix in the sorted names */
+	size_t lo = 0, hi = ck->n_tensors, n = strlen(prefix);
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (strcmp(ck->tensors[mid].name, prefix) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < ck->n_tensors && strncmp(ck->tensors[lo].name, prefix, n) == 0;
+}
+
 const char *ms_checkpoint_file_of(const struct ms_checkpoint *ck, const struct ms_tensor *t)
 {
 	return ck->files[t->file].path;

@@ -73,6 +73,9 @@ int ms_checkpoint_open_file(struct ms_checkpoint *ck, const char *path, struct m
 /* NULL when absent. */
 const struct ms_tensor *ms_checkpoint_find(const struct ms_checkpoint *ck, const char *name);
 
+/* Does any tensor name start with prefix? */
+bool ms_checkpoint_has_prefix(const struct ms_checkpoint *ck, const char *prefix);
+
 /* Look up a tensor the model needs and check it: missing, wrong dtype
  * (unless dtype is MS_DTYPE_ANY) or a shape other than shape[0..ndim) is an
  * error naming the file and the tensor. */

@@ -39,22 +39,30 @@ static int load_moe(const struct ms_quant_config *qc, const struct ms_checkpoint
 	snprintf(name, sizeof(name), "%s.down_proj_scales", prefix);
 	if ((rc = ms_checkpoint_get(ck, name, MS_DTYPE_U8, 3, (int64_t[]){E, H, gi}, &dns, err)))
 		return rc;
-	if ((rc = ms_qmoe_init(m, ck, prefix, E, H, I, err)))
+	if ((rc = ms_qmoe_init_fused(m, ck, prefix, E, H, I, err)))
 		return rc;
+	/* E8M0 0xFF is NaN in OCP MX: refuse it rather than compute 2^128. */
+	const struct ms_tensor *sc[2] = {gus, dns};
+	for (int i = 0; i < 2; i++)
+		if (memchr(sc[i]->data, 0xFF, sc[i]->nbytes))
+			return ms_err_set(err, -EBADMSG,
+					  "%s: tensor \"%s\" holds the E8M0 byte 0xFF (NaN scale)",
+					  ms_checkpoint_file_of(ck, sc[i]), i ? "down_proj_scales"
+									      : "gate_up_proj_scales");
 	const uint8_t *gb = gub->data, *gs = gus->data, *db = dnb->data, *ds = dns->data;
 	for (int64_t e = 0; e < E; e++) {
-		m->gate_up[e] = (struct ms_wmat){
+		m->gate_up[e].w = (struct ms_wmat){
 			.fmt = MS_WFMT_MXFP4, .rows = 2 * I, .cols = H,
 			.w = gb + (size_t)(e * 2 * I * gh * 16), .row_bytes = (size_t)gh * 16,
 			.scales = gs + (size_t)(e * 2 * I * gh), .scale_row_bytes = (size_t)gh};
-		m->down[e] = (struct ms_wmat){
+		m->down[e].w = (struct ms_wmat){
 			.fmt = MS_WFMT_MXFP4, .rows = H, .cols = I,
 			.w = db + (size_t)(e * H * gi * 16), .row_bytes = (size_t)gi * 16,
 			.scales = ds + (size_t)(e * H * gi), .scale_row_bytes = (size_t)gi};
+		if ((rc = ms_qlinear_set_kernel(&m->gate_up[e], be, prefix, err)) ||
+		    (rc = ms_qlinear_set_kernel(&m->down[e], be, prefix, err)))
+			return rc;
 	}
-	m->kernel_gate_up = m->kernel_down = ms_backend_find_kernel(be, MS_WFMT_MXFP4);
-	if (!m->kernel_gate_up)
-		return ms_err_set(err, -ENOTSUP, "%s: no kernel for mxfp4 experts", prefix);
 	return 0;
 }
 
@@ -63,11 +71,11 @@ const struct ms_quant_scheme ms_scheme_mxfp4 = {
 	.load_moe = load_moe,
 };
 
-static int mxfp4_scheme_for(const struct ms_quant_config *qc, const char *prefix,
-			    enum ms_qkind kind, const struct ms_quant_scheme **out,
-			    struct ms_err *err)
+static int mxfp4_scheme_for(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
+			    const char *prefix, enum ms_qkind kind,
+			    const struct ms_quant_scheme **out, struct ms_err *err)
 {
-	(void)err;
+	(void)err, (void)ck;
 	if (kind == MS_QKIND_MOE && !ms_quant_not_converted(qc, prefix))
 		*out = &ms_scheme_mxfp4;
 	else

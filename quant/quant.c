@@ -1,17 +1,24 @@
 /*
- * quant.c: the method registry and what all schemes share.
+ * quant.c: the method registry, config sources, and what all schemes share.
  */
 #include "quant.h"
 
 #include <fnmatch.h>
+#include <math.h>
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "model-config.h" /* ms_read_file */
 
 /* The registry. To add a method: one line here, one file beside this one. */
 static const struct ms_quant_method *const methods[] = {
 	&ms_quant_none,
 	&ms_quant_mxfp4,
+	&ms_quant_gptq,
+	&ms_quant_awq,
+	&ms_quant_quark,
 };
 #define N_METHODS (sizeof(methods) / sizeof(methods[0]))
 
@@ -41,14 +48,74 @@ enum ms_wfmt ms_wfmt_from_dtype(enum ms_dtype dt)
 	}
 }
 
-static int parse_not_convert(struct ms_quant_config *qc, const cJSON *q, struct ms_err *err)
+/* ---- JSON helpers ---- */
+
+static const cJSON *jfield(const cJSON *o, const char *name)
 {
-	const cJSON *nc = cJSON_GetObjectItemCaseSensitive(q, "modules_to_not_convert");
-	if (!nc || cJSON_IsNull(nc))
+	const cJSON *it = name ? cJSON_GetObjectItemCaseSensitive(o, name) : NULL;
+	return (it && !cJSON_IsNull(it)) ? it : NULL;
+}
+
+int ms_qjson_int(const cJSON *o, const char *where, const char *name, const char *alias,
+		 bool required, int64_t dflt, int64_t *out, struct ms_err *err)
+{
+	const cJSON *it = jfield(o, name);
+	const char *nm = name;
+	if (!it && alias && (it = jfield(o, alias)))
+		nm = alias;
+	if (!it) {
+		if (required)
+			return ms_err_set(err, -EINVAL, "%s: missing field \"%s\"", where, name);
+		*out = dflt;
+		return 0;
+	}
+	if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) ||
+	    fabs(it->valuedouble) > 1e9)
+		return ms_err_set(err, -EINVAL, "%s: \"%s\" must be an integer", where, nm);
+	*out = (int64_t)it->valuedouble;
+	return 0;
+}
+
+int ms_qjson_bool(const cJSON *o, const char *where, const char *name, bool dflt, bool *out,
+		  struct ms_err *err)
+{
+	const cJSON *it = jfield(o, name);
+	if (!it) {
+		*out = dflt;
+		return 0;
+	}
+	if (!cJSON_IsBool(it))
+		return ms_err_set(err, -EINVAL, "%s: \"%s\" must be true or false", where, name);
+	*out = cJSON_IsTrue(it);
+	return 0;
+}
+
+int ms_qjson_str(const cJSON *o, const char *where, const char *name, bool required,
+		 const char **out, struct ms_err *err)
+{
+	const cJSON *it = jfield(o, name);
+	*out = NULL;
+	if (!it) {
+		if (required)
+			return ms_err_set(err, -EINVAL, "%s: missing field \"%s\"", where, name);
+		return 0;
+	}
+	if (!cJSON_IsString(it))
+		return ms_err_set(err, -EINVAL, "%s: \"%s\" must be a string", where, name);
+	*out = it->valuestring;
+	return 0;
+}
+
+/* ---- config sources ---- */
+
+static int parse_not_convert(struct ms_quant_config *qc, const cJSON *q, const char *where,
+			     struct ms_err *err)
+{
+	const cJSON *nc = jfield(q, "modules_to_not_convert");
+	if (!nc)
 		return 0;
 	if (!cJSON_IsArray(nc))
-		return ms_err_set(err, -EINVAL,
-				  "config.json: \"quantization_config.modules_to_not_convert\" must be a list");
+		return ms_err_set(err, -EINVAL, "%s: \"modules_to_not_convert\" must be a list", where);
 	int n = cJSON_GetArraySize(nc);
 	qc->not_convert = calloc((size_t)n + 1, sizeof(char *));
 	if (!qc->not_convert)
@@ -56,44 +123,93 @@ static int parse_not_convert(struct ms_quant_config *qc, const cJSON *q, struct 
 	const cJSON *it;
 	cJSON_ArrayForEach(it, nc) {
 		if (!cJSON_IsString(it))
-			return ms_err_set(err, -EINVAL,
-					  "config.json: \"quantization_config.modules_to_not_convert[%d]\" "
-					  "is not a string", qc->n_not_convert);
+			return ms_err_set(err, -EINVAL, "%s: \"modules_to_not_convert[%d]\" is not a string",
+					  where, qc->n_not_convert);
 		if (!(qc->not_convert[qc->n_not_convert++] = strdup(it->valuestring)))
 			return ms_err_set(err, -ENOMEM, "out of memory");
 	}
 	return 0;
 }
 
-int ms_quant_config_init(struct ms_quant_config *qc, const cJSON *root, struct ms_err *err)
+/* Older GPTQ/AWQ checkpoints carry their config beside config.json. Without
+ * a quant_method in it, the keys tell: AutoAWQ writes w_bit/q_group_size,
+ * AutoGPTQ bits/group_size. */
+static int read_standalone(const char *dir, cJSON **out, const char **source, struct ms_err *err)
+{
+	static const char *const names[] = {"quantize_config.json", "quant_config.json"};
+	*out = NULL;
+	for (size_t i = 0; i < 2; i++) {
+		char path[4096], *text;
+		snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+		FILE *f = fopen(path, "rb");
+		if (!f)
+			continue;
+		fclose(f);
+		int rc = ms_read_file(path, &text, NULL, err);
+		if (rc)
+			return rc;
+		cJSON *j = cJSON_Parse(text);
+		free(text);
+		if (!j || !cJSON_IsObject(j)) {
+			cJSON_Delete(j);
+			return ms_err_set(err, -EINVAL, "%s: not a JSON object", path);
+		}
+		if (!cJSON_GetObjectItemCaseSensitive(j, "quant_method")) {
+			bool awq = cJSON_GetObjectItemCaseSensitive(j, "w_bit") ||
+				   cJSON_GetObjectItemCaseSensitive(j, "q_group_size") ||
+				   cJSON_GetObjectItemCaseSensitive(j, "zero_point");
+			cJSON_AddStringToObject(j, "quant_method", awq ? "awq" : "gptq");
+		}
+		*out = j;
+		*source = names[i];
+		return 0;
+	}
+	return 0;
+}
+
+int ms_quant_config_init(struct ms_quant_config *qc, const cJSON *root, const char *dir,
+			 struct ms_err *err)
 {
 	memset(qc, 0, sizeof(*qc));
-	const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
-	if (q && cJSON_IsNull(q))
-		q = NULL;
+	const cJSON *q = jfield(root, "quantization_config");
+	cJSON *standalone = NULL;
+	qc->source = "config.json";
+	if (!q && dir) {
+		int rc = read_standalone(dir, &standalone, &qc->source, err);
+		if (rc)
+			return rc;
+		q = standalone;
+	}
+	char where[64];
+	snprintf(where, sizeof(where), "%s%s", qc->source,
+		 standalone ? "" : ": \"quantization_config\"");
 	const char *name = "none";
 	if (q) {
 		const cJSON *m = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
-		if (!cJSON_IsObject(q) || !cJSON_IsString(m))
-			return ms_err_set(err, -EINVAL,
-					  "config.json: \"quantization_config.quant_method\" is missing or "
-					  "not a string");
+		if (!cJSON_IsObject(q) || !cJSON_IsString(m)) {
+			cJSON_Delete(standalone);
+			return ms_err_set(err, -EINVAL, "%s: \"quant_method\" is missing or not a string",
+					  where);
+		}
 		name = m->valuestring;
 	}
+	int rc = -ENOTSUP;
 	for (size_t i = 0; i < N_METHODS; i++) {
 		if (strcmp(methods[i]->name, name))
 			continue;
 		qc->method = methods[i];
-		int rc = q ? parse_not_convert(qc, q, err) : 0;
+		rc = q ? parse_not_convert(qc, q, where, err) : 0;
 		if (!rc && qc->method->parse)
 			rc = qc->method->parse(qc, q, err);
-		if (rc)
-			ms_quant_config_free(qc);
-		return rc;
+		break;
 	}
-	return ms_err_set(err, -ENOTSUP,
-			  "config.json: unknown \"quantization_config.quant_method\" \"%s\" (known: %s)",
-			  name, ms_quant_method_names());
+	if (rc == -ENOTSUP && !qc->method)
+		ms_err_set(err, -ENOTSUP, "%s: unknown \"quant_method\" \"%s\" (known: %s)", where, name,
+			   ms_quant_method_names());
+	cJSON_Delete(standalone);
+	if (rc)
+		ms_quant_config_free(qc);
+	return rc;
 }
 
 void ms_quant_config_free(struct ms_quant_config *qc)
@@ -108,41 +224,61 @@ void ms_quant_config_free(struct ms_quant_config *qc)
 	memset(qc, 0, sizeof(*qc));
 }
 
+/* ---- name matching ---- */
+
+bool ms_quant_name_matches(const char *p, const char *module)
+{
+	if (strncmp(p, "re:", 3) == 0) {
+		char anchored[1024];
+		regex_t re;
+		snprintf(anchored, sizeof(anchored), "^(%s)", p + 3);
+		if (regcomp(&re, anchored, REG_EXTENDED | REG_NOSUB))
+			return false; /* checked at parse time by the methods that use it */
+		bool hit = regexec(&re, module, 0, NULL, 0) == 0;
+		regfree(&re);
+		return hit;
+	}
+	size_t pl = strlen(p);
+	if (fnmatch(p, module, 0) == 0)
+		return true;
+	if (strncmp(module, p, pl) == 0 && module[pl] == '.')
+		return true; /* a parent module */
+	char sub[1024];
+	snprintf(sub, sizeof(sub), "%s.*", p);
+	return fnmatch(sub, module, 0) == 0;
+}
+
 bool ms_quant_not_converted(const struct ms_quant_config *qc, const char *module)
 {
 	for (int i = 0; i < qc->n_not_convert; i++) {
-		const char *p = qc->not_convert[i];
-		size_t pl = strlen(p);
-		char sub[512];
-		/* the module itself, or anything inside it */
-		if (fnmatch(p, module, 0) == 0)
+		if (qc->not_convert_substring && strstr(module, qc->not_convert[i]))
 			return true;
-		if (strncmp(module, p, pl) == 0 && module[pl] == '.')
-			return true;
-		snprintf(sub, sizeof(sub), "%s.*", p);
-		if (fnmatch(sub, module, 0) == 0)
+		if (ms_quant_name_matches(qc->not_convert[i], module))
 			return true;
 	}
 	return false;
 }
 
-static int load_via(const struct ms_quant_config *qc, const char *prefix, enum ms_qkind kind,
-		    const struct ms_quant_scheme **s, struct ms_err *err)
+bool ms_quant_has_prefix(const struct ms_checkpoint *ck, const char *prefix)
 {
-	int rc = qc->method->scheme_for(qc, prefix, kind, s, err);
-	if (!rc && !(kind == MS_QKIND_LINEAR ? (*s)->load_linear != NULL : (*s)->load_moe != NULL))
-		rc = ms_err_set(err, -ENOTSUP, "%s: scheme %s cannot load a %s", prefix, (*s)->name,
-				kind == MS_QKIND_LINEAR ? "linear layer" : "MoE layer");
-	return rc;
+	return ms_checkpoint_has_prefix(ck, prefix);
 }
 
+/* ---- loading ---- */
+
 int ms_quant_load_linear(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
-			 const char *prefix, int64_t out, int64_t in, bool has_bias,
-			 struct ms_backend *be, struct ms_qlinear *l, struct ms_err *err)
+			 const char *prefix, enum ms_qkind kind, int64_t out, int64_t in,
+			 bool has_bias, struct ms_backend *be, struct ms_qlinear *l,
+			 struct ms_err *err)
 {
-	const struct ms_quant_scheme *s;
+	const struct ms_quant_scheme *s = &ms_scheme_unquantized;
 	memset(l, 0, sizeof(*l));
-	int rc = load_via(qc, prefix, MS_QKIND_LINEAR, &s, err);
+	int rc = 0;
+	if (kind != MS_QKIND_EMBEDDING)
+		rc = qc->method->scheme_for(qc, ck, prefix, MS_QKIND_LINEAR, &s, err);
+	if (!rc && !s->load_linear)
+		rc = ms_err_set(err, -ENOTSUP, "%s: scheme %s cannot load a linear layer", prefix,
+				s->name);
 	if (!rc)
 		rc = s->load_linear(qc, ck, prefix, out, in, has_bias, be, l, err);
 	if (rc) {
@@ -153,41 +289,52 @@ int ms_quant_load_linear(const struct ms_quant_config *qc, const struct ms_check
 	return 0;
 }
 
-int ms_quant_load_moe(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
-		      const char *prefix, int64_t n_experts, int64_t hidden, int64_t inter,
-		      struct ms_backend *be, struct ms_qmoe *m, struct ms_err *err)
+int ms_qlinear_set_kernel(struct ms_qlinear *l, struct ms_backend *be, const char *prefix,
+			  struct ms_err *err)
 {
-	const struct ms_quant_scheme *s;
-	memset(m, 0, sizeof(*m));
-	int rc = load_via(qc, prefix, MS_QKIND_MOE, &s, err);
-	if (!rc)
-		rc = s->load_moe(qc, ck, prefix, n_experts, hidden, inter, be, m, err);
-	if (rc) {
-		ms_qmoe_free(m);
-		return rc;
-	}
-	m->scheme = s->name;
+	l->kernel = ms_backend_find_kernel(be, l->w.fmt);
+	if (!l->kernel)
+		return ms_err_set(err, -ENOTSUP, "%s: no kernel computes %s weights", prefix,
+				  ms_wfmt_name(l->w.fmt));
+	l->why = ms_backend_kernel_reason(be, l->w.fmt);
 	return 0;
 }
 
-int ms_qmoe_init(struct ms_qmoe *m, const struct ms_checkpoint *ck, const char *prefix,
-		 int64_t E, int64_t H, int64_t I, struct ms_err *err)
+int ms_qlinear_load_bias(struct ms_qlinear *l, const struct ms_checkpoint *ck, const char *prefix,
+			 int64_t out, bool has_bias, struct ms_err *err)
 {
+	if (!has_bias)
+		return 0;
 	char name[512];
-	int rc;
-	m->n_experts = E;
-	m->hidden = H;
-	m->inter = I;
-	snprintf(name, sizeof(name), "%s.gate_up_proj_bias", prefix);
-	if ((rc = ms_checkpoint_get_f32(ck, name, 2, (int64_t[]){E, 2 * I}, &m->gate_up_bias, err)))
+	snprintf(name, sizeof(name), "%s.bias", prefix);
+	return ms_checkpoint_get_f32(ck, name, 1, (int64_t[]){out}, &l->bias, err);
+}
+
+int ms_quant_read_scale(const struct ms_checkpoint *ck, const char *name, float *out,
+			struct ms_err *err)
+{
+	const struct ms_tensor *t = ms_checkpoint_find(ck, name);
+	if (!t)
+		return ms_err_set(err, -ENOENT, "%s: tensor \"%s\" is missing from the checkpoint",
+				  ck->dir ? ck->dir : "checkpoint", name);
+	int64_t count = 1;
+	for (int i = 0; i < t->ndim; i++)
+		count *= t->shape[i];
+	if (count != 1) {
+		char sb[128];
+		return ms_err_set(err, -EBADMSG, "%s: tensor \"%s\" has shape %s, expected a scalar",
+				  ms_checkpoint_file_of(ck, t), name,
+				  ms_shape_str(sb, sizeof(sb), t->ndim, t->shape));
+	}
+	float *v;
+	int rc = ms_checkpoint_get_f32(ck, name, t->ndim, t->shape, &v, err);
+	if (rc)
 		return rc;
-	snprintf(name, sizeof(name), "%s.down_proj_bias", prefix);
-	if ((rc = ms_checkpoint_get_f32(ck, name, 2, (int64_t[]){E, H}, &m->down_bias, err)))
-		return rc;
-	m->gate_up = calloc((size_t)E, sizeof(*m->gate_up));
-	m->down = calloc((size_t)E, sizeof(*m->down));
-	if (!m->gate_up || !m->down)
-		return ms_err_set(err, -ENOMEM, "%s: out of memory", prefix);
+	*out = v[0];
+	free(v);
+	if (!isfinite(*out) || *out <= 0)
+		return ms_err_set(err, -EBADMSG, "%s: tensor \"%s\" holds %g, not a positive finite scale",
+				  ms_checkpoint_file_of(ck, t), name, (double)*out);
 	return 0;
 }
 
@@ -196,7 +343,8 @@ void ms_qlinear_free(struct ms_qlinear *l)
 	if (!l)
 		return;
 	free(l->bias);
-	free(l->owned);
+	for (int i = 0; i < MS_QLINEAR_OWNED; i++)
+		free(l->owned[i]);
 	memset(l, 0, sizeof(*l));
 }
 
@@ -204,16 +352,131 @@ void ms_qmoe_free(struct ms_qmoe *m)
 {
 	if (!m)
 		return;
+	for (int64_t e = 0; e < m->n_experts; e++) {
+		if (m->gate_up)
+			ms_qlinear_free(&m->gate_up[e]);
+		if (m->down)
+			ms_qlinear_free(&m->down[e]);
+	}
 	free(m->gate_up);
 	free(m->down);
-	free(m->gate_up_bias);
-	free(m->down_bias);
 	free(m->owned);
 	memset(m, 0, sizeof(*m));
 }
 
+/* ---- applying ---- */
+
 void ms_qlinear_apply(struct ms_backend *be, const struct ms_qlinear *l, const float *x,
 		      int64_t n, float *y)
 {
-	ms_backend_gemm(be, l->kernel, &l->w, x, n, y, l->bias);
+	if (l->act.kind == MS_ACTQ_NONE) {
+		ms_backend_gemm(be, l->kernel, &l->w, x, n, y, l->bias);
+		return;
+	}
+	int64_t K = l->w.cols, N = l->w.rows;
+	float *xq = malloc((size_t)(n * K) * sizeof(float));
+	float *rs = malloc((size_t)n * sizeof(float));
+	if (!xq || !rs) {
+		/* Out of memory mid-forward: fail loud rather than compute garbage
+		 * (a daemon is sized so that this does not happen). */
+		abort();
+	}
+	ms_actq_apply(&l->act, x, K, n, K, xq, rs);
+	ms_backend_gemm(be, l->kernel, &l->w, xq, n, y, NULL);
+	for (int64_t t = 0; t < n; t++)
+		for (int64_t r = 0; r < N; r++)
+			y[t * N + r] = y[t * N + r] * rs[t] + (l->bias ? l->bias[r] : 0.0f);
+	free(xq);
+	free(rs);
+}
+
+/* ---- splicing rows of two matrices ---- */
+
+/* Source group map of a matrix whose rows share one (all our loaders make
+ * such matrices); NULL when groups are natural. */
+static const int32_t *shared_g_idx(const struct ms_wmat *w, bool *ok)
+{
+	*ok = true;
+	if (!w->row_g_idx)
+		return NULL;
+	for (int64_t r = 1; r < w->rows; r++)
+		*ok &= w->row_g_idx[r] == w->row_g_idx[0];
+	return w->row_g_idx[0];
+}
+
+int ms_qlinear_splice_rows(struct ms_qlinear *dst, const struct ms_qlinear *a,
+			   const struct ms_qlinear *b, const int64_t *map, int64_t rows,
+			   const char *what, struct ms_err *err)
+{
+	const struct ms_wmat *wa = &a->w, *wb = &b->w;
+	memset(dst, 0, sizeof(*dst));
+	bool oka, okb;
+	const int32_t *ga = shared_g_idx(wa, &oka), *gb = shared_g_idx(wb, &okb);
+	if (wa->fmt != wb->fmt || wa->cols != wb->cols || wa->row_bytes != wb->row_bytes ||
+	    wa->scale_row_bytes != wb->scale_row_bytes || wa->bits != wb->bits ||
+	    wa->group_size != wb->group_size || wa->n_groups != wb->n_groups ||
+	    a->act.kind != b->act.kind || a->act.scale != b->act.scale || !a->bias != !b->bias ||
+	    !oka || !okb)
+		return ms_err_set(err, -ENOTSUP,
+				  "%s: its two parts are stored differently (%s, %s activations vs %s, "
+				  "%s activations, or other group sizes): cannot fuse them",
+				  what, ms_wfmt_name(wa->fmt), ms_actq_name(a->act.kind),
+				  ms_wfmt_name(wb->fmt), ms_actq_name(b->act.kind));
+	size_t rb = wa->row_bytes, sb = wa->scale_row_bytes, G = (size_t)wa->n_groups;
+	size_t K = (size_t)wa->cols;
+	bool intq = wa->fmt == MS_WFMT_INTQ;
+	size_t nfs = intq ? G : (wa->fmt == MS_WFMT_FP8 ? 1 : 0);
+	uint8_t *wbuf = malloc((size_t)rows * rb + 1);
+	uint8_t *sbuf = sb ? malloc((size_t)rows * sb) : NULL;
+	float *fs = nfs ? malloc((size_t)rows * nfs * sizeof(float)) : NULL;
+	float *fz = intq ? malloc((size_t)rows * G * sizeof(float)) : NULL;
+	/* Group maps: a row pointer per row, then a copy of each side's map, in
+	 * one block, so the spliced matrix outlives a and b. */
+	bool maps = intq && (ga || gb);
+	void *gblk = maps ? malloc((size_t)rows * sizeof(int32_t *) + 2 * K * sizeof(int32_t)) : NULL;
+	dst->owned[0] = wbuf, dst->owned[1] = sbuf, dst->owned[2] = fs, dst->owned[3] = fz;
+	dst->owned[4] = gblk;
+	if (a->bias)
+		dst->bias = malloc((size_t)rows * sizeof(float));
+	if (!wbuf || (sb && !sbuf) || (nfs && !fs) || (intq && !fz) || (maps && !gblk) ||
+	    (a->bias && !dst->bias)) {
+		ms_qlinear_free(dst);
+		return ms_err_set(err, -ENOMEM, "%s: out of memory", what);
+	}
+	const int32_t **rg = gblk;
+	int32_t *gcopy = maps ? (int32_t *)(rg + rows) : NULL;
+	for (int side = 0; maps && side < 2; side++) {
+		const int32_t *g = side ? gb : ga;
+		for (size_t k = 0; k < K; k++)
+			gcopy[side * K + k] = g ? g[k] : (int32_t)((int64_t)k / wa->group_size);
+	}
+	for (int64_t i = 0; i < rows; i++) {
+		bool from_a = map[i] >= 0;
+		const struct ms_qlinear *sl = from_a ? a : b;
+		const struct ms_wmat *src = &sl->w;
+		int64_t r = from_a ? map[i] : -map[i] - 1;
+		memcpy(wbuf + (size_t)i * rb, src->w + (size_t)r * rb, rb);
+		if (sb)
+			memcpy(sbuf + (size_t)i * sb, src->scales + (size_t)r * sb, sb);
+		if (nfs)
+			memcpy(fs + (size_t)i * nfs, src->fscale + (size_t)r * nfs, nfs * sizeof(float));
+		if (fz)
+			memcpy(fz + (size_t)i * G, src->fzero + (size_t)r * G, G * sizeof(float));
+		if (maps)
+			rg[i] = gcopy + (from_a ? 0 : K);
+		if (dst->bias)
+			dst->bias[i] = sl->bias[r];
+	}
+	dst->w = *wa;
+	dst->w.rows = rows;
+	dst->w.w = wbuf;
+	dst->w.scales = sbuf;
+	dst->w.fscale = fs;
+	dst->w.fzero = fz;
+	dst->w.row_g_idx = maps ? (const int32_t *const *)rg : NULL;
+	dst->kernel = a->kernel;
+	dst->why = a->why;
+	dst->act = a->act;
+	dst->scheme = a->scheme;
+	return 0;
 }

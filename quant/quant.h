@@ -1,17 +1,19 @@
 /*
  * quant.h: the quantization registry.
  *
- * A *method* is what config.json's quantization_config.quant_method names:
- * it parses and checks that config early, and says which *scheme* loads each
- * module (a linear projection or a layer's MoE experts). A scheme knows one
- * checkpoint format: which tensors a module needs (names, shapes, dtypes,
- * all checked), and how to repack them after loading into the layout of the
- * kernel the backend chose at start-up. Applying a loaded module is then just
- * that kernel: no format or CPU branch runs per token.
+ * A *method* is what quantization_config.quant_method names (or the
+ * standalone quantize_config.json / quant_config.json of older GPTQ and AWQ
+ * checkpoints): it parses and checks that config early, and says which
+ * *scheme* loads each module (a linear projection or a layer's experts). A
+ * scheme knows one checkpoint format: the tensors a module needs (checked by
+ * name, shape and dtype) and how to repack them after loading into the
+ * layout of the kernel the backend chose at start-up. Applying a loaded
+ * module is then its kernel: no format or CPU branch runs per token.
  *
  * How to add a format: write quant/<name>.c defining a
- * `const struct ms_quant_method ms_quant_<name>` (and its schemes), and add
- * one line to the registry table in quant.c.
+ * `const struct ms_quant_method ms_quant_<name>` (and its schemes), declare
+ * it below, and add one line to the registry table in quant.c (and the file
+ * to quant/meson.build).
  */
 #ifndef MS_QUANT_H
 #define MS_QUANT_H
@@ -20,49 +22,54 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "actq.h"
 #include "backend.h"
 #include "ms-error.h"
 #include "safetensors.h"
 
 struct ms_quant_config;
 
-/* One [out, in] projection, y = x W^T + b. */
+#define MS_QLINEAR_OWNED 5
+
+/* One [out, in] projection: y = act(x) W^T * row_scale + b. */
 struct ms_qlinear {
 	const char *scheme;             /* scheme that loaded it */
 	struct ms_wmat w;
-	const struct ms_kernel *kernel; /* chosen in process_after_loading */
+	const struct ms_kernel *kernel; /* chosen when loading */
+	const char *why;                /* why that kernel (inspect) */
 	float *bias;                    /* [out] fp32, owned; NULL when none */
-	void *owned;                    /* repacked weights, or NULL when zero-copy */
+	struct ms_actq act;             /* input quantization (NONE for most) */
+	void *owned[MS_QLINEAR_OWNED];  /* buffers this layer owns (repacked data) */
 };
 
-/* The experts of one MoE layer, gpt-oss style: gate/up fused with gate on
- * even rows and up on odd rows (the checkpoint's interleaving, kept). */
+/* The experts of one MoE layer in the one layout the kernels use: per
+ * expert, gate_up [2I, H] with gate on even rows and up on odd rows (the
+ * interleaving of the original checkpoint), and down [H, I]. */
 struct ms_qmoe {
-	const char *scheme;
+	const char *scheme;             /* scheme of expert 0 (inspect) */
+	const char *layout;             /* the checkpoint's expert layout family */
 	int64_t n_experts, hidden, inter;
-	struct ms_wmat *gate_up;        /* [E], each [2I, H] */
-	struct ms_wmat *down;           /* [E], each [H, I] */
-	float *gate_up_bias;            /* [E * 2I] fp32, owned */
-	float *down_bias;               /* [E * H] fp32, owned */
-	const struct ms_kernel *kernel_gate_up, *kernel_down;
-	void *owned;                    /* repacked weights, or NULL */
+	struct ms_qlinear *gate_up;     /* [E] */
+	struct ms_qlinear *down;        /* [E] */
+	void *owned;                    /* storage the experts share, or NULL */
 };
 
 enum ms_qkind {
-	MS_QKIND_LINEAR,
-	MS_QKIND_MOE,
+	MS_QKIND_LINEAR,     /* a projection (attention, router, lm_head, an expert's part) */
+	MS_QKIND_MOE,        /* all experts of a layer stored as 3-D tensors */
+	MS_QKIND_EMBEDDING,  /* rows looked up, never quantized by any producer */
 };
 
 struct ms_quant_scheme {
 	const char *name;
-	/* Bind and check the tensors of the linear layer `prefix` (prefix.weight
-	 * [out, in], prefix.bias [out] when has_bias), then repack them for
-	 * the backend's kernel. (optional: NULL = this scheme has no linears) */
+	/* Bind and check the tensors of the linear layer `prefix` ([out, in],
+	 * plus prefix.bias [out] when has_bias) and repack them for the
+	 * backend's kernel. (optional: NULL = no linears) */
 	int (*load_linear)(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
 			   const char *prefix, int64_t out, int64_t in, bool has_bias,
 			   struct ms_backend *be, struct ms_qlinear *l, struct ms_err *err);
-	/* Same for the experts at `prefix` (model.layers.N.mlp.experts).
-	 * (optional: NULL = this scheme has no MoE path) */
+	/* Experts stored as 3-D tensors under `prefix` (model.layers.N.mlp.experts).
+	 * (optional: NULL = this scheme's experts are stored per expert) */
 	int (*load_moe)(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
 			const char *prefix, int64_t n_experts, int64_t hidden, int64_t inter,
 			struct ms_backend *be, struct ms_qmoe *m, struct ms_err *err);
@@ -70,69 +77,126 @@ struct ms_quant_scheme {
 
 struct ms_quant_method {
 	const char *name;  /* quant_method value; "none" for unquantized */
-	/* Parse and validate quantization_config (NULL when the checkpoint
-	 * has none). (optional) */
+	/* Parse and validate the config object (NULL for "none"). (optional) */
 	int (*parse)(struct ms_quant_config *qc, const cJSON *qcfg, struct ms_err *err);
-	/* Scheme for module `prefix` of this kind; errors when no scheme can
-	 * load it (naming the field and value). */
-	int (*scheme_for)(const struct ms_quant_config *qc, const char *prefix, enum ms_qkind kind,
-			  const struct ms_quant_scheme **out, struct ms_err *err);
+	/* Scheme for module `prefix` of this kind. The checkpoint is there to
+	 * tell which modules a producer really quantized (GPTQ/AWQ: those with a
+	 * qweight). Errors name the field and value when no scheme can load it. */
+	int (*scheme_for)(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
+			  const char *prefix, enum ms_qkind kind, const struct ms_quant_scheme **out,
+			  struct ms_err *err);
 	void (*free)(struct ms_quant_config *qc); /* (optional) */
 };
 
 struct ms_quant_config {
 	const struct ms_quant_method *method;
+	const char *source;   /* "config.json", "quantize_config.json", ... */
 	char **not_convert;   /* modules_to_not_convert patterns */
 	int n_not_convert;
+	bool not_convert_substring; /* AWQ: an entry matches anywhere in the name */
 	void *priv;           /* method-specific */
 };
 
-/* Pick the method from config.json's root object (its quantization_config,
- * if any) and parse it. An unknown quant_method is an error listing the
- * known ones. */
-int ms_quant_config_init(struct ms_quant_config *qc, const cJSON *config_root,
+/* Pick the method: config.json's quantization_config (config_root is the
+ * parsed config.json), else a standalone quantize_config.json or
+ * quant_config.json in dir, else "none"; then parse it. An unknown
+ * quant_method is an error listing the known ones. */
+int ms_quant_config_init(struct ms_quant_config *qc, const cJSON *config_root, const char *dir,
 			 struct ms_err *err);
 void ms_quant_config_free(struct ms_quant_config *qc);
 
 /* Load module `prefix` through whichever scheme the method assigns. */
 int ms_quant_load_linear(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
-			 const char *prefix, int64_t out, int64_t in, bool has_bias,
-			 struct ms_backend *be, struct ms_qlinear *l, struct ms_err *err);
+			 const char *prefix, enum ms_qkind kind, int64_t out, int64_t in,
+			 bool has_bias, struct ms_backend *be, struct ms_qlinear *l,
+			 struct ms_err *err);
+
+/* Load the experts of one layer, whatever their layout in the checkpoint
+ * (quant/moe-layout.c): HF 3-D tensors (bf16 or MXFP4 blocks), Quark and
+ * GPTQ per-expert gate_up_proj/down_proj, GPTQModel/Defuser gate_proj and
+ * up_proj halves, older GPTQModel gate_up.E, llm-compressor's true gate and
+ * up. All end in the one interleaved layout of struct ms_qmoe. */
 int ms_quant_load_moe(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
 		      const char *prefix, int64_t n_experts, int64_t hidden, int64_t inter,
 		      struct ms_backend *be, struct ms_qmoe *m, struct ms_err *err);
 
-/* For schemes: set the sizes, load the BF16/F16/F32 expert biases
- * (prefix.gate_up_proj_bias [E, 2I], prefix.down_proj_bias [E, H]) as fp32,
- * and allocate the per-expert matrix arrays. */
-int ms_qmoe_init(struct ms_qmoe *m, const struct ms_checkpoint *ck, const char *prefix,
-		 int64_t E, int64_t H, int64_t I, struct ms_err *err);
-
 void ms_qlinear_free(struct ms_qlinear *l);
 void ms_qmoe_free(struct ms_qmoe *m);
 
-/* y[n, out] = x[n, in] W^T + b on the backend's pool. */
+/* y[n, out] = x[n, in] W^T + b on the backend's pool, with the layer's
+ * activation quantization. */
 void ms_qlinear_apply(struct ms_backend *be, const struct ms_qlinear *l, const float *x,
 		      int64_t n, float *y);
 
-/* True when module name `module` matches a modules_to_not_convert pattern
- * (transformers semantics: the pattern names the module or one of its
- * parents; '*' matches any run of characters). */
+/* Give l the backend's kernel for its format (and the reason); an error
+ * when none exists. */
+int ms_qlinear_set_kernel(struct ms_qlinear *l, struct ms_backend *be, const char *prefix,
+			  struct ms_err *err);
+
+/* A new matrix made of rows of a and b: row i of dst is row map[i] of a
+ * when map[i] >= 0, else row (-map[i] - 1) of b. Formats, widths, groups and
+ * activation quantization of a and b must agree. dst owns copies of
+ * everything; a and b are untouched. Used to rebuild the interleaved gate_up
+ * of checkpoints that store its halves, or the true gate and up, apart. */
+int ms_qlinear_splice_rows(struct ms_qlinear *dst, const struct ms_qlinear *a,
+			   const struct ms_qlinear *b, const int64_t *map, int64_t rows,
+			   const char *what, struct ms_err *err);
+
+/* True when module `module` matches a modules_to_not_convert pattern: the
+ * pattern names the module or one of its parents, '*' matches any run of
+ * characters, and with not_convert_substring an entry anywhere in the name
+ * counts (AutoAWQ's rule). */
 bool ms_quant_not_converted(const struct ms_quant_config *qc, const char *module);
 
-/* ---- the schemes every method may delegate to ---- */
+/* Pattern matching shared by the methods: exact name or parent, fnmatch
+ * glob (also against parents), or "re:<regex>" (POSIX extended, anchored at
+ * the start as Python's re.match). */
+bool ms_quant_name_matches(const char *pattern, const char *module);
+
+/* ---- schemes ---- */
 extern const struct ms_quant_scheme ms_scheme_unquantized;
 extern const struct ms_quant_scheme ms_scheme_mxfp4;
 
-/* Registry entries. */
+/* ---- registry entries ---- */
 extern const struct ms_quant_method ms_quant_none;
 extern const struct ms_quant_method ms_quant_mxfp4;
+extern const struct ms_quant_method ms_quant_gptq;
+extern const struct ms_quant_method ms_quant_awq;
+extern const struct ms_quant_method ms_quant_quark;
 
 /* Comma-separated names of every registered method (for messages). */
 const char *ms_quant_method_names(void);
 
-/* Shared loader helpers for schemes. */
+/* ---- shared helpers for schemes ---- */
 bool ms_dtype_is_float(enum ms_dtype dt);
 enum ms_wfmt ms_wfmt_from_dtype(enum ms_dtype dt);
+
+/* Load prefix.bias [out] into l->bias when has_bias. */
+int ms_qlinear_load_bias(struct ms_qlinear *l, const struct ms_checkpoint *ck, const char *prefix,
+			 int64_t out, bool has_bias, struct ms_err *err);
+
+/* JSON field helpers that name the field (`where` is a prefix such as
+ * "quantization_config.") on error. */
+int ms_qjson_int(const cJSON *o, const char *where, const char *name, const char *alias,
+		 bool required, int64_t dflt, int64_t *out, struct ms_err *err);
+int ms_qjson_bool(const cJSON *o, const char *where, const char *name, bool dflt, bool *out,
+		  struct ms_err *err);
+/* String (or NULL when absent and not required). */
+int ms_qjson_str(const cJSON *o, const char *where, const char *name, bool required,
+		 const char **out, struct ms_err *err);
+
+/* For schemes loading HF 3-D experts: set the sizes, allocate the expert
+ * arrays and load each expert's bias from prefix.gate_up_proj_bias [E, 2I]
+ * and prefix.down_proj_bias [E, H] (any float dtype). */
+int ms_qmoe_init_fused(struct ms_qmoe *m, const struct ms_checkpoint *ck, const char *prefix,
+		       int64_t E, int64_t H, int64_t I, struct ms_err *err);
+
+/* Does the checkpoint hold any tensor whose name starts with prefix? */
+bool ms_quant_has_prefix(const struct ms_checkpoint *ck, const char *prefix);
+
+/* Read a 0-d (or one-element) float tensor as fp32, rejecting non-finite
+ * or non-positive values: activation and weight scales. */
+int ms_quant_read_scale(const struct ms_checkpoint *ck, const char *name, float *out,
+			struct ms_err *err);
 
 #endif

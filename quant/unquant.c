@@ -1,6 +1,6 @@
 /*
  * unquant.c: plain floating-point weights (F32, F16, BF16), and the "none"
- * method used when config.json has no quantization_config.
+ * method used when a checkpoint has no quantization config.
  *
  * Linear weights are used in place from the mapping when their alignment
  * allows (zero-copy); the HF expert tensors are stored transposed
@@ -20,7 +20,7 @@ static int get_float_tensor(const struct ms_checkpoint *ck, const char *name, in
 	if (!rc && !ms_dtype_is_float((*t)->dtype))
 		rc = ms_err_set(err, -EBADMSG,
 				"%s: tensor \"%s\" has dtype %s; an unquantized weight must be F32, F16 "
-				"or BF16 (is quantization_config missing?)",
+				"or BF16 (is the quantization config missing?)",
 				ms_checkpoint_file_of(ck, *t), name, ms_dtype_name((*t)->dtype));
 	return rc;
 }
@@ -42,21 +42,15 @@ static int load_linear(const struct ms_quant_config *qc, const struct ms_checkpo
 	/* Kernels load whole elements: a misaligned tensor (legal in
 	 * safetensors) is copied once instead of read in place. */
 	if ((uintptr_t)t->data % es) {
-		if (posix_memalign(&l->owned, 64, t->nbytes ? t->nbytes : 64))
+		if (posix_memalign(&l->owned[0], 64, t->nbytes ? t->nbytes : 64))
 			return ms_err_set(err, -ENOMEM, "%s: out of memory", name);
-		memcpy(l->owned, t->data, t->nbytes);
-		l->w.w = l->owned;
+		memcpy(l->owned[0], t->data, t->nbytes);
+		l->w.w = l->owned[0];
 		ms_checkpoint_release(ck, t);
 	}
-	l->kernel = ms_backend_find_kernel(be, l->w.fmt);
-	if (!l->kernel)
-		return ms_err_set(err, -ENOTSUP, "%s: no kernel for %s weights", name,
-				  ms_wfmt_name(l->w.fmt));
-	if (has_bias) {
-		snprintf(name, sizeof(name), "%s.bias", prefix);
-		rc = ms_checkpoint_get_f32(ck, name, 1, (int64_t[]){out}, &l->bias, err);
-	}
-	return rc;
+	if ((rc = ms_qlinear_set_kernel(l, be, prefix, err)))
+		return rc;
+	return ms_qlinear_load_bias(l, ck, prefix, out, has_bias, err);
 }
 
 /* Transpose expert e of src [E, K, N] (in HF's [in, out] order) into
@@ -97,9 +91,7 @@ static int load_moe(const struct ms_quant_config *qc, const struct ms_checkpoint
 	if (!rc && gu->dtype != dn->dtype)
 		rc = ms_err_set(err, -ENOTSUP, "%s: gate_up_proj is %s but down_proj is %s", prefix,
 				ms_dtype_name(gu->dtype), ms_dtype_name(dn->dtype));
-	if (rc)
-		return rc;
-	if ((rc = ms_qmoe_init(m, ck, prefix, E, H, I, err)))
+	if (rc || (rc = ms_qmoe_init_fused(m, ck, prefix, E, H, I, err)))
 		return rc;
 	size_t es = ms_dtype_size(gu->dtype);
 	enum ms_wfmt fmt = ms_wfmt_from_dtype(gu->dtype);
@@ -114,14 +106,14 @@ static int load_moe(const struct ms_quant_config *qc, const struct ms_checkpoint
 	ms_checkpoint_release(ck, gu);
 	ms_checkpoint_release(ck, dn);
 	for (int64_t e = 0; e < E; e++) {
-		m->gate_up[e] = (struct ms_wmat){.fmt = fmt, .rows = 2 * I, .cols = H,
+		m->gate_up[e].w = (struct ms_wmat){.fmt = fmt, .rows = 2 * I, .cols = H,
 			.w = gu_dst + (size_t)e * (size_t)(2 * I * H) * es, .row_bytes = (size_t)H * es};
-		m->down[e] = (struct ms_wmat){.fmt = fmt, .rows = H, .cols = I,
+		m->down[e].w = (struct ms_wmat){.fmt = fmt, .rows = H, .cols = I,
 			.w = dn_dst + (size_t)e * (size_t)(H * I) * es, .row_bytes = (size_t)I * es};
+		if ((rc = ms_qlinear_set_kernel(&m->gate_up[e], be, gu_name, err)) ||
+		    (rc = ms_qlinear_set_kernel(&m->down[e], be, dn_name, err)))
+			return rc;
 	}
-	m->kernel_gate_up = m->kernel_down = ms_backend_find_kernel(be, fmt);
-	if (!m->kernel_gate_up)
-		return ms_err_set(err, -ENOTSUP, "%s: no kernel for %s experts", prefix, ms_wfmt_name(fmt));
 	return 0;
 }
 
@@ -131,10 +123,11 @@ const struct ms_quant_scheme ms_scheme_unquantized = {
 	.load_moe = load_moe,
 };
 
-static int none_scheme_for(const struct ms_quant_config *qc, const char *prefix,
-			   enum ms_qkind kind, const struct ms_quant_scheme **out, struct ms_err *err)
+static int none_scheme_for(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
+			   const char *prefix, enum ms_qkind kind, const struct ms_quant_scheme **out,
+			   struct ms_err *err)
 {
-	(void)qc, (void)prefix, (void)kind, (void)err;
+	(void)qc, (void)ck, (void)prefix, (void)kind, (void)err;
 	*out = &ms_scheme_unquantized;
 	return 0;
 }

@@ -20,6 +20,7 @@
 
 #include "backend.h"
 #include "model.h"
+#include "quant.h"
 
 #ifndef MS_VERSION
 #define MS_VERSION "0.0.0"
@@ -398,18 +399,19 @@ static int cmd_inspect(int argc, char **argv)
 	else
 		printf("rope:          default, theta %g\n", cf->rope.theta);
 	printf("context:       %lld (max_position_embeddings)\n", (long long)cf->max_pos);
-	printf("quantization:  %s\n", m.qcfg.method->name);
+	printf("quantization:  %s (from %s)\n", m.qcfg.method->name, m.qcfg.source);
+	printf("expert layout: %s\n", m.moe_layout ? m.moe_layout : "?");
 	printf("checkpoint:    %d file%s, %zu tensors\n", m.ck.n_files, m.ck.n_files == 1 ? "" : "s",
 	       m.ck.n_tensors);
 	printf("backend:       %s, kernels %s, %d threads\n", be.name, be.isa, be.pool.n_threads);
 	printf("cpu features:  %s\n", ms_cpu_flags_str(be.cpu_flags, flags, sizeof(flags)));
-	printf("\n%-20s %-12s %-7s %-12s %6s %12s\n", "tensor group", "scheme", "format", "kernel",
-	       "count", "bytes");
+	printf("\n%-18s %-19s %-6s %-13s %-10s %5s %12s  %s\n", "tensor group", "scheme", "format",
+	       "activations", "kernel", "count", "bytes", "why this kernel");
 	uint64_t total = 0;
 	for (int i = 0; i < m.n_groups; i++) {
 		const struct ms_tensor_group *g = &m.groups[i];
-		printf("%-20s %-12s %-7s %-12s %6d %12llu\n", g->name, g->scheme, g->format, g->kernel,
-		       g->count, (unsigned long long)g->bytes);
+		printf("%-18s %-19s %-6s %-13s %-10s %5d %12llu  %s\n", g->name, g->scheme, g->format,
+		       g->act, g->kernel, g->count, (unsigned long long)g->bytes, g->why ? g->why : "");
 		total += g->bytes;
 	}
 	printf("\ntotal weight bytes: %llu (", (unsigned long long)total);
@@ -418,6 +420,83 @@ static int cmd_inspect(int argc, char **argv)
 	ms_model_free(&m);
 	ms_backend_free(&be);
 	return fflush(stdout) == 0 ? EX_OK : EX_IOERR;
+}
+
+/* ---- dequant ---- */
+
+static void dequant_help(void)
+{
+	printf("Usage: moeserve dequant [--model DIR] --module NAME [--out FILE]\n"
+	       "Write one loaded weight matrix, decoded to float32, as the kernels see it:\n"
+	       "little-endian [rows x cols], row-major, to FILE; print \"rows cols\" as the last\n"
+	       "line of stdout. NAME is a projection (model.layers.0.self_attn.q_proj,\n"
+	       "model.layers.0.mlp.router, lm_head, model.embed_tokens) or an expert's\n"
+	       "model.layers.L.mlp.experts.E.gate_up (gate on even rows, up on odd rows)\n"
+	       "or ...experts.E.down, whatever the checkpoint's layout. For tests and audits.\n");
+}
+
+static int cmd_dequant(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"model", required_argument, NULL, 'm'},
+		{"module", required_argument, NULL, 'M'},
+		{"out", required_argument, NULL, 'o'},
+		{"kernels", required_argument, NULL, OPT_KERNELS},
+		{"help", no_argument, NULL, 'h'},
+		{0},
+	};
+	struct common_opts co = {default_model(), NULL, 1};
+	const char *module = NULL, *out = NULL;
+	int c;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'm': co.model = optarg; break;
+		case 'M': module = optarg; break;
+		case 'o': out = optarg; break;
+		case OPT_KERNELS: co.kernels = optarg; break;
+		case 'h': dequant_help(); return EX_OK;
+		default: return usage_error("dequant", "%s", "invalid option");
+		}
+	}
+	if (optind < argc)
+		return usage_error("dequant", "unexpected argument \"%s\"", argv[optind]);
+	if (!module)
+		return usage_error("dequant", "%s", "--module is required");
+	struct ms_backend be;
+	struct ms_model m;
+	int rc = load(&co, &be, &m);
+	if (rc)
+		return rc;
+	int ex = EX_OK;
+	const struct ms_qlinear *l = ms_model_find_linear(&m, module);
+	if (!l) {
+		fprintf(stderr, "moeserve: error: no module \"%s\" in %s\n", module, co.model);
+		ex = EX_USAGE;
+	} else if (out) {
+		FILE *f = fopen(out, "wb");
+		float *row = malloc((size_t)l->w.cols * sizeof(float) + 1);
+		bool ok = f && row;
+		for (int64_t r = 0; ok && r < l->w.rows; r++) {
+			ms_wmat_row_f32(&l->w, r, row);
+			ok = fwrite(row, sizeof(float), (size_t)l->w.cols, f) == (size_t)l->w.cols;
+		}
+		if (f && fclose(f) != 0)
+			ok = false;
+		free(row);
+		if (!ok) {
+			fprintf(stderr, "moeserve: error: cannot write %s: %s\n", out, strerror(errno));
+			ex = EX_IOERR;
+		}
+	}
+	if (l && ex == EX_OK) {
+		fprintf(stderr, "moeserve: %s: scheme %s, format %s, activations %s, kernel %s\n", module,
+			l->scheme, ms_wfmt_name(l->w.fmt), ms_actq_name(l->act.kind), l->kernel->name);
+		printf("%lld %lld\n", (long long)l->w.rows, (long long)l->w.cols);
+	}
+	ms_model_free(&m);
+	ms_backend_free(&be);
+	return ex;
 }
 
 /* ---- dispatch ---- */
@@ -429,6 +508,7 @@ static void main_help(void)
 	       "Commands:\n"
 	       "  generate   greedy decoding from token ids (see 'moeserve generate --help')\n"
 	       "  inspect    describe a checkpoint: sizes, schemes, kernels, bytes\n"
+	       "  dequant    write one loaded weight matrix as float32 (tests, audits)\n"
 	       "  help       this help\n\n"
 	       "Exit codes: 0 ok, 64 usage, 65 bad model data or input, 66 missing model,\n"
 	       "file or tensor, 69 unsupported here, 70 internal, 71 system error,\n"
@@ -447,6 +527,8 @@ int main(int argc, char **argv)
 		return cmd_generate(argc - 1, argv + 1);
 	if (!strcmp(cmd, "inspect"))
 		return cmd_inspect(argc - 1, argv + 1);
+	if (!strcmp(cmd, "dequant"))
+		return cmd_dequant(argc - 1, argv + 1);
 	if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
 		main_help();
 		return EX_OK;

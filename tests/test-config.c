@@ -675,7 +675,7 @@ START_TEST(test_quant_unknown_method)
 	cJSON *root = variant_root("{\"quantization_config\":{\"quant_method\":\"foo\"}}", NULL);
 	struct ms_quant_config qc;
 	struct ms_err err = {0};
-	int rc = ms_quant_config_init(&qc, root, &err);
+	int rc = ms_quant_config_init(&qc, root, NULL, &err);
 	ck_assert_int_lt(rc, 0);
 	ck_assert_int_eq(err.code, rc);
 	ASSERT_MSG_HAS(err, "\"foo\"");
@@ -703,7 +703,7 @@ START_TEST(test_quant_bad_config)
 		cJSON *root = variant_root(bad[i], NULL);
 		struct ms_quant_config qc;
 		struct ms_err err = {0};
-		int rc = ms_quant_config_init(&qc, root, &err);
+		int rc = ms_quant_config_init(&qc, root, NULL, &err);
 		ck_assert_msg(rc < 0, "accepted %s", bad[i]);
 		ASSERT_MSG_HAS(err, "quantization_config");
 		ck_assert_ptr_null(qc.not_convert);
@@ -720,7 +720,7 @@ START_TEST(test_quant_none)
 		cJSON *root = variant_root(sets[i], sets[i] ? NULL : RM("quantization_config"));
 		struct ms_quant_config qc;
 		struct ms_err err = {0};
-		ck_assert_msg(ms_quant_config_init(&qc, root, &err) == 0, "%s", err.msg);
+		ck_assert_msg(ms_quant_config_init(&qc, root, NULL, &err) == 0, "%s", err.msg);
 		ck_assert_ptr_nonnull(qc.method);
 		ck_assert_str_eq(qc.method->name, "none");
 		ck_assert_int_eq(qc.n_not_convert, 0);
@@ -739,7 +739,7 @@ START_TEST(test_quant_not_converted)
 				   NULL);
 	struct ms_quant_config qc;
 	struct ms_err err = {0};
-	ck_assert_msg(ms_quant_config_init(&qc, root, &err) == 0, "%s", err.msg);
+	ck_assert_msg(ms_quant_config_init(&qc, root, NULL, &err) == 0, "%s", err.msg);
 	ck_assert_str_eq(qc.method->name, "mxfp4");
 	ck_assert_int_eq(qc.n_not_convert, 2);
 	ck_assert(ms_quant_not_converted(&qc, "model.layers.3.self_attn"));
@@ -759,7 +759,7 @@ START_TEST(test_quant_not_converted)
 
 	/* the real 20b list */
 	root = variant_root(NULL, NULL);
-	ck_assert_msg(ms_quant_config_init(&qc, root, &err) == 0, "%s", err.msg);
+	ck_assert_msg(ms_quant_config_init(&qc, root, NULL, &err) == 0, "%s", err.msg);
 	ck_assert_int_eq(qc.n_not_convert, 4);
 	ck_assert(ms_quant_not_converted(&qc, "model.layers.0.mlp.router"));
 	ck_assert(ms_quant_not_converted(&qc, "model.embed_tokens"));
@@ -811,15 +811,23 @@ START_TEST(test_model_load_bad_config)
 	ck_assert_int_eq(ms_model_load(&m, d, NULL, &err), -EINVAL);
 	ASSERT_MSG_HAS(err, d);
 	ASSERT_MSG_HAS(err, "num_attention_heads");
-	/* a quantization error too */
-	text = variant("{\"quantization_config\":{\"quant_method\":\"gptq\"}}", NULL);
+	/* a quantization error too: an unknown method lists the known ones */
+	text = variant("{\"quantization_config\":{\"quant_method\":\"hqq\"}}", NULL);
 	write_text(d, "config.json", text);
 	cJSON_free(text);
 	ck_assert_int_lt(ms_model_load(&m, d, NULL, &err), 0);
 	ASSERT_MSG_HAS(err, d);
-	ASSERT_MSG_HAS(err, "\"gptq\"");
+	ASSERT_MSG_HAS(err, "\"hqq\"");
 	ASSERT_MSG_HAS(err, "mxfp4");
+	ASSERT_MSG_HAS(err, "gptq");
+	ASSERT_MSG_HAS(err, "quark");
 	ck_assert_ptr_null(m.qcfg.method);
+	/* a known method's missing field is named */
+	text = variant("{\"quantization_config\":{\"quant_method\":\"gptq\"}}", NULL);
+	write_text(d, "config.json", text);
+	cJSON_free(text);
+	ck_assert_int_lt(ms_model_load(&m, d, NULL, &err), 0);
+	ASSERT_MSG_HAS(err, "\"bits\"");
 	free(d);
 }
 END_TEST

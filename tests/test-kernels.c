@@ -7,6 +7,7 @@
  * the sum (fp32 accumulation over at most a few thousand terms).
  */
 #include <check.h>
+#include <stdbool.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,7 +115,57 @@ static uint16_t to_f16(float f) /* normal range only, enough for [-1, 1) data */
 struct mat_buf {
 	struct ms_wmat m;
 	uint8_t *w, *s;
+	float *fs, *fz;
+	int32_t *gidx;
+	const int32_t **rows_g;
 };
+
+static void free_mat(struct mat_buf *b)
+{
+	free(b->w), free(b->s), free(b->fs), free(b->fz), free(b->gidx), free(b->rows_g);
+}
+
+/* INTQ of the given width with random codes, fp16-like scales, zeros in
+ * range; with_gidx: a random (non-monotone) group per column, shared by all
+ * rows but every third row, which uses group k / gs. */
+static struct mat_buf make_intq(int bits, int64_t rows, int64_t cols, int64_t gs, bool with_gidx)
+{
+	struct mat_buf b = {0};
+	int sb = ms_intq_storage_bits(bits);
+	size_t rb = (size_t)((cols * sb + 7) / 8);
+	int64_t G = (cols + gs - 1) / gs;
+	b.w = calloc((size_t)rows * rb, 1);
+	b.fs = malloc((size_t)(rows * G) * sizeof(float));
+	b.fz = malloc((size_t)(rows * G) * sizeof(float));
+	for (int64_t r = 0; r < rows; r++)
+		for (int64_t k = 0; k < cols; k++) {
+			uint32_t q = rnd() & ((1u << bits) - 1);
+			int64_t bit = k * sb;
+			b.w[(size_t)r * rb + (size_t)(bit / 8)] |= (uint8_t)(q << (bit % 8));
+		}
+	for (int64_t i = 0; i < rows * G; i++) {
+		b.fs[i] = 0.01f + 0.1f * (float)(rnd() % 1000) / 1000.0f;
+		b.fz[i] = (float)(rnd() % (1u << bits)) + ((rnd() & 1) ? 1.0f : 0.0f);
+	}
+	if (with_gidx) {
+		b.gidx = malloc((size_t)cols * sizeof(int32_t));
+		for (int64_t k = 0; k < cols; k++)
+			b.gidx[k] = (int32_t)(rnd() % (uint32_t)G);
+		b.rows_g = malloc((size_t)rows * sizeof(*b.rows_g));
+		int32_t *nat = malloc((size_t)cols * sizeof(int32_t));
+		for (int64_t k = 0; k < cols; k++)
+			nat[k] = (int32_t)(k / gs);
+		for (int64_t r = 0; r < rows; r++)
+			b.rows_g[r] = (r % 3 == 2) ? nat : b.gidx;
+		/* nat is kept alive through s (freed with the matrix) */
+		b.s = (uint8_t *)nat;
+	}
+	b.m = (struct ms_wmat){.fmt = MS_WFMT_INTQ, .rows = rows, .cols = cols, .w = b.w,
+			       .row_bytes = rb, .bits = bits, .group_size = gs, .n_groups = G,
+			       .fscale = b.fs, .fzero = b.fz,
+			       .row_g_idx = (const int32_t *const *)b.rows_g};
+	return b;
+}
 
 /* Random matrix of the given format; MXFP4 with random codes and scales
  * near 2^0 so values stay O(1). */
@@ -133,7 +184,24 @@ static struct mat_buf make_mat(enum ms_wfmt fmt, int64_t rows, int64_t cols)
 			}
 		for (int64_t i = 0; i < rows * g; i++)
 			b.s[i] = (uint8_t)(124 + rnd() % 5);
-		b.m = (struct ms_wmat){fmt, rows, cols, b.w, (size_t)g * 16, b.s, (size_t)g};
+		b.m = (struct ms_wmat){.fmt = fmt, .rows = rows, .cols = cols, .w = b.w,
+				       .row_bytes = (size_t)g * 16, .scales = b.s,
+				       .scale_row_bytes = (size_t)g};
+		return b;
+	}
+	if (fmt == MS_WFMT_INTQ)
+		return make_intq(4, rows, cols, 32, true);
+	if (fmt == MS_WFMT_FP8) {
+		b.w = malloc((size_t)(rows * cols));
+		b.fs = malloc((size_t)rows * sizeof(float));
+		for (int64_t i = 0; i < rows * cols; i++) {
+			uint8_t c = (uint8_t)rnd();
+			b.w[i] = (c & 0x7F) == 0x7F ? 0x10 : c; /* no NaN codes */
+		}
+		for (int64_t r = 0; r < rows; r++)
+			b.fs[r] = 0.001f + 0.01f * (float)(rnd() % 100) / 100.0f;
+		b.m = (struct ms_wmat){.fmt = fmt, .rows = rows, .cols = cols, .w = b.w,
+				       .row_bytes = (size_t)cols, .fscale = b.fs};
 		return b;
 	}
 	b.w = malloc((size_t)(rows * cols) * es);
@@ -146,13 +214,22 @@ static struct mat_buf make_mat(enum ms_wfmt fmt, int64_t rows, int64_t cols)
 			memcpy(b.w + i * 2, &h, 2);
 		}
 	}
-	b.m = (struct ms_wmat){fmt, rows, cols, b.w, (size_t)cols * es, NULL, 0};
+	b.m = (struct ms_wmat){.fmt = fmt, .rows = rows, .cols = cols, .w = b.w,
+			       .row_bytes = (size_t)cols * es};
 	return b;
 }
 
+static void check_gemm_mat(struct mat_buf b, int64_t n);
+
 static void check_gemm(enum ms_wfmt fmt, int64_t rows, int64_t cols, int64_t n)
 {
-	struct mat_buf b = make_mat(fmt, rows, cols);
+	check_gemm_mat(make_mat(fmt, rows, cols), n);
+}
+
+static void check_gemm_mat(struct mat_buf b, int64_t n)
+{
+	enum ms_wfmt fmt = b.m.fmt;
+	int64_t rows = b.m.rows, cols = b.m.cols;
 	float *x = malloc((size_t)(n * cols) * sizeof(float));
 	float *y = malloc((size_t)(n * rows) * sizeof(float));
 	float *row = malloc((size_t)cols * sizeof(float));
@@ -181,18 +258,100 @@ static void check_gemm(enum ms_wfmt fmt, int64_t rows, int64_t cols, int64_t n)
 				      (long long)r, (long long)t, got, want);
 		}
 	}
-	free(x), free(y), free(row), free(b.w), free(b.s);
+	free(x), free(y), free(row);
+	free_mat(&b);
 }
 
 START_TEST(ref_gemm_matches_double)
 {
-	const enum ms_wfmt fmts[] = {MS_WFMT_F32, MS_WFMT_F16, MS_WFMT_BF16, MS_WFMT_MXFP4};
+	const enum ms_wfmt fmts[] = {MS_WFMT_F32, MS_WFMT_F16, MS_WFMT_BF16, MS_WFMT_MXFP4,
+				     MS_WFMT_INTQ, MS_WFMT_FP8};
 	const int64_t shapes[][2] = {{37, 45}, {64, 64}, {5, 80}, {19, 1100}, {33, 2880}, {1, 1}};
 	const int64_t ns[] = {1, 3, 8};
-	for (size_t f = 0; f < 4; f++)
+	for (size_t f = 0; f < sizeof(fmts) / sizeof(fmts[0]); f++)
 		for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
 			for (size_t i = 0; i < 3; i++)
 				check_gemm(fmts[f], shapes[s][0], shapes[s][1], ns[i]);
+}
+END_TEST
+
+/* Every INTQ width, with and without per-row g_idx, ragged group counts. */
+START_TEST(ref_gemm_intq_widths)
+{
+	const int bits[] = {2, 3, 4, 8};
+	for (int i = 0; i < 4; i++) {
+		check_gemm_mat(make_intq(bits[i], 21, 100, 32, false), 3);
+		check_gemm_mat(make_intq(bits[i], 13, 1100, 128, true), 2);
+		check_gemm_mat(make_intq(bits[i], 8, 96, 96, false), 1); /* one group */
+	}
+}
+END_TEST
+
+/* INTQ decode against codes written independently: W = s * (q - z) with
+ * the group from g_idx when given, else k / group_size. */
+START_TEST(intq_decode_matches_codes)
+{
+	const int bits[] = {2, 3, 4, 8};
+	for (int bi = 0; bi < 4; bi++) {
+		for (int with_g = 0; with_g < 2; with_g++) {
+			int64_t rows = 7, cols = 77, gs = 16;
+			struct mat_buf b = make_intq(bits[bi], rows, cols, gs, with_g);
+			float out[77];
+			int sb = ms_intq_storage_bits(bits[bi]);
+			for (int64_t r = 0; r < rows; r++) {
+				ms_wmat_row_f32(&b.m, r, out);
+				for (int64_t k = 0; k < cols; k++) {
+					/* re-read the code the slow way: bit by bit */
+					unsigned q = 0;
+					for (int j = 0; j < bits[bi]; j++) {
+						int64_t bit = k * sb + j;
+						q |= (unsigned)((b.w[r * (int64_t)b.m.row_bytes + bit / 8] >> (bit % 8)) & 1) << j;
+					}
+					int64_t g = with_g ? b.rows_g[r][k] : k / gs;
+					float want = b.fs[r * b.m.n_groups + g] * ((float)q - b.fz[r * b.m.n_groups + g]);
+					ck_assert_msg(out[k] == want, "bits %d row %lld col %lld: %g vs %g",
+						      bits[bi], (long long)r, (long long)k, out[k], want);
+				}
+			}
+			free_mat(&b);
+		}
+	}
+}
+END_TEST
+
+START_TEST(fp8_e4m3_codec)
+{
+	/* spot values (PyTorch Float8_e4m3fn limits) */
+	ck_assert_float_eq(ms_fp8_e4m3_to_f32(0x7E), 448.0f);
+	ck_assert_float_eq(ms_fp8_e4m3_to_f32(0x08), ldexpf(1.0f, -6));
+	ck_assert_float_eq(ms_fp8_e4m3_to_f32(0x01), ldexpf(1.0f, -9));
+	ck_assert_float_eq(ms_fp8_e4m3_to_f32(0x38), 1.0f);
+	ck_assert_float_eq(ms_fp8_e4m3_to_f32(0xC0), -2.0f);
+	ck_assert(isnan(ms_fp8_e4m3_to_f32(0x7F)) && isnan(ms_fp8_e4m3_to_f32(0xFF)));
+	ck_assert(signbit(ms_fp8_e4m3_to_f32(0x80)));
+	/* every finite code round-trips */
+	for (int c = 0; c < 256; c++) {
+		if ((c & 0x7F) == 0x7F)
+			continue;
+		ck_assert_int_eq(ms_f32_to_fp8_e4m3(ms_fp8_e4m3_to_f32((uint8_t)c)), c);
+	}
+	/* midpoints between neighbours go to the even code; just off them, to
+	 * the nearer one */
+	for (int c = 0; c < 0x7E; c++) {
+		float lo = ms_fp8_e4m3_to_f32((uint8_t)c), hi = ms_fp8_e4m3_to_f32((uint8_t)(c + 1));
+		float mid = (lo + hi) / 2; /* exact: both have few mantissa bits */
+		int even = (c & 1) ? c + 1 : c;
+		ck_assert_msg(ms_f32_to_fp8_e4m3(mid) == even, "midpoint of %d and %d", c, c + 1);
+		ck_assert_int_eq(ms_f32_to_fp8_e4m3(nextafterf(mid, 0.0f)), c);
+		ck_assert_int_eq(ms_f32_to_fp8_e4m3(nextafterf(mid, 1e9f)), c + 1);
+		ck_assert_int_eq(ms_f32_to_fp8_e4m3(-mid), 0x80 | even);
+	}
+	/* saturation, NaN */
+	ck_assert_int_eq(ms_f32_to_fp8_e4m3(464.0f), 0x7E);
+	ck_assert_int_eq(ms_f32_to_fp8_e4m3(1e30f), 0x7E);
+	ck_assert_int_eq(ms_f32_to_fp8_e4m3(-1e30f), 0xFE);
+	ck_assert_int_eq(ms_f32_to_fp8_e4m3(NAN), 0x7F);
+	ck_assert_int_eq(ms_f32_to_fp8_e4m3(ldexpf(1.0f, -11)), 0x00); /* below half the smallest */
 }
 END_TEST
 
@@ -220,7 +379,8 @@ START_TEST(backend_gemm_thread_independent)
 	for (int k = 0; k < cols; k++)
 		want += (double)row[k] * x[2 * cols + k];
 	ck_assert(fabs(y1[2 * rows + 7] - want) < 1e-4);
-	free(x), free(bias), free(y1), free(y3), free(m.w);
+	free(x), free(bias), free(y1), free(y3);
+	free_mat(&m);
 	ms_backend_free(&b1);
 	ms_backend_free(&b3);
 }
@@ -268,6 +428,9 @@ int main(void)
 	tcase_add_test(tc, mxfp4_worked_example_and_nibble_order);
 	tcase_add_test(tc, half_formats);
 	tcase_add_test(tc, ref_gemm_matches_double);
+	tcase_add_test(tc, ref_gemm_intq_widths);
+	tcase_add_test(tc, intq_decode_matches_codes);
+	tcase_add_test(tc, fp8_e4m3_codec);
 	tcase_add_test(tc, backend_gemm_thread_independent);
 	tcase_add_test(tc, backend_rejects_unknown_kernel_set);
 	tcase_add_test(tc, pool_runs_every_task_once);

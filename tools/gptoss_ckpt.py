@@ -17,8 +17,14 @@ CLI:
         [--no-layer-types] [--truncate] [--report] [--list-presets]
 
 A preset sets every size plus format, shards and seed; explicit options given
-after it override single fields.  Importable: PRESETS, preset_params(),
-write_checkpoint(), clamp_fraction(), quantize_mxfp4(), write_safetensors().
+after it override single fields.  Importable: PRESETS, QUANT_PRESETS,
+preset_params(), write_checkpoint(), clamp_fraction(), quantize_mxfp4(),
+write_safetensors().
+
+QUANT_PRESETS (issue 3) write the same random float model (make_weights) as
+GPTQ, AWQ, AMD Quark (MXFP4 / FP8) or llm-compressor checkpoints, with the
+producers' tensor names, dtypes, shapes and JSON (shared/docs/quant-formats.md);
+the encoders live in quantfmt.py, apart from the reference's decoders.
 
 Needs only numpy (run with /usr/bin/python3).
 """
@@ -29,6 +35,7 @@ import math
 import os
 import re
 import sys
+import zlib
 
 import numpy as np
 
@@ -38,7 +45,7 @@ import numpy as np
 DEFAULTS = dict(layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, experts=4,
                 top_k=2, intermediate=64, vocab=128, sliding_window=16,
                 format="bf16", shards=1, seed=0, rope_style="scaling",
-                layer_types=True, truncate=False)
+                layer_types=True, truncate=False, quant=None)
 
 # Each preset covers a different corner; together: 1..4 layers, 4..32 experts
 # (5, 6, 7 not powers of two), top-k 1..4, one and several kv heads, head_dim
@@ -70,12 +77,134 @@ PRESETS = {
 }
 
 
+# Quantized-checkpoint presets (issue 3), kept apart from PRESETS so that
+# tests/golden.py, which iterates PRESETS, is unaffected; tests/quant_golden.py
+# iterates these.  `quant` describes the producer's format:
+#   GPTQ  method "gptq": bits, group_size (-1 = one group), sym,
+#         checkpoint_format "gptq" (v1, zero-1 stored) | "gptq_v2", desc_act,
+#         static_groups, config "gptqmodel" (config.json quantization_config)
+#         | "autogptq" (standalone quantize_config.json), layout
+#   AWQ   method "awq": group_size, zero_point, config "transformers"
+#         (config.json) | "autoawq" (standalone quant_config.json), layout
+#   Quark method "quark": weight "fp4" | "fp8-tensor" | "fp8-channel",
+#         input "fp8-static" | "fp8-dynamic" | "fp4-dynamic" | None,
+#         attn "exclude" (re: pattern in exclude) | "same" (global spec)
+#         | "fp8-static" (layer_quant_config glob "*self_attn*")
+#   none  method "none": unquantized BF16 in another expert layout
+# layout (expert tensor naming, doc 5): "defuser" (GPTQModel >= Defuser:
+# experts.E.{gate,up,down}_proj, gate/up = the two HALVES of the interleaved
+# fused matrix), "gptqmodel-old" (experts.gate_up.E / experts.down.E),
+# "per-expert-fused" (experts.E.{gate_up,down}_proj; Quark always uses it),
+# "llmc" (experts.experts.E.{gate,up,down}_proj with TRUE gate/up).
+# Sizes respect each format's divisibility: GPTQ qweight/qzeros words must
+# be whole (3-bit: in and out multiples of 32; 2-bit: 16; 4-bit: 8), AWQ
+# in % group_size == 0 and out % 8 == 0, MXFP4 in % 32 == 0.  Several GPTQ
+# cases have in_features not divisible by the group size (ceil groups).
+_L2 = dict(layers=2, vocab=128, top_k=2, format="bf16", shards=1)
+QUANT_PRESETS = {
+    # 4-bit sym v1: qzeros all 0x77777777; down K=48 with gs 32 -> 2 groups, ragged
+    "gptq-4b-g32-sym-v1-defuser": dict(
+        _L2, hidden=64, heads=4, kv_heads=2, head_dim=16, experts=4, intermediate=48,
+        sliding_window=16, seed=101, shards=2,
+        quant=dict(method="gptq", bits=4, group_size=32, sym=True, checkpoint_format="gptq",
+                   desc_act=False, static_groups=False, config="gptqmodel", layout="defuser")),
+    # desc_act without static groups: permuted, non-monotone g_idx; K = 96 / 80
+    # with gs 64 -> ceil groups
+    "gptq-4b-g64-asym-v1-descact": dict(
+        _L2, hidden=96, heads=4, kv_heads=2, head_dim=24, experts=5, intermediate=80,
+        sliding_window=24, seed=102,
+        quant=dict(method="gptq", bits=4, group_size=64, sym=False, checkpoint_format="gptq",
+                   desc_act=True, static_groups=False, config="gptqmodel",
+                   layout="per-expert-fused")),
+    # static groups: monotone g_idx despite desc_act; H=160 -> groups 128+32,
+    # I=64 < gs -> one group
+    "gptq-4b-g128-asym-v2-descact-static": dict(
+        _L2, hidden=160, heads=4, kv_heads=1, head_dim=32, experts=4, intermediate=64,
+        sliding_window=32, seed=103,
+        quant=dict(method="gptq", bits=4, group_size=128, sym=False, checkpoint_format="gptq_v2",
+                   desc_act=True, static_groups=True, config="gptqmodel", layout="defuser")),
+    "gptq-8b-g64-sym-v2-old": dict(
+        _L2, hidden=64, heads=4, kv_heads=2, head_dim=16, experts=6, top_k=3, intermediate=40,
+        sliding_window=16, seed=104,
+        quant=dict(method="gptq", bits=8, group_size=64, sym=True, checkpoint_format="gptq_v2",
+                   desc_act=False, static_groups=False, config="gptqmodel",
+                   layout="gptqmodel-old")),
+    # 3-bit: values 10 and 21 of every 32 straddle words; every dim a multiple of 32
+    "gptq-3b-gm1-asym-fused": dict(
+        _L2, hidden=64, heads=4, kv_heads=2, head_dim=16, experts=4, intermediate=32,
+        sliding_window=16, seed=105,
+        quant=dict(method="gptq", bits=3, group_size=-1, sym=False, checkpoint_format="gptq",
+                   desc_act=False, static_groups=False, config="gptqmodel",
+                   layout="per-expert-fused")),
+    "gptq-2b-g32-asym-defuser": dict(
+        _L2, hidden=64, heads=4, kv_heads=2, head_dim=16, experts=4, intermediate=48,
+        sliding_window=16, seed=106,
+        quant=dict(method="gptq", bits=2, group_size=32, sym=False, checkpoint_format="gptq",
+                   desc_act=False, static_groups=False, config="gptqmodel", layout="defuser")),
+    "gptq-4b-standalone-autogptq": dict(
+        _L2, hidden=64, heads=2, kv_heads=1, head_dim=32, experts=4, intermediate=64,
+        sliding_window=16, seed=107,
+        quant=dict(method="gptq", bits=4, group_size=32, sym=False, checkpoint_format="gptq",
+                   desc_act=False, static_groups=False, config="autogptq",
+                   layout="gptqmodel-old")),
+    "awq-zp-g64-defuser": dict(
+        _L2, hidden=128, heads=4, kv_heads=2, head_dim=32, experts=4, intermediate=64,
+        sliding_window=32, seed=111,
+        quant=dict(method="awq", group_size=64, zero_point=True, config="transformers",
+                   layout="defuser")),
+    "awq-nozp-g32-fused": dict(
+        _L2, hidden=64, heads=4, kv_heads=1, head_dim=16, experts=5, intermediate=96,
+        sliding_window=16, seed=112, shards=2,
+        quant=dict(method="awq", group_size=32, zero_point=False, config="transformers",
+                   layout="per-expert-fused")),
+    "awq-g128-standalone": dict(
+        _L2, hidden=128, heads=4, kv_heads=2, head_dim=32, experts=4, intermediate=128,
+        sliding_window=32, seed=113,
+        quant=dict(method="awq", group_size=128, zero_point=True, config="autoawq",
+                   layout="gptqmodel-old")),
+    # W = MXFP4, A = FP8 static per tensor (amd/gpt-oss-*-w-mxfp4-a-fp8 shape);
+    # attention excluded through a re: pattern
+    "quark-w4a8": dict(
+        _L2, hidden=64, heads=4, kv_heads=2, head_dim=16, experts=6, intermediate=64,
+        sliding_window=16, seed=121, shards=2,
+        quant=dict(method="quark", weight="fp4", input="fp8-static", attn="exclude")),
+    "quark-w4a8-attn": dict(
+        _L2, hidden=96, heads=3, kv_heads=1, head_dim=32, experts=4, intermediate=64,
+        sliding_window=24, seed=122,
+        quant=dict(method="quark", weight="fp4", input="fp8-static", attn="same")),
+    "quark-w4a4": dict(
+        _L2, hidden=64, heads=4, kv_heads=2, head_dim=16, experts=4, intermediate=96,
+        sliding_window=16, seed=123,
+        quant=dict(method="quark", weight="fp4", input="fp4-dynamic", attn="same")),
+    "quark-fp8-static": dict(
+        _L2, hidden=72, heads=6, kv_heads=2, head_dim=12, experts=5, intermediate=40,
+        sliding_window=16, seed=124,
+        quant=dict(method="quark", weight="fp8-tensor", input="fp8-static", attn="same")),
+    "quark-fp8-dynamic": dict(
+        _L2, hidden=80, heads=4, kv_heads=2, head_dim=20, experts=4, intermediate=56,
+        sliding_window=20, seed=125,
+        quant=dict(method="quark", weight="fp8-channel", input="fp8-dynamic", attn="same")),
+    # global W4A8 for the experts, FP8 W8A8 static for attention via layer_quant_config
+    "quark-mixed": dict(
+        _L2, hidden=64, heads=4, kv_heads=2, head_dim=16, experts=4, intermediate=64,
+        sliding_window=16, seed=126,
+        quant=dict(method="quark", weight="fp4", input="fp8-static", attn="fp8-static")),
+    # llm-compressor's unquantized layout: true gate/up, no quantization_config
+    "llmc-bf16": dict(
+        _L2, hidden=64, heads=4, kv_heads=2, head_dim=16, experts=5, intermediate=40,
+        sliding_window=16, seed=131, shards=2,
+        quant=dict(method="none", layout="llmc")),
+}
+
+
 def preset_params(name, **overrides):
-    """Full parameter dict of a preset, with optional field overrides."""
-    if name not in PRESETS:
-        raise KeyError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
+    """Full parameter dict of a preset (PRESETS or QUANT_PRESETS), with
+    optional field overrides."""
+    table = PRESETS if name in PRESETS else QUANT_PRESETS
+    if name not in table:
+        raise KeyError(f"unknown preset {name!r}; known: {', '.join(list(PRESETS) + list(QUANT_PRESETS))}")
     p = dict(DEFAULTS)
-    p.update(PRESETS[name])
+    p.update(table[name])
     p.update(overrides)
     return p
 
@@ -97,6 +226,70 @@ def check_params(p):
         raise ValueError("top_k must be <= experts")
     if p["vocab"] < 4:
         raise ValueError("vocab must be >= 4 (the top ids are used for eos/pad/bos)")
+    if p.get("quant") is not None:
+        check_quant(p)
+
+
+_LAYOUTS = ("defuser", "gptqmodel-old", "per-expert-fused", "llmc")
+
+
+def linear_shapes(p):
+    """(out, in) of every distinct quantizable Linear shape of p's layout."""
+    H, I, q = p["hidden"], p["intermediate"], p["quant"]
+    nq, nkv = p["heads"] * p["head_dim"], p["kv_heads"] * p["head_dim"]
+    attn = [(nq, H), (nkv, H), (H, nq)]
+    halves = q.get("layout") in ("defuser", "llmc")
+    experts = [(I if halves else 2 * I, H), (H, I)]
+    return attn, experts
+
+
+def check_quant(p):
+    """Reject quant settings the format cannot represent (so a preset typo
+    fails here, not as a confusing loader error)."""
+    q = p["quant"]
+    m = q.get("method")
+    if p["format"] != "bf16":
+        raise ValueError("quantized presets keep their unquantized tensors in bf16 (format bf16)")
+    layout = q.get("layout", "per-expert-fused")
+    if layout not in _LAYOUTS:
+        raise ValueError(f"layout {layout!r}: expected one of {_LAYOUTS}")
+    attn, experts = linear_shapes(p)
+    if m == "gptq":
+        bits, gs = q["bits"], q["group_size"]
+        if bits not in (2, 3, 4, 8):
+            raise ValueError(f"gptq bits {bits}: expected 2, 3, 4 or 8")
+        if q["checkpoint_format"] not in ("gptq", "gptq_v2"):
+            raise ValueError("gptq checkpoint_format: expected gptq or gptq_v2")
+        if not (gs == -1 or gs > 0):
+            raise ValueError("gptq group_size must be -1 or positive")
+        for n, k in attn + experts:
+            if (k * bits) % 32 or (n * bits) % 32:
+                raise ValueError(f"gptq {bits}-bit: Linear [{n}, {k}] does not pack into whole int32 words")
+        if layout == "llmc":
+            raise ValueError("llmc layout is unquantized")
+    elif m == "awq":
+        for n, k in attn + experts:
+            if k % q["group_size"] or n % 8:
+                raise ValueError(f"awq: Linear [{n}, {k}] needs in % {q['group_size']} == 0 and out % 8 == 0")
+        if layout == "llmc":
+            raise ValueError("llmc layout is unquantized")
+    elif m == "quark":
+        if layout != "per-expert-fused":
+            raise ValueError("quark always writes per-expert fused gate_up_proj/down_proj")
+        if q["weight"] not in ("fp4", "fp8-tensor", "fp8-channel"):
+            raise ValueError(f"quark weight {q['weight']!r}")
+        if q["input"] not in (None, "fp8-static", "fp8-dynamic", "fp4-dynamic"):
+            raise ValueError(f"quark input {q['input']!r}")
+        if q["attn"] not in ("exclude", "same", "fp8-static"):
+            raise ValueError(f"quark attn {q['attn']!r}")
+        mods = experts + (attn if q["attn"] == "same" else [])
+        if "fp4" in (q["weight"], q["input"]) and any(k % 32 for _, k in mods):
+            raise ValueError("quark fp4: every quantized in_features must be a multiple of 32")
+    elif m == "none":
+        if layout != "llmc":
+            raise ValueError("method none is only the llmc layout")
+    else:
+        raise ValueError(f"quant method {m!r}: expected gptq, awq, quark or none")
 
 
 # ---------------------------------------------------------------------------
@@ -155,7 +348,8 @@ def dequantize_mxfp4(blocks, scales, k):
 # ---------------------------------------------------------------------------
 # safetensors writing
 
-_ST = {"BF16": (2, None), "F32": (4, "<f4"), "F16": (2, "<f2"), "U8": (1, "u1")}
+_ST = {"BF16": (2, None), "F32": (4, "<f4"), "F16": (2, "<f2"), "U8": (1, "u1"),
+       "I32": (4, "<i4"), "F8_E4M3": (1, "u1")}   # F8_E4M3: raw e4m3fn bytes
 
 
 def tensor_bytes(dtype, arr):
@@ -234,6 +428,9 @@ def make_config(p):
         # transformers v5: theta lives inside rope_parameters, no top-level copy
         cfg["rope_parameters"] = {"rope_type": "yarn", "rope_theta": 150000.0,
                                   **{k: v for k, v in rope.items() if k != "rope_type"}}
+    qc = quant_config_json(p)
+    if qc is not None and qc[0] == "config.json":
+        cfg["quantization_config"] = qc[1]
     if p["format"] == "mxfp4":
         cfg["quantization_config"] = {
             "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
@@ -321,6 +518,216 @@ def encode(p, weights):
 
 
 # ---------------------------------------------------------------------------
+# quantized formats (shared/docs/quant-formats.md; encoders in quantfmt.py)
+
+def _quantfmt():
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import quantfmt
+    return quantfmt
+
+
+# Written into meta.quantizer; a placeholder version (no real GPTQModel ran)
+GPTQMODEL_VERSION = "gptqmodel:0.0.0+gptoss_ckpt"
+
+
+def _quark_specs(q):
+    """Quark: (global spec, attention spec or None when excluded) as the
+    writer applies them.  The reference resolves the same from the JSON."""
+    qf = _quantfmt()
+    weight = {"fp4": qf.QUARK_FP4_WEIGHT, "fp8-tensor": qf.quark_fp8_weight(False),
+              "fp8-channel": qf.quark_fp8_weight(True)}[q["weight"]]
+    inp = {None: None, "fp8-static": qf.QUARK_FP8_INPUT_STATIC,
+           "fp8-dynamic": qf.QUARK_FP8_INPUT_DYNAMIC,
+           "fp4-dynamic": qf.QUARK_FP4_INPUT_DYNAMIC}[q["input"]]
+    glob = qf.quark_layer_spec(weight, inp)
+    attn = {"exclude": None, "same": glob,
+            "fp8-static": qf.quark_layer_spec(qf.quark_fp8_weight(False),
+                                              qf.QUARK_FP8_INPUT_STATIC)}[q["attn"]]
+    return glob, attn
+
+
+def quant_config_json(p):
+    """-> None, or (file, dict): file "config.json" means the dict goes into
+    config.json["quantization_config"], otherwise it is a standalone file."""
+    q = p.get("quant")
+    if q is None or q["method"] == "none":
+        return None
+    m = q["method"]
+    if m == "gptq":
+        fmt = q["checkpoint_format"]
+        if q["config"] == "autogptq":
+            # AutoGPTQ's quantize_config.json: exactly these keys (doc 1.1)
+            return "quantize_config.json", {
+                "bits": q["bits"], "group_size": q["group_size"], "damp_percent": 0.01,
+                "desc_act": q["desc_act"], "static_groups": q["static_groups"], "sym": q["sym"],
+                "true_sequential": True, "model_name_or_path": None,
+                "model_file_base_name": None, "quant_method": "gptq", "checkpoint_format": fmt}
+        # GPTQModel: None/{} values (dynamic, rotation) dropped; inference-free
+        # fields under meta; format written under both names (doc 1.1)
+        return "config.json", {
+            "bits": q["bits"], "group_size": q["group_size"], "desc_act": q["desc_act"],
+            "sym": q["sym"], "lm_head": False, "method": "gptq", "quant_method": "gptq",
+            "checkpoint_format": fmt, "format": fmt, "pack_dtype": "int32",
+            "meta": {"quantizer": [GPTQMODEL_VERSION], "static_groups": q["static_groups"],
+                     "true_sequential": True, "damp_percent": 0.01}}
+    if m == "awq":
+        if q["config"] == "autoawq":
+            return "quant_config.json", {"zero_point": q["zero_point"],
+                                         "q_group_size": q["group_size"], "w_bit": 4,
+                                         "version": "GEMM", "modules_to_not_convert": None}
+        return "config.json", {"quant_method": "awq", "zero_point": q["zero_point"],
+                               "group_size": q["group_size"], "bits": 4, "version": "gemm",
+                               "modules_to_not_convert": None}
+    # quark (doc 3.1)
+    glob, attn = _quark_specs(q)
+    exclude = ["*router*", "lm_head", "model.embed_tokens"]
+    layer = {}
+    if q["attn"] == "exclude":
+        exclude.append("re:.*self_attn.*")
+    elif q["attn"] == "fp8-static":
+        layer["*self_attn*"] = attn
+    return "config.json", {
+        "quant_method": "quark", "global_quant_config": glob, "layer_quant_config": layer,
+        "layer_type_quant_config": {}, "exclude": exclude,
+        "export": dict(_quantfmt().QUARK_EXPORT)}
+
+
+def linear_modules(p, wd, layer):
+    """The Linear modules of one layer in the preset's layout, in checkpoint
+    order: (prefix, role, W [out, in] float64, bias [out]).  role is "attn" or
+    "expert".  Expert matrices start from HF's gate_up_proj[e].T, the fused
+    [2I, H] matrix with INTERLEAVED rows (row 2j = gate j, 2j+1 = up j)."""
+    q = p["quant"]
+    layout = q.get("layout", "per-expert-fused")
+    pre = f"model.layers.{layer}."
+    I = p["intermediate"]
+    mods = []
+    for proj in "qkvo":
+        name = pre + f"self_attn.{proj}_proj"
+        mods.append((name, "attn", wd[name + ".weight"], wd[name + ".bias"]))
+    gu, gub = wd[pre + "mlp.experts.gate_up_proj"], wd[pre + "mlp.experts.gate_up_proj_bias"]
+    dn, db = wd[pre + "mlp.experts.down_proj"], wd[pre + "mlp.experts.down_proj_bias"]
+    ex = pre + "mlp.experts."
+    for e in range(p["experts"]):
+        fused, fb = gu[e].T, gub[e]
+        down = (dn[e].T, db[e])
+        if layout == "defuser":
+            # Defuser chunk(2): gate_proj = FIRST half of the interleaved rows,
+            # up_proj = the last half -- not the true gate and up (doc 5)
+            mods += [(ex + f"{e}.gate_proj", "expert", fused[:I], fb[:I]),
+                     (ex + f"{e}.up_proj", "expert", fused[I:], fb[I:]),
+                     (ex + f"{e}.down_proj", "expert") + down]
+        elif layout == "gptqmodel-old":
+            mods += [(ex + f"gate_up.{e}", "expert", fused, fb), (ex + f"down.{e}", "expert") + down]
+        elif layout == "per-expert-fused":
+            mods += [(ex + f"{e}.gate_up_proj", "expert", fused, fb),
+                     (ex + f"{e}.down_proj", "expert") + down]
+        else:   # llmc: true gate (even rows) and up (odd rows)
+            mods += [(ex + f"experts.{e}.gate_proj", "expert", fused[0::2], fb[0::2]),
+                     (ex + f"experts.{e}.up_proj", "expert", fused[1::2], fb[1::2]),
+                     (ex + f"experts.{e}.down_proj", "expert") + down]
+    return mods
+
+
+def calibrate_input_amax(p, weights, n_tokens=64):
+    """Per-module max |input| of the float model on a seeded random batch,
+    recorded by the reference's observer hook.  Names are the reference's:
+    dense prefixes and virtual expert names ...experts.E.gate_up / .down; an
+    expert sees only the tokens routed to it, so experts get different
+    values.  An expert no calibration token reached takes the maximum of its
+    layer's experts for that projection."""
+    ref = _ref()
+    model = ref.Model(config=make_config(dict(p, quant=None)), tensors=dict(weights))
+    amax = {}
+
+    def observe(name, x):
+        if x.size:
+            amax[name] = max(amax.get(name, 0.0), float(np.max(np.abs(x))))
+
+    model.observer = observe
+    rng = np.random.default_rng([p["seed"], 0xCA1])
+    model.forward(rng.integers(0, p["vocab"], n_tokens))
+    for l in range(p["layers"]):
+        for proj in ("gate_up", "down"):
+            names = [f"model.layers.{l}.mlp.experts.{e}.{proj}" for e in range(p["experts"])]
+            fallback = max([amax[n] for n in names if n in amax], default=1.0)
+            for n in names:
+                amax.setdefault(n, fallback)
+    return amax
+
+
+def _expert_virtual(prefix):
+    """Quark expert prefix -> the reference's virtual module name."""
+    return re.sub(r"\.(gate_up|down)_proj$", r".\1", prefix)
+
+
+def encode_quant(p, weights):
+    """-> list of (name, dtype, array) for a quantized preset: the producer's
+    tensor names, dtypes and shapes.  Router, embeddings, norms, sinks and
+    lm_head stay BF16 in every format."""
+    qf = _quantfmt()
+    q = p["quant"]
+    m = q["method"]
+    wd = dict(weights)
+    glob, attn_spec = _quark_specs(q) if m == "quark" else (None, None)
+    amax = None
+    if m == "quark" and (q["input"] == "fp8-static" or q["attn"] == "fp8-static"):
+        amax = calibrate_input_amax(p, weights)
+    stats = {"gptq_v1_zeros_raised": 0}
+
+    def bf16(name):
+        return (name, "BF16", wd[name])
+
+    def emit(prefix, role, w, b):
+        if m == "gptq":
+            rng = np.random.default_rng([p["seed"], zlib.crc32(prefix.encode())])
+            r = qf.gptq_quantize(w, q["bits"], q["group_size"], q["sym"], q["desc_act"],
+                                 q["static_groups"], q["checkpoint_format"], rng)
+            stats["gptq_v1_zeros_raised"] += r["raised"]
+            return [(prefix + ".qweight", "I32", r["qweight"]), (prefix + ".qzeros", "I32", r["qzeros"]),
+                    (prefix + ".scales", "F16", r["scales"]), (prefix + ".g_idx", "I32", r["g_idx"]),
+                    (prefix + ".bias", "F16", b)]
+        if m == "awq":
+            r = qf.awq_quantize(w, q["group_size"], q["zero_point"])
+            return [(prefix + ".qweight", "I32", r["qweight"]), (prefix + ".qzeros", "I32", r["qzeros"]),
+                    (prefix + ".scales", "F16", r["scales"]), (prefix + ".bias", "F16", b)]
+        spec = (attn_spec if role == "attn" else glob) if m == "quark" else None
+        if spec is None:
+            return [(prefix + ".weight", "BF16", w), (prefix + ".bias", "BF16", b)]
+        out = []
+        wt = spec["weight"]
+        if wt["dtype"] == "fp4":
+            packed, scale = qf.quark_fp4_quantize(w)
+            out += [(prefix + ".weight", "U8", packed), (prefix + ".weight_scale", "U8", scale)]
+        else:
+            codes, scale = qf.quark_fp8_quantize(w, wt["qscheme"] == "per_channel")
+            out += [(prefix + ".weight", "F8_E4M3", codes), (prefix + ".weight_scale", "F32", scale)]
+        it = spec["input_tensors"]
+        if it is not None and not it["is_dynamic"]:
+            a = amax[_expert_virtual(prefix)]
+            out.append((prefix + ".input_scale", "F32", np.asarray(np.float32(a / 448.0))))
+        out.append((prefix + ".bias", "BF16", b))
+        return out
+
+    out = [bf16("model.embed_tokens.weight")]
+    for l in range(p["layers"]):
+        pre = f"model.layers.{l}."
+        mods = linear_modules(p, wd, l)
+        out.append(bf16(pre + "input_layernorm.weight"))
+        for prefix, role, w, b in mods:
+            if role == "attn":
+                out += emit(prefix, role, w, b)
+        out += [bf16(pre + "self_attn.sinks"), bf16(pre + "post_attention_layernorm.weight"),
+                bf16(pre + "mlp.router.weight"), bf16(pre + "mlp.router.bias")]
+        for prefix, role, w, b in mods:
+            if role == "expert":
+                out += emit(prefix, role, w, b)
+    out += [bf16("model.norm.weight"), bf16("lm_head.weight")]
+    encode_quant.last_stats = stats
+    return out
+
+
+# ---------------------------------------------------------------------------
 # sharding
 
 def _layer_of(name):
@@ -395,14 +802,23 @@ def write_checkpoint(out_dir, p):
         if f in ("model.safetensors", "model.safetensors.index.json") or \
                 re.fullmatch(r"model-\d{5}-of-\d{5}\.safetensors", f):
             os.remove(os.path.join(out_dir, f))
+    for f in ("quantize_config.json", "quant_config.json"):
+        if os.path.exists(os.path.join(out_dir, f)):
+            os.remove(os.path.join(out_dir, f))
     cfg = make_config(p)
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2, sort_keys=True)
         f.write("\n")
+    qc = quant_config_json(p)
+    if qc is not None and qc[0] != "config.json":
+        # standalone AutoGPTQ / AutoAWQ file; config.json has no quantization_config
+        with open(os.path.join(out_dir, qc[0]), "w") as f:
+            json.dump(qc[1], f, indent=2)
+            f.write("\n")
     with open(os.path.join(out_dir, "generation_config.json"), "w") as f:
         json.dump(make_generation_config(p), f, indent=2, sort_keys=True)
         f.write("\n")
-    tensors = encode(p, make_weights(p))
+    tensors = encode_quant(p, make_weights(p)) if p.get("quant") else encode(p, make_weights(p))
     n = p["shards"]
     if n == 1:
         write_safetensors(os.path.join(out_dir, "model.safetensors"), tensors)
@@ -457,7 +873,7 @@ def report(model_dir, n_tokens=64, seed=0):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", help="output directory (created)")
-    ap.add_argument("--preset", choices=list(PRESETS))
+    ap.add_argument("--preset", choices=list(PRESETS) + list(QUANT_PRESETS))
     ap.add_argument("--list-presets", action="store_true", help="print the preset table and exit")
     ap.add_argument("--report", action="store_true",
                     help="after writing, print clamp fractions and logit magnitudes")
@@ -473,10 +889,13 @@ def main(argv=None):
     if a.list_presets:
         cols = ["layers", "hidden", "heads", "kv_heads", "head_dim", "experts", "top_k",
                 "intermediate", "vocab", "sliding_window", "format", "shards", "seed"]
-        print("preset".ljust(14) + " ".join(c[:8].rjust(8) for c in cols))
-        for name in PRESETS:
+        w = max(map(len, list(PRESETS) + list(QUANT_PRESETS))) + 1
+        print("preset".ljust(w) + " ".join(c[:8].rjust(8) for c in cols) + "  quant")
+        for name in list(PRESETS) + list(QUANT_PRESETS):
             p = preset_params(name)
-            print(name.ljust(14) + " ".join(str(p[c]).rjust(8) for c in cols))
+            q = p["quant"]
+            qtext = "" if q is None else "  " + " ".join(f"{k}={v}" for k, v in q.items())
+            print(name.ljust(w) + " ".join(str(p[c]).rjust(8) for c in cols) + qtext)
         return 0
     if not a.out:
         ap.error("--out is required")

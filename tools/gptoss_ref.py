@@ -7,24 +7,46 @@ no code with the C implementation or with the checkpoint generator, and
 computes everything in float64 after decoding the stored weights exactly, so
 any disagreement beyond fp32 rounding points at the C side.
 
-CLI (same contract as `moeserve generate`, so it can stand in for the binary):
+Quantized checkpoints (issue 3; shared/docs/quant-formats.md): GPTQ v1/v2
+(2/3/4/8 bit, g_idx), AWQ GEMM, AMD Quark (MXFP4 / FP8 weights, FP8 static or
+dynamic and MXFP4 dynamic activations) and the unquantized llm-compressor
+expert layout.  The format comes from config.json quantization_config (or a
+standalone quantize_config.json / quant_config.json), the expert naming
+family from the tensor names.  Weights are dequantized in float32 exactly as
+the C code does (those products must match bit for bit), activations are
+quantized at the input of each module whose spec asks for it, everything
+else runs in float64.  The decoders here are written from the doc, apart
+from the checkpoint writer's encoders (tools/quantfmt.py), so each checks
+the other.
+
+CLI (same contract as `moeserve generate` / `moeserve dequant`, so it can
+stand in for the binary):
 
     /usr/bin/python3 tools/gptoss_ref.py [generate] --model DIR --tokens 1,2,3
-        [--max-tokens N] [--logits-out FILE] [--threads N]
+        [--max-tokens N] [--logits-out FILE] [--threads N] [--ignore-eos]
+    /usr/bin/python3 tools/gptoss_ref.py dequant --model DIR --module NAME --out FILE
     /usr/bin/python3 tools/gptoss_ref.py --self-test
 
 Greedy decoding (argmax, ties -> lowest id) by full recompute at every step;
 the generated ids are printed space-separated as the last line of stdout;
 --logits-out writes the logits of every prompt position as little-endian
-float32 [prompt_tokens x vocab].  --threads is accepted and ignored.
+float32 [prompt_tokens x vocab].  --threads and --ignore-eos are accepted and
+ignored (the reference never stops early).  `dequant` writes one module's
+weight as little-endian float32 [rows x cols] and prints "rows cols" last;
+module names: a dense prefix (model.layers.0.self_attn.q_proj, lm_head,
+model.layers.0.mlp.router, model.embed_tokens) or a virtual expert
+model.layers.L.mlp.experts.E.gate_up ([2I, H], rows interleaved: 2j = gate j,
+2j+1 = up j) / model.layers.L.mlp.experts.E.down ([H, I]).
 
 Needs only numpy (run with /usr/bin/python3).
 """
 
 import argparse
+import fnmatch
 import json
 import math
 import os
+import re
 import sys
 
 import numpy as np
@@ -34,7 +56,7 @@ import numpy as np
 
 # itemsize of each safetensors dtype we can decode
 _ITEMSIZE = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8, "U8": 1, "I8": 1,
-             "I16": 2, "I32": 4, "I64": 8}
+             "I16": 2, "I32": 4, "I64": 8, "F8_E4M3": 1}
 _NUMPY = {"F16": "<f2", "F32": "<f4", "F64": "<f8", "U8": "u1", "I8": "i1",
           "I16": "<i2", "I32": "<i4", "I64": "<i8"}
 
@@ -87,6 +109,9 @@ class SafetensorsFile:
 def decode(dt, shape, buf):
     """Bytes -> numpy array: floats exactly widened to float64, ints kept."""
     buf = np.ascontiguousarray(buf)
+    if dt == "F8_E4M3":
+        # kept as raw e4m3fn codes; decode_e4m3 turns them into values
+        return buf.view(np.uint8).reshape(shape).copy()
     if dt == "BF16":
         # bf16 is the upper half of an IEEE float32
         bits = buf.view("<u2").astype(np.uint32) << 16
@@ -128,6 +153,9 @@ class Checkpoint:
     def __contains__(self, name):
         return name in self.where
 
+    def names(self):
+        return self.where.keys()
+
     def dtype(self, name):
         return self.where[name].entries[name][0]
 
@@ -135,6 +163,32 @@ class Checkpoint:
         if name not in self.where:
             raise SafetensorsError(f"missing tensor {name}")
         arr = decode(*self.where[name].raw(name))
+        if shape is not None and arr.shape != tuple(shape):
+            raise SafetensorsError(f"tensor {name}: shape {list(arr.shape)}, expected {list(shape)}")
+        return arr
+
+
+class ArrayCheckpoint:
+    """In-memory float64 tensors with the Checkpoint interface: lets the
+    checkpoint writer run the float model (calibration of static activation
+    scales) without writing it first."""
+
+    def __init__(self, tensors):
+        self.tensors = {k: np.asarray(v, dtype=np.float64) for k, v in tensors.items()}
+
+    def __contains__(self, name):
+        return name in self.tensors
+
+    def names(self):
+        return self.tensors.keys()
+
+    def dtype(self, name):
+        return "F64"
+
+    def get(self, name, shape=None):
+        if name not in self.tensors:
+            raise SafetensorsError(f"missing tensor {name}")
+        arr = self.tensors[name]
         if shape is not None and arr.shape != tuple(shape):
             raise SafetensorsError(f"tensor {name}: shape {list(arr.shape)}, expected {list(shape)}")
         return arr
@@ -164,6 +218,180 @@ def dequant_mxfp4(blocks, scales, k):
     vals[..., 1::2] = FP4_LUT[blocks >> 4]
     vals *= np.ldexp(1.0, scales.astype(np.int64) - 127)[..., None]
     return vals.reshape(blocks.shape[:-2] + (g * 32,))[..., :k]
+
+
+# ---------------------------------------------------------------------------
+# quantized-format decoders (shared/docs/quant-formats.md), written from the
+# doc and kept apart from tools/quantfmt.py (the writer's encoders)
+
+FP4_LUT32 = FP4_LUT.astype(np.float32)
+
+
+def _e4m3_table():
+    """Value of every e4m3fn byte (doc 4): S EEEE MMM, bias 7; E = 0 is
+    subnormal M * 2^-9; 0x7F / 0xFF are NaN; no infinities."""
+    vals = np.empty(256, dtype=np.float64)
+    for c in range(256):
+        e, m = (c >> 3) & 0xF, c & 7
+        if e == 15 and m == 7:
+            v = math.nan
+        elif e == 0:
+            v = m * 2.0 ** -9
+        else:
+            v = (1 + m / 8) * 2.0 ** (e - 7)
+        vals[c] = -v if c & 0x80 else v
+    return vals
+
+
+E4M3_VALUES = _e4m3_table()
+E4M3_F32 = E4M3_VALUES.astype(np.float32)
+# codes 0x00..0x7E are the 127 non-negative finite values, ascending
+_E4M3_POS = E4M3_VALUES[:0x7F]
+_E4M3_MID = (_E4M3_POS[:-1] + _E4M3_POS[1:]) / 2
+
+
+def e4m3_rne(x):
+    """Round float64 x to the nearest e4m3fn value (returned as float64),
+    ties to the even code (mantissa LSB 0).  Magnitudes past 448 give 448 --
+    callers clamp first anyway, as every activation quantizer does (doc 4:
+    a bare cast would turn |x| >= 464 into NaN)."""
+    a = np.abs(x)
+    # i = number of midpoints below a: a lies in (mid[i-1], mid[i]], so code i
+    # is nearest unless a sits exactly on mid[i], a tie between codes i, i+1
+    i = np.searchsorted(_E4M3_MID, a, side="left")
+    tie = (i < len(_E4M3_MID)) & (a == _E4M3_MID[np.minimum(i, len(_E4M3_MID) - 1)])
+    i = np.where(tie & (i % 2 == 1), i + 1, i)
+    return np.copysign(_E4M3_POS[i], x)
+
+
+def e2m1_rne(x):
+    """Round float64 x to the nearest e2m1 value (+-{0, .5, 1, 1.5, 2, 3, 4,
+    6}), saturating at 6, ties to the even code.  The grid has step 0.5 on
+    [0, 2], 1 on [2, 4] and 2 on [4, 6], and inside each span the even codes
+    are exactly the even multiples of the step, so rint (ties to even) on
+    a/step is ties-to-even-code: 0.25->0, 0.75->1, 1.25->1, 1.75->2, 2.5->2,
+    3.5->4, 5->4."""
+    a = np.abs(x)
+    r = np.where(a < 2, np.rint(a * 2) / 2, np.where(a < 4, np.rint(a), np.rint(a / 2) * 2))
+    return np.copysign(np.minimum(r, 6.0), x)
+
+
+def unpack_bitstream(words, bits, count):
+    """GPTQ packing (doc 1.2): int32 words [W, C] hold, per column, one
+    little-endian bitstream along axis 0; value j starts at stream bit
+    o = bits*j, i.e. bit o%32 of word o//32, and when o%32 + bits > 32 (3-bit
+    values 10 and 21 of every 32) its high bits continue at bit 0 of the next
+    word.  -> unsigned values [count, C] (int64).  Words are read as uint32:
+    an arithmetic shift of int32 would smear the sign bit (doc 7.5)."""
+    u = np.ascontiguousarray(words).view(np.uint32).astype(np.uint64)
+    if count * bits > u.shape[0] * 32:
+        raise SafetensorsError(f"{u.shape[0]} words cannot hold {count} {bits}-bit values")
+    off = np.arange(count, dtype=np.uint64) * np.uint64(bits)
+    w0 = (off // np.uint64(32)).astype(np.int64)
+    sh = (off % np.uint64(32))[:, None]
+    w1 = np.minimum(w0 + 1, u.shape[0] - 1)
+    # low word shifted down, next word shifted up past the low word's part
+    pair = (u[w0] >> sh) | (u[w1] << (np.uint64(32) - sh))
+    straddles = (sh + np.uint64(bits)) > np.uint64(32)
+    val = np.where(straddles, pair, u[w0] >> sh) & np.uint64((1 << bits) - 1)
+    return val.astype(np.int64)
+
+
+# AWQ GEMM (doc 2.2): logical column 8c + j lives in nibble AWQ_NIBBLE_OF[j]
+AWQ_NIBBLE_OF = (0, 4, 1, 5, 2, 6, 3, 7)
+
+
+def unpack_awq(words):
+    """AWQ words [R, C/8] -> codes [R, C] (int64), unsigned nibble extract."""
+    u = np.ascontiguousarray(words).view(np.uint32)
+    r, c8 = u.shape
+    out = np.empty((r, c8, 8), dtype=np.int64)
+    for j, nib in enumerate(AWQ_NIBBLE_OF):
+        out[:, :, j] = (u >> np.uint32(4 * nib)) & np.uint32(0xF)
+    return out.reshape(r, c8 * 8)
+
+
+def dequant_intq(q, z, scales, group_of_k):
+    """W[n, k] = f32(scale[g(k), n]) * f32(q[k, n] - z[g(k), n]) as float32
+    [N, K] -- the exact float32 product the C code computes.  q [K, N] and z
+    [G, N] are integers, scales [G, N] floats (float16 in the file)."""
+    s32 = scales.astype(np.float32)[group_of_k]
+    d32 = (q - z[group_of_k]).astype(np.float32)
+    return np.ascontiguousarray((s32 * d32).T)
+
+
+def dequant_fp4_rows(packed, scale_bytes, k):
+    """Quark MXFP4 (doc 3.3): packed u8 [N, K/2] (low nibble = even element),
+    e8m0 scales u8 [N, K/32] -> float32 [N, K] = e2m1[code] * 2^(b-127)."""
+    n = packed.shape[0]
+    if np.any(scale_bytes == 255):
+        raise SafetensorsError("MXFP4 scale byte 255 (NaN)")
+    codes = np.empty((n, k), dtype=np.uint8)
+    codes[:, 0::2] = packed & 0x0F
+    codes[:, 1::2] = packed >> 4
+    # powers of two 2^-127 .. 2^127 are exact in float32 (2^-127 subnormal)
+    pw = np.exp2(scale_bytes.astype(np.float64) - 127).astype(np.float32)
+    return FP4_LUT32[codes] * np.repeat(pw, 32, axis=1)
+
+
+def dequant_fp8_rows(codes, scale):
+    """FP8 e4m3fn bytes [N, K] times a float32 weight_scale (scalar, or one
+    per row) -> float32 [N, K], one float32 multiply per element."""
+    if np.any((codes & 0x7F) == 0x7F):
+        raise SafetensorsError("FP8 weight holds a NaN code (0x7F/0xFF)")
+    s = np.asarray(scale, dtype=np.float32)
+    return E4M3_F32[codes] * (s[:, None] if s.ndim == 1 else s)
+
+
+def mxfp4_quant_act(x):
+    """W4A4 dynamic activation quantization (our chosen semantics), per 32
+    elements along K of each token (row): amax = max|x| of the group as
+    float32; its bits + 0x200000 (rounds the mantissa at 1.75 up into the
+    exponent), masked to the exponent field, give 2^E; e = E - 2 (emax of
+    e2m1) clamped to [-127, 127]; x' = e2m1_rne(x / 2^e) * 2^e, saturating at
+    +-6 * 2^e; an all-zero group stays zero.  Returns x' (float64)."""
+    t, k = x.shape
+    g = x.reshape(t, k // 32, 32)
+    amax = np.abs(g).max(axis=-1).astype(np.float32)
+    bits = amax.view(np.uint32).astype(np.int64)
+    biased = ((bits + 0x200000) & 0x7F800000) >> 23
+    e = np.clip(biased - 127 - 2, -127, 127)
+    scale = np.exp2(e.astype(np.float64))[..., None]
+    q = e2m1_rne(g / scale) * scale
+    return np.where(amax[..., None] > 0, q, 0.0).reshape(t, k)
+
+
+class ActQuant:
+    """Activation quantization at the input of one module; apply(x) returns
+    (xq, post) with y = (xq @ W^T) * post + bias.
+      fp8_static   q = e4m3_rne(clip(x / s, +-448)), post = s (the module's
+                   own input_scale; each expert has its own)
+      fp8_dynamic  per token (row): s_t = amax|x_t| / 448 (1 when amax is 0).
+                   Our chosen semantics for Quark's dynamic "per_tensor":
+                   per row, so a request's result does not depend on what
+                   else is in its batch
+      mxfp4_dynamic  W4A4: mxfp4_quant_act per 32-group of each row, post 1"""
+
+    def __init__(self, kind, scale=None):
+        self.kind = kind
+        self.scale = scale
+
+    def __eq__(self, other):
+        return isinstance(other, ActQuant) and (self.kind, self.scale) == (other.kind, other.scale)
+
+    def __repr__(self):
+        return f"ActQuant({self.kind}{'' if self.scale is None else f', {self.scale!r}'})"
+
+    def apply(self, x):
+        if self.kind == "fp8_static":
+            return e4m3_rne(np.clip(x / self.scale, -448.0, 448.0)), self.scale
+        if self.kind == "fp8_dynamic":
+            amax = np.max(np.abs(x), axis=-1, keepdims=True)
+            s = np.where(amax > 0, amax / 448.0, 1.0)
+            return e4m3_rne(np.clip(x / s, -448.0, 448.0)), s
+        if self.kind == "mxfp4_dynamic":
+            return mxfp4_quant_act(x), 1.0
+        raise ValueError(f"unknown activation quantization {self.kind}")
 
 
 # ---------------------------------------------------------------------------
