@@ -455,6 +455,362 @@ class Config:
 
 
 # ---------------------------------------------------------------------------
+# quantization config (doc 1.1, 2.1, 3.1)
+
+class QuantConfig:
+    """What quantization_config says, normalized.  method: None, "mxfp4",
+    "gptq", "awq" or "quark".  Which Linear is quantized is read from the
+    tensors present (GPTQ/AWQ: a .qweight; Quark: the .weight dtype), and for
+    Quark checked against the spec the config resolves for that module."""
+
+    def __init__(self, method=None, source=None, raw=None):
+        self.method = method
+        self.source = source
+        self.raw = raw or {}
+
+    @classmethod
+    def load(cls, model_dir, cfg):
+        q, source, default = cfg.get("quantization_config"), "config.json", None
+        if q is None and model_dir is not None:
+            # standalone files of AutoGPTQ / AutoAWQ, used only without a
+            # quantization_config in config.json
+            for fname, meth in (("quantize_config.json", "gptq"), ("quant_config.json", "awq")):
+                path = os.path.join(model_dir, fname)
+                if os.path.exists(path):
+                    with open(path) as f:
+                        q, source, default = json.load(f), fname, meth
+                    break
+        if q is None:
+            return cls()
+        if not isinstance(q, dict):
+            raise ValueError(f"{source}: quantization config must be an object")
+        method = q.get("quant_method", default)
+        self = cls(method, source, q)
+        if method == "mxfp4":
+            pass
+        elif method == "gptq":
+            self._gptq(q)
+        elif method == "awq":
+            self._awq(q)
+        elif method == "quark":
+            self._quark(q)
+        else:
+            raise ValueError(f"{source}: quant_method {method!r} not supported")
+        return self
+
+    def _gptq(self, q):
+        self.bits = int(q["bits"])
+        if self.bits not in (2, 3, 4, 8):
+            raise ValueError(f"{self.source}: gptq bits {self.bits}")
+        self.group_size = int(q.get("group_size", -1))
+        if q.get("is_marlin_format"):
+            raise ValueError(f"{self.source}: marlin-repacked GPTQ not supported")
+        # checkpoint_format may be missing: that means v1 "gptq" (doc 7.2);
+        # GPTQModel writes the same value under "format" too
+        fmt = q.get("checkpoint_format") or q.get("format") or "gptq"
+        if fmt not in ("gptq", "gptq_v2"):
+            raise ValueError(f"{self.source}: gptq checkpoint_format {fmt!r} not supported")
+        self.gptq_v1 = fmt == "gptq"
+
+    def _awq(self, q):
+        self.bits = int(q.get("bits", q.get("w_bit", 4)))
+        self.group_size = int(q.get("group_size", q.get("q_group_size", -1)))
+        self.zero_point = bool(q.get("zero_point", True))
+        version = str(q.get("version", "gemm")).lower()   # AutoAWQ lower-cases it
+        if version != "gemm" or self.bits != 4 or self.group_size <= 0:
+            raise ValueError(f"{self.source}: only 4-bit AWQ GEMM with a positive group size "
+                             f"is supported (version {version!r}, bits {self.bits}, "
+                             f"group {self.group_size})")
+
+    def _quark(self, q):
+        if q.get("layer_type_quant_config"):
+            # keyed by torch module class names, which a checkpoint does not record
+            raise ValueError(f"{self.source}: quark layer_type_quant_config is not supported")
+        self.exclude = list(q.get("exclude") or [])
+        self.layer_specs = dict(q.get("layer_quant_config") or {})
+        self.global_spec = q.get("global_quant_config")
+
+    def quark_spec(self, name):
+        """Spec of module `name` (doc 3.1): exclude (exact name, "re:" regex
+        or fnmatch glob), then layer_quant_config (fnmatch), then global.
+        None = not quantized."""
+        for pat in self.exclude:
+            if pat.startswith("re:"):
+                if re.fullmatch(pat[3:], name):
+                    return None
+            elif pat == name or fnmatch.fnmatchcase(name, pat):
+                return None
+        for pat, spec in self.layer_specs.items():
+            if fnmatch.fnmatchcase(name, pat):
+                return spec
+        return self.global_spec
+
+
+# ---------------------------------------------------------------------------
+# weights of every format, as float [out, in] matrices
+
+class Linear:
+    """One Linear module: w [out, in] (float32 when dequantized, else the
+    stored values), bias float64 or None, aq ActQuant or None."""
+
+    def __init__(self, w, b, aq, kind):
+        self.w, self.b, self.aq, self.kind = w, b, aq, kind
+
+
+_EXPERT_VIRTUAL = re.compile(r"model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate_up|down)")
+
+
+class WeightSource:
+    """Decodes the Linear modules of any supported format into the HF math
+    layout the Model uses; also serves dequant_module()."""
+
+    def __init__(self, ck, cfg, qc):
+        self.ck, self.cfg, self.qc = ck, cfg, qc
+        self._whole = {}
+
+    def _get_whole(self, name, shape):
+        # HF layouts store all experts in one tensor; decode it once
+        if name not in self._whole:
+            self._whole[name] = self.ck.get(name, shape)
+        return self._whole[name]
+
+    # -- one Linear ------------------------------------------------------
+
+    def linear(self, prefix, n, k, need_bias):
+        ck, qc = self.ck, self.qc
+        spec = qc.quark_spec(prefix) if qc.method == "quark" else None
+        if spec is not None and (spec.get("output_tensors") is not None or spec.get("bias") is not None):
+            raise ValueError(f"{prefix}: quantized output_tensors / bias are not supported")
+        wspec = spec.get("weight") if spec is not None else None
+        if prefix + ".qweight" in ck:
+            if qc.method == "gptq":
+                w, kind = self._gptq(prefix, n, k), f"gptq{qc.bits}"
+            elif qc.method == "awq":
+                w, kind = self._awq(prefix, n, k), "awq4"
+            else:
+                raise ValueError(f"{prefix}.qweight in a checkpoint with quant_method {qc.method!r}")
+        elif prefix + ".weight" in ck:
+            dt = ck.dtype(prefix + ".weight")
+            if dt == "U8":
+                w, kind = self._fp4(prefix, n, k, wspec), "fp4"
+            elif dt == "F8_E4M3":
+                w, kind = self._fp8(prefix, n, k, wspec), "fp8"
+            else:
+                if wspec is not None:
+                    raise ValueError(f"{prefix}: quark spec quantizes the weight "
+                                     f"({wspec.get('dtype')}) but it is stored as {dt}")
+                w, kind = ck.get(prefix + ".weight", (n, k)), dt.lower()
+        else:
+            raise SafetensorsError(f"missing tensor {prefix}.weight (or .qweight)")
+        aq = self._act_quant(prefix, spec, k)
+        b = ck.get(prefix + ".bias", (n,)) if prefix + ".bias" in ck else None
+        if need_bias and b is None:
+            raise SafetensorsError(f"missing tensor {prefix}.bias")
+        return Linear(w, b, aq, kind)
+
+    def _int_tensor(self, name, shape):
+        if self.ck.dtype(name) != "I32":
+            raise SafetensorsError(f"{name}: dtype {self.ck.dtype(name)}, expected I32")
+        return self.ck.get(name, shape)
+
+    def _gptq(self, prefix, n, k):
+        qc = self.qc
+        bits = qc.bits
+        gs = k if qc.group_size <= 0 else qc.group_size
+        groups = -(-k // gs)                       # a ragged last group is allowed (doc 7.4)
+        if (k * bits) % 32 or (n * bits) % 32:
+            raise SafetensorsError(f"{prefix}: [{n}, {k}] does not pack into {bits}-bit int32 words")
+        qweight = self._int_tensor(prefix + ".qweight", (k * bits // 32, n))
+        qzeros = self._int_tensor(prefix + ".qzeros", (groups, n * bits // 32))
+        scales = self.ck.get(prefix + ".scales", (groups, n))
+        if prefix + ".g_idx" in self.ck:
+            g_idx = self._int_tensor(prefix + ".g_idx", (k,)).astype(np.int64)
+            if g_idx.min() < 0 or g_idx.max() >= groups:
+                raise SafetensorsError(f"{prefix}.g_idx: values outside [0, {groups})")
+        else:
+            g_idx = np.arange(k) // gs
+        q = unpack_bitstream(qweight, bits, k)            # [K, N], packed along K
+        z = unpack_bitstream(qzeros.T, bits, n).T          # [G, N], packed along N
+        if qc.gptq_v1:
+            z = z + 1      # v1 stores zero-1, per element after masking (doc 1.2)
+        return dequant_intq(q, z, scales, g_idx)
+
+    def _awq(self, prefix, n, k):
+        gs = self.qc.group_size
+        if k % gs or n % 8:
+            raise SafetensorsError(f"{prefix}: AWQ needs in % {gs} == 0 and out % 8 == 0, got [{n}, {k}]")
+        qweight = self._int_tensor(prefix + ".qweight", (k, n // 8))
+        qzeros = self._int_tensor(prefix + ".qzeros", (k // gs, n // 8))
+        scales = self.ck.get(prefix + ".scales", (k // gs, n))
+        # no +1 for AWQ zeros, group of column k is k // gs (no g_idx)
+        return dequant_intq(unpack_awq(qweight), unpack_awq(qzeros), scales, np.arange(k) // gs)
+
+    def _fp4(self, prefix, n, k, wspec):
+        if self.qc.method != "quark" or wspec is None or wspec.get("dtype") != "fp4":
+            raise ValueError(f"{prefix}: U8 weight but the config does not make it quark fp4")
+        if (wspec.get("qscheme"), wspec.get("group_size"), wspec.get("scale_format")) != \
+                ("per_group", 32, "e8m0") or wspec.get("is_dynamic"):
+            raise ValueError(f"{prefix}: only static per_group/32/e8m0 fp4 weights are supported")
+        if k % 32:
+            raise SafetensorsError(f"{prefix}: fp4 weight needs in_features % 32 == 0 (got {k})")
+        packed = self.ck.get(prefix + ".weight", (n, k // 2))
+        scale = self.ck.get(prefix + ".weight_scale", (n, k // 32))
+        if self.ck.dtype(prefix + ".weight_scale") != "U8":
+            raise SafetensorsError(f"{prefix}.weight_scale: expected U8 (e8m0)")
+        return dequant_fp4_rows(packed, scale, k)
+
+    def _fp8(self, prefix, n, k, wspec):
+        if self.qc.method != "quark" or wspec is None or wspec.get("dtype") not in ("fp8_e4m3", "fp8_e4m3fn"):
+            raise ValueError(f"{prefix}: F8_E4M3 weight but the config does not make it quark fp8_e4m3")
+        qs = wspec.get("qscheme")
+        codes = self.ck.get(prefix + ".weight", (n, k))
+        raw = self.ck.get(prefix + ".weight_scale")
+        if qs == "per_tensor" and raw.size == 1 and raw.ndim <= 1:
+            scale = raw.reshape(())
+        elif qs == "per_channel" and raw.shape in ((n,), (n, 1)):
+            scale = raw.reshape(n)
+        else:
+            raise SafetensorsError(f"{prefix}.weight_scale: shape {list(raw.shape)} does not fit "
+                                   f"a {qs} fp8 weight of [{n}, {k}]")
+        return dequant_fp8_rows(codes, scale)
+
+    def _act_quant(self, prefix, spec, k):
+        it = spec.get("input_tensors") if spec is not None else None
+        if it is None:
+            return None
+        dtype, qs, dyn = it.get("dtype"), it.get("qscheme"), bool(it.get("is_dynamic"))
+        if dtype in ("fp8_e4m3", "fp8_e4m3fn") and qs == "per_tensor":
+            if dyn:
+                return ActQuant("fp8_dynamic")
+            # a 0-d float per module (F32, BF16 or F16 accepted, doc 8)
+            s = self.ck.get(prefix + ".input_scale")
+            if s.size != 1 or s.ndim > 1:
+                raise SafetensorsError(f"{prefix}.input_scale: shape {list(s.shape)}, expected []")
+            s = float(s.reshape(()))
+            if not (s > 0 and math.isfinite(s)):
+                raise SafetensorsError(f"{prefix}.input_scale: {s} is not a positive finite scale")
+            return ActQuant("fp8_static", s)
+        if (dtype, qs, it.get("group_size"), it.get("scale_format"), dyn) == ("fp4", "per_group", 32, "e8m0", True):
+            if k % 32:
+                raise ValueError(f"{prefix}: mxfp4 activations need in_features % 32 == 0")
+            return ActQuant("mxfp4_dynamic")
+        raise ValueError(f"{prefix}: input_tensors spec {it} not supported")
+
+    # -- experts ---------------------------------------------------------
+
+    def expert_family(self, layer):
+        """Expert naming family of a layer (doc 5), from the tensor names."""
+        ex = f"model.layers.{layer}.mlp.experts."
+        if ex + "gate_up_proj" in self.ck:
+            return "hf"
+        if ex + "gate_up_proj_blocks" in self.ck:
+            return "hf-mxfp4"
+        probes = [("llmc", ex + "experts.0.gate_proj."), ("defuser", ex + "0.gate_proj."),
+                  ("gptqmodel-old", ex + "gate_up.0."), ("per-expert-fused", ex + "0.gate_up_proj.")]
+        names = [n for n in self.ck.names() if n.startswith(ex)]
+        for fam, stem in probes:
+            if any(n.startswith(stem) for n in names):
+                return fam
+        raise SafetensorsError(f"layer {layer}: no known expert tensor layout "
+                               f"(names seen: {sorted(names)[:6]})")
+
+    def expert(self, layer, e, family=None):
+        """-> (gate_up Linear [2I, H], rows interleaved: 2j = gate j, 2j+1 =
+        up j; down Linear [H, I])."""
+        cfg = self.cfg
+        H, I, E = cfg.hidden, cfg.inter, cfg.n_experts
+        if not 0 <= e < E:
+            raise ValueError(f"expert {e} out of range [0, {E})")
+        fam = family or self.expert_family(layer)
+        ex = f"model.layers.{layer}.mlp.experts."
+        ck = self.ck
+        ck_get = self._get_whole
+        if fam == "hf":
+            w = ck_get(ex + "gate_up_proj", (E, H, 2 * I))[e].T
+            d = ck_get(ex + "down_proj", (E, I, H))[e].T
+            return (Linear(w, ck_get(ex + "gate_up_proj_bias", (E, 2 * I))[e], None, "hf"),
+                    Linear(d, ck_get(ex + "down_proj_bias", (E, H))[e], None, "hf"))
+        if fam == "hf-mxfp4":
+            gh, gi = -(-H // 32), -(-I // 32)
+            w = dequant_mxfp4(ck_get(ex + "gate_up_proj_blocks", (E, 2 * I, gh, 16))[e],
+                              ck_get(ex + "gate_up_proj_scales", (E, 2 * I, gh))[e], H)
+            d = dequant_mxfp4(ck_get(ex + "down_proj_blocks", (E, H, gi, 16))[e],
+                              ck_get(ex + "down_proj_scales", (E, H, gi))[e], I)
+            return (Linear(w, ck_get(ex + "gate_up_proj_bias", (E, 2 * I))[e], None, "mxfp4"),
+                    Linear(d, ck_get(ex + "down_proj_bias", (E, H))[e], None, "mxfp4"))
+        if fam == "gptqmodel-old":
+            return (self.linear(ex + f"gate_up.{e}", 2 * I, H, True),
+                    self.linear(ex + f"down.{e}", H, I, True))
+        if fam == "per-expert-fused":
+            return (self.linear(ex + f"{e}.gate_up_proj", 2 * I, H, True),
+                    self.linear(ex + f"{e}.down_proj", H, I, True))
+        stem = ex + (f"experts.{e}." if fam == "llmc" else f"{e}.")
+        g = self.linear(stem + "gate_proj", I, H, True)
+        u = self.linear(stem + "up_proj", I, H, True)
+        if g.aq != u.aq:
+            raise ValueError(f"{stem}gate_proj / up_proj: different activation quantization "
+                             "cannot feed one fused gate_up")
+        if fam == "defuser":
+            # Defuser's gate_proj / up_proj are the first / last HALF of the
+            # interleaved fused matrix; stacking them rebuilds it (doc 5)
+            w = np.concatenate([g.w, u.w], axis=0)
+            b = np.concatenate([g.b, u.b])
+        else:
+            # llm-compressor's are the true gate and up: interleave them
+            w = np.empty((2 * I, H), dtype=np.result_type(g.w, u.w))
+            w[0::2], w[1::2] = g.w, u.w
+            b = np.empty(2 * I)
+            b[0::2], b[1::2] = g.b, u.b
+        return (Linear(w, b, g.aq, g.kind),
+                self.linear(stem + "down_proj", H, I, True))
+
+    # -- dequant_module ----------------------------------------------------
+
+    def module_weight(self, module):
+        """float32 [rows, cols] of a dense module prefix or a virtual expert."""
+        cfg = self.cfg
+        m = _EXPERT_VIRTUAL.fullmatch(module)
+        if m:
+            layer, e, which = int(m.group(1)), int(m.group(2)), m.group(3)
+            if layer >= cfg.n_layers:
+                raise ValueError(f"{module}: layer out of range")
+            gu, dn = self.expert(layer, e)
+            return np.asarray((gu if which == "gate_up" else dn).w, dtype=np.float32)
+        H, V, E = cfg.hidden, cfg.vocab, cfg.n_experts
+        nq, nkv = cfg.n_heads * cfg.head_dim, cfg.n_kv * cfg.head_dim
+        shapes = {"self_attn.q_proj": (nq, H), "self_attn.k_proj": (nkv, H),
+                  "self_attn.v_proj": (nkv, H), "self_attn.o_proj": (H, nq),
+                  "mlp.router": (E, H)}
+        m = re.fullmatch(r"model\.layers\.(\d+)\.(self_attn\.[qkvo]_proj|mlp\.router)", module)
+        if m and int(m.group(1)) < cfg.n_layers:
+            n, k = shapes[m.group(2)]
+        elif module == "lm_head" and not cfg.tie:
+            n, k = V, H
+        elif module in ("model.embed_tokens", "lm_head"):
+            return np.asarray(self.ck.get("model.embed_tokens.weight", (V, H)), dtype=np.float32)
+        else:
+            raise ValueError(f"unknown module {module!r}")
+        return np.asarray(self.linear(module, n, k, False).w, dtype=np.float32)
+
+
+def _load_source(model_dir):
+    with open(os.path.join(model_dir, "config.json")) as f:
+        cfg_dict = json.load(f)
+    cfg = Config(cfg_dict)
+    return WeightSource(Checkpoint(model_dir), cfg, QuantConfig.load(model_dir, cfg_dict))
+
+
+def dequant_module(ckpt_dir, module):
+    """The float32 [rows, cols] weight of one module as the C side must
+    produce it bit for bit: dequantized formats as their float32 products,
+    unquantized weights as float32 of the stored value.  Modules: a dense
+    prefix (model.layers.0.self_attn.q_proj, lm_head, model.layers.0.mlp.router,
+    model.embed_tokens) or a virtual expert model.layers.L.mlp.experts.E.gate_up
+    ([2I, H], rows interleaved) / ...experts.E.down ([H, I])."""
+    return _load_source(ckpt_dir).module_weight(module)
+
+
+# ---------------------------------------------------------------------------
 # RoPE (doc 2.3)
 
 def yarn_inv_freq(dim, base, factor, l0, beta_fast, beta_slow, truncate, attention_factor=None):
@@ -515,6 +871,7 @@ class Stats:
         self.elements = 0
         self.min_router_gap = math.inf
         self.min_greedy_margin = math.inf
+        self.margins = []            # top-2 margin of each generated step
 
     def clamp_fraction(self):
         e = max(self.elements, 1)
@@ -531,53 +888,88 @@ def sigmoid(z):
 
 
 class Model:
-    def __init__(self, model_dir):
-        with open(os.path.join(model_dir, "config.json")) as f:
-            self.cfg = cfg = Config(json.load(f))
-        ck = Checkpoint(model_dir)
+    """The forward pass.  Model(model_dir) reads a checkpoint of any
+    supported format; Model(config=dict, tensors={name: float array}) runs
+    float weights in the HF layout (the checkpoint writer calibrates static
+    activation scales that way).  observer, when set, is called as
+    observer(module_name, input) before every Linear; expert modules are
+    named model.layers.L.mlp.experts.E.gate_up / .down."""
+
+    def __init__(self, model_dir=None, *, config=None, tensors=None):
+        if model_dir is not None:
+            with open(os.path.join(model_dir, "config.json")) as f:
+                cfg_dict = json.load(f)
+            ck = Checkpoint(model_dir)
+            qc = QuantConfig.load(model_dir, cfg_dict)
+        else:
+            cfg_dict, ck, qc = config, ArrayCheckpoint(tensors), QuantConfig()
+        self.cfg = cfg = Config(cfg_dict)
+        self.quant = qc
+        self.observer = None
+        src = WeightSource(ck, cfg, qc)
         H, d, nH, nKV = cfg.hidden, cfg.head_dim, cfg.n_heads, cfg.n_kv
         E, I, V = cfg.n_experts, cfg.inter, cfg.vocab
+        f64 = lambda a: np.asarray(a, dtype=np.float64)  # noqa: E731
 
         self.embed = ck.get("model.embed_tokens.weight", (V, H))
         self.norm = ck.get("model.norm.weight", (H,))
-        self.lm_head = self.embed if cfg.tie else ck.get("lm_head.weight", (V, H))
+        if cfg.tie:
+            self.lm_head, self.lm_aq = self.embed, None
+        else:
+            lm = src.linear("lm_head", V, H, False)
+            self.lm_head, self.lm_aq = f64(lm.w), lm.aq
+        aqs = [self.lm_aq]
         self.layers = []
         for l in range(cfg.n_layers):
             p = f"model.layers.{l}."
             g = lambda n, s: ck.get(p + n, s)  # noqa: E731
-            lw = dict(
-                ln1=g("input_layernorm.weight", (H,)),
-                wq=g("self_attn.q_proj.weight", (nH * d, H)), bq=g("self_attn.q_proj.bias", (nH * d,)),
-                wk=g("self_attn.k_proj.weight", (nKV * d, H)), bk=g("self_attn.k_proj.bias", (nKV * d,)),
-                wv=g("self_attn.v_proj.weight", (nKV * d, H)), bv=g("self_attn.v_proj.bias", (nKV * d,)),
-                wo=g("self_attn.o_proj.weight", (H, nH * d)), bo=g("self_attn.o_proj.bias", (H,)),
-                sinks=g("self_attn.sinks", (nH,)),
-                ln2=g("post_attention_layernorm.weight", (H,)),
-                wr=g("mlp.router.weight", (E, H)), br=g("mlp.router.bias", (E,)),
-                gub=g("mlp.experts.gate_up_proj_bias", (E, 2 * I)),
-                db=g("mlp.experts.down_proj_bias", (E, H)),
-            )
-            if p + "mlp.experts.gate_up_proj_blocks" in ck:
-                # MXFP4 blocks are in [out, in] orientation; the math below
-                # uses the HF parameter layout (doc 3.3), hence the transposes
-                gh, gi = -(-H // 32), -(-I // 32)
-                gu = dequant_mxfp4(g("mlp.experts.gate_up_proj_blocks", (E, 2 * I, gh, 16)),
-                                   g("mlp.experts.gate_up_proj_scales", (E, 2 * I, gh)), H)
-                dn = dequant_mxfp4(g("mlp.experts.down_proj_blocks", (E, H, gi, 16)),
-                                   g("mlp.experts.down_proj_scales", (E, H, gi)), I)
-                lw["gu"] = np.ascontiguousarray(gu.transpose(0, 2, 1))
-                lw["dn"] = np.ascontiguousarray(dn.transpose(0, 2, 1))
-            else:
-                lw["gu"] = g("mlp.experts.gate_up_proj", (E, H, 2 * I))
-                lw["dn"] = g("mlp.experts.down_proj", (E, I, H))
+            lw = dict(ln1=g("input_layernorm.weight", (H,)),
+                      sinks=g("self_attn.sinks", (nH,)),
+                      ln2=g("post_attention_layernorm.weight", (H,)), aq={})
+            for key, mod, n, k in (("q", "self_attn.q_proj", nH * d, H),
+                                   ("k", "self_attn.k_proj", nKV * d, H),
+                                   ("v", "self_attn.v_proj", nKV * d, H),
+                                   ("o", "self_attn.o_proj", H, nH * d),
+                                   ("r", "mlp.router", E, H)):
+                lin = src.linear(p + mod, n, k, True)
+                lw["w" + key], lw["b" + key], lw["aq"][key] = f64(lin.w), lin.b, lin.aq
+            fam = src.expert_family(l)
+            ex = [src.expert(l, e, fam) for e in range(E)]
+            # the math below uses the HF parameter layout (doc 3.3): [in, out]
+            lw["gu"] = np.stack([f64(gu.w).T for gu, _ in ex])
+            lw["gub"] = np.stack([gu.b for gu, _ in ex])
+            lw["dn"] = np.stack([f64(dn.w).T for _, dn in ex])
+            lw["db"] = np.stack([dn.b for _, dn in ex])
+            lw["aq"]["gu"] = [gu.aq for gu, _ in ex]
+            lw["aq"]["dn"] = [dn.aq for _, dn in ex]
+            lw["names"] = {key: p + mod for key, mod in (("q", "self_attn.q_proj"), ("k", "self_attn.k_proj"),
+                                                          ("v", "self_attn.v_proj"), ("o", "self_attn.o_proj"),
+                                                          ("r", "mlp.router"))}
+            lw["names"]["ex"] = p + "mlp.experts."
+            aqs += [lw["aq"][k] for k in "qkvor"] + lw["aq"]["gu"] + lw["aq"]["dn"]
             self.layers.append(lw)
+        # True when some module quantizes its input activations
+        self.act_quant = any(a is not None for a in aqs)
+
+    def linear(self, name, x, wt, b, aq):
+        """x @ wt (+ b), wt = W^T [in, out]; with activation quantization
+        y = (xq @ wt) * post + b."""
+        if self.observer is not None:
+            self.observer(name, x)
+        if aq is None:
+            y = x @ wt
+        else:
+            xq, post = aq.apply(x)
+            y = (xq @ wt) * post
+        return y if b is None else y + b
 
     def attention(self, lw, h, sliding, cos, sin):
         cfg = self.cfg
         T, d, nH, nKV = h.shape[0], cfg.head_dim, cfg.n_heads, cfg.n_kv
-        q = apply_rope((h @ lw["wq"].T + lw["bq"]).reshape(T, nH, d), cos, sin)
-        k = apply_rope((h @ lw["wk"].T + lw["bk"]).reshape(T, nKV, d), cos, sin)
-        v = (h @ lw["wv"].T + lw["bv"]).reshape(T, nKV, d)
+        nm, aq = lw["names"], lw["aq"]
+        q = apply_rope(self.linear(nm["q"], h, lw["wq"].T, lw["bq"], aq["q"]).reshape(T, nH, d), cos, sin)
+        k = apply_rope(self.linear(nm["k"], h, lw["wk"].T, lw["bk"], aq["k"]).reshape(T, nKV, d), cos, sin)
+        v = self.linear(nm["v"], h, lw["wv"].T, lw["bv"], aq["v"]).reshape(T, nKV, d)
         # query head h reads kv head h // (nH/nKV): each kv head repeated consecutively
         k = np.repeat(k, nH // nKV, axis=1)
         v = np.repeat(v, nH // nKV, axis=1)
@@ -594,12 +986,13 @@ class Model:
         e = np.exp(s - m)
         p = e / (e.sum(axis=-1, keepdims=True) + np.exp(sink - m))
         o = np.einsum("hij,jhd->ihd", p, v).reshape(T, nH * d)
-        return o @ lw["wo"].T + lw["bo"]
+        return self.linear(nm["o"], o, lw["wo"].T, lw["bo"], aq["o"])
 
     def moe(self, lw, h, stats):
         cfg = self.cfg
         k, lim = cfg.top_k, cfg.limit
-        r = h @ lw["wr"].T + lw["br"]
+        nm, aq = lw["names"], lw["aq"]
+        r = self.linear(nm["r"], h, lw["wr"].T, lw["br"], aq["r"])
         # stable sort of the negated logits: largest first, ties to the lower index
         order = np.argsort(-r, axis=1, kind="stable")
         top = order[:, :k]
@@ -615,7 +1008,7 @@ class Model:
             tok, slot = np.nonzero(top == e)
             if tok.size == 0:
                 continue
-            gu = h[tok] @ lw["gu"][e] + lw["gub"][e]
+            gu = self.linear(f"{nm['ex']}{e}.gate_up", h[tok], lw["gu"][e], lw["gub"][e], aq["gu"][e])
             gate, up = gu[:, 0::2], gu[:, 1::2]   # interleaved, not halves
             if stats is not None:
                 stats.gate_clamped += int(np.count_nonzero(gate > lim))
@@ -624,7 +1017,7 @@ class Model:
             gate = np.minimum(gate, lim)
             up = np.clip(up, -lim, lim)
             act = (up + 1.0) * (gate * sigmoid(cfg.alpha * gate))
-            y = act @ lw["dn"][e] + lw["db"][e]
+            y = self.linear(f"{nm['ex']}{e}.down", act, lw["dn"][e], lw["db"][e], aq["dn"][e])
             out[tok] += w[tok, slot][:, None] * y
         return out
 
@@ -641,7 +1034,7 @@ class Model:
         for l, lw in enumerate(self.layers):
             x = x + self.attention(lw, rms_norm(x, lw["ln1"], cfg.eps), cfg.sliding[l], cos, sin)
             x = x + self.moe(lw, rms_norm(x, lw["ln2"], cfg.eps), stats)
-        return rms_norm(x, self.norm, cfg.eps) @ self.lm_head.T
+        return self.linear("lm_head", rms_norm(x, self.norm, cfg.eps), self.lm_head.T, None, self.lm_aq)
 
 
 def greedy_margin(row):
@@ -664,7 +1057,8 @@ def generate(model, prompt, max_tokens, stats=None):
             logits = model.forward(ids, stats)
         row = logits[-1]
         if stats is not None:
-            stats.min_greedy_margin = min(stats.min_greedy_margin, greedy_margin(row))
+            stats.margins.append(greedy_margin(row))
+            stats.min_greedy_margin = min(stats.min_greedy_margin, stats.margins[-1])
         nxt = int(np.argmax(row))   # first maximum = lowest id on ties
         out.append(nxt)
         ids.append(nxt)
