@@ -1101,6 +1101,105 @@ def self_test():
     if not ok:
         failures.append("bf16")
 
+    def flag(what, ok, detail=""):
+        print(f"{'ok  ' if ok else 'FAIL'} {what}{': ' + detail if detail else ''}")
+        if not ok:
+            failures.append(what)
+
+    def words(vals, bits):
+        # the bitstream built with Python integers, a third encoding
+        stream = sum(int(v) << (bits * j) for j, v in enumerate(vals))
+        n = len(vals) * bits // 32
+        return np.array([(stream >> (32 * i)) & 0xFFFFFFFF for i in range(n)],
+                        dtype=np.uint32).view(np.int32)[:, None]
+
+    # GPTQ 3-bit: value 10 occupies stream bits 30..32 and value 21 bits 63..65
+    v = np.zeros(32, dtype=np.int64)
+    v[10] = 0b111
+    w = np.array([0xC0000000, 0x00000001, 0x00000000], dtype=np.uint32).view(np.int32)[:, None]
+    got = unpack_bitstream(w, 3, 32)[:, 0]
+    flag("gptq 3-bit value 10 straddles words 0/1", np.array_equal(got, v), f"{got[9:12].tolist()}")
+    v = np.zeros(32, dtype=np.int64)
+    v[21] = 0b101
+    w = np.array([0, 0x80000000, 0x00000002], dtype=np.uint32).view(np.int32)[:, None]
+    got = unpack_bitstream(w, 3, 32)[:, 0]
+    flag("gptq 3-bit value 21 straddles words 1/2", np.array_equal(got, v), f"{got[20:23].tolist()}")
+    v = np.arange(64) * 5 % 8
+    flag("gptq 3-bit 64 values", np.array_equal(unpack_bitstream(words(v, 3), 3, 64)[:, 0], v))
+    for bits in (2, 4, 8):
+        v = np.arange(64) * 7 % (1 << bits)
+        flag(f"gptq {bits}-bit bitstream",
+             np.array_equal(unpack_bitstream(words(v, bits), bits, 64)[:, 0], v))
+    flag("gptq 4-bit word 0x76543210 -> rows 0..7",
+         unpack_bitstream(np.array([[0x76543210]], dtype=np.int32), 4, 8)[:, 0].tolist() == list(range(8)))
+
+    # AWQ: columns 0..7 holding 0..7 pack to 0x75316420; the sign bit must not smear
+    got = unpack_awq(np.array([[0x75316420]], dtype=np.uint32).view(np.int32))[0].tolist()
+    flag("awq 0x75316420 -> columns 0..7", got == list(range(8)), f"{got}")
+    got = unpack_awq(np.array([[0xF0000000]], dtype=np.uint32).view(np.int32))[0].tolist()
+    flag("awq 0xF0000000 -> column 7 = 15", got == [0] * 7 + [15], f"{got}")
+
+    # v1 zeros: stored + 1 per element after masking (0x77777777 -> 8; 0xF -> 16, no carry)
+    zw = np.array([[0x77777777, 0x0000000F]], dtype=np.uint32).view(np.int32)  # [G=1, N/8=2]
+    z = unpack_bitstream(zw.T, 4, 16).T + 1
+    flag("gptq v1 zeros +1 per element", z[0].tolist() == [8] * 8 + [16] + [1] * 7, f"{z[0].tolist()}")
+    q = np.full((8, 16), 8)
+    scales = np.full((1, 16), 0.5)
+    wq = dequant_intq(q, z, scales, np.zeros(8, dtype=np.int64))
+    flag("gptq v1 sym dequant is 0 at code 8", wq.dtype == np.float32 and not np.any(wq[:8]) and
+         np.all(wq[8] == -4.0) and np.all(wq[9:] == 3.5))
+
+    # e4m3
+    finite = np.isfinite(E4M3_VALUES)
+    rt = e4m3_rne(E4M3_VALUES[finite])
+    flag("e4m3 every finite value round-trips", np.array_equal(rt, E4M3_VALUES[finite]) and
+         np.array_equal(np.signbit(rt), np.signbit(E4M3_VALUES[finite])))
+    flag("e4m3 decode 0x7E/0x08/0x01/0x80",
+         [E4M3_VALUES[c] for c in (0x7E, 0x08, 0x01)] == [448.0, 2.0 ** -6, 2.0 ** -9] and
+         E4M3_VALUES[0x80] == 0 and np.signbit(E4M3_VALUES[0x80]) and np.isnan(E4M3_VALUES[0x7F]))
+    mids = (_E4M3_POS[:-1] + _E4M3_POS[1:]) / 2
+    even = np.where(np.arange(126) % 2 == 0, _E4M3_POS[:-1], _E4M3_POS[1:])
+    flag("e4m3 midpoints go to the even code", np.array_equal(e4m3_rne(mids), even) and
+         np.array_equal(e4m3_rne(-mids), -even))
+    cases = [(432.0, 448.0), (2.0 ** -10, 0.0), (3 * 2.0 ** -10, 2.0 ** -8), (1.0625, 1.0),
+             (1.1875, 1.25), (1.0625 + 1e-12, 1.125), (464.0, 448.0), (-300.0, -288.0)]
+    got = [float(e4m3_rne(np.float64(a))) for a, _ in cases]
+    flag("e4m3 hand cases (ties, 464 -> 448)", got == [b for _, b in cases], f"{got}")
+    over = np.array([448.5, 450.0, 463.99, 500.0, -460.0])
+    got = e4m3_rne(np.clip(over, -448, 448))
+    flag("e4m3 (448, 464) and beyond clamp to 448", got.tolist() == [448.0] * 4 + [-448.0])
+    x = np.array([[-900.0, 1.0, 2.0 ** -12]])
+    xq, post = ActQuant("fp8_static", 2.0).apply(x)
+    flag("fp8 static: clip then round", xq.tolist() == [[-448.0, 0.5, 0.0]] and post == 2.0, f"{xq.tolist()}")
+    xq, post = ActQuant("fp8_dynamic").apply(np.array([[0.0, 0.0], [-7.0, 1.0]]))
+    flag("fp8 dynamic: per row, scale 1 for a zero row",
+         post[0, 0] == 1.0 and post[1, 0] == 7.0 / 448 and xq[1].tolist() == [-448.0, 64.0])
+
+    # e2m1 ties and the W4A4 scale rule
+    ties = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 7.0, -0.75, -5.0])
+    got = e2m1_rne(ties).tolist()
+    flag("e2m1 ties to the even code, saturating", got == [0.0, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0, 6.0, -1.0, -4.0],
+         f"{got}")
+
+    def group(amax, *vals):
+        g = np.zeros(32)
+        g[0] = amax
+        g[1:1 + len(vals)] = vals
+        return g
+
+    # amax 1.0: 2^0 -> e = -2, scale 1/4.  amax 1.75: mantissa rounds into the
+    # exponent -> 2^1, scale 1/2, 1.75/0.5 = 3.5 ties to 4 -> 2.0.  amax 1.74:
+    # scale 1/4, 1.74*4 = 6.96 saturates to 6 -> 1.5.  amax 6: scale 1.
+    # amax 7 = 1.75*4: scale 2, 3.5 -> 4 -> 8 (above amax), -1 -> -0.5 grid
+    # point -> -1, 3 -> 1.5 -> 3.  amax 0: stays zero.
+    x = np.stack([group(1.0, 0.3, -0.6, 0.125), group(1.75, 0.3, -0.6, 1.25),
+                  group(1.74, 0.3, -0.6, 0.0625), group(6.0, 5.0, -2.5, 0.2),
+                  group(7.0, 5.0, -1.0, 3.0), group(0.0)]).reshape(1, -1)
+    want = [[1.0, 0.25, -0.5, 0.125], [2.0, 0.25, -0.5, 1.0], [1.5, 0.25, -0.5, 0.0],
+            [6.0, 4.0, -2.0, 0.0], [8.0, 4.0, -1.0, 3.0], [0.0, 0.0, 0.0, 0.0]]
+    got = mxfp4_quant_act(x).reshape(6, 32)[:, :4].tolist()
+    flag("W4A4 activation scale rule", got == want, f"{got}")
+
     print("self-test:", "FAILED " + ", ".join(failures) if failures else "passed")
     return not failures
 
@@ -1118,18 +1217,33 @@ def parse_tokens(text):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("command", nargs="?", choices=["generate"],
-                    help="optional, so the argument list of `moeserve generate` works unchanged")
+    ap.add_argument("command", nargs="?", choices=["generate", "dequant"],
+                    help="default generate, so the argument list of `moeserve generate` works unchanged")
     ap.add_argument("--model", help="checkpoint directory")
     ap.add_argument("--tokens", type=parse_tokens, help="prompt ids, comma separated")
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--logits-out", help="write prompt logits here (f32 LE, [T x V])")
     ap.add_argument("--threads", type=int, help="ignored (accepted for CLI compatibility)")
+    ap.add_argument("--ignore-eos", action="store_true",
+                    help="ignored: the reference never stops at eos")
+    ap.add_argument("--module", help="dequant: module name")
+    ap.add_argument("--out", help="dequant: output file (f32 LE, [rows x cols])")
     ap.add_argument("--self-test", action="store_true")
     a = ap.parse_args(argv)
 
     if a.self_test:
         return 0 if self_test() else 1
+    if a.command == "dequant":
+        if not a.model or not a.module or not a.out:
+            ap.error("dequant needs --model, --module and --out")
+        try:
+            w = dequant_module(a.model, a.module)
+        except (OSError, ValueError, SafetensorsError) as e:
+            print(f"gptoss_ref: {e}", file=sys.stderr)
+            return 1
+        w.astype("<f4").tofile(a.out)
+        print(f"{w.shape[0]} {w.shape[1]}")
+        return 0
     if not a.model or a.tokens is None:
         ap.error("--model and --tokens are required")
     if not a.tokens:
