@@ -5,7 +5,7 @@ set -euo pipefail
 
 PKGS=(
   gcc libc6-dev pkg-config cmake meson ninja-build   # toolchain; cmake finds oneDNN
-  libcjson-dev libmicrohttpd-dev libdnnl-dev libnuma-dev check
+  libcjson-dev libmicrohttpd-dev libdnnl-dev libnuma-dev check libpcre2-dev
   ocl-icd-opencl-dev   # dnnl-config.cmake requires OpenCL; only a Recommends of libdnnl-dev
   python3 python3-numpy                             # tools/ and the golden tests
 )
@@ -14,6 +14,10 @@ missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node.js and npm run the tokenizer's independent reference (js-tiktoken);
+# any installation will do, Debian's if there is none.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi

@@ -21,6 +21,7 @@
 #include "backend.h"
 #include "model.h"
 #include "quant.h"
+#include "tokenizer.h"
 
 #ifndef MS_VERSION
 #define MS_VERSION "0.0.0"
@@ -499,6 +500,301 @@ static int cmd_dequant(int argc, char **argv)
 	return ex;
 }
 
+/* ---- tokenize ---- */
+
+static void tokenize_help(void)
+{
+	printf("Usage: moeserve tokenize (--model DIR | --tokenizer FILE) [options]\n"
+	       "Encode UTF-8 from stdin and print the ids, space-separated, as the last line of\n"
+	       "stdout; with --decode, read ids (space- or comma-separated) and print the text.\n\n"
+	       "  --model DIR       use DIR/tokenizer.json (default: $MOESERVE_MODEL or the\n"
+	       "                    embedded default model)\n"
+	       "  --tokenizer FILE  a tokenizer.json\n"
+	       "  --special         recognise special tokens written in the text (off by\n"
+	       "                    default, as for raw completion prompts)\n"
+	       "  --decode          ids in, text out\n"
+	       "  --jsonl           one case per line: a JSON string in, a line of ids out\n"
+	       "                    (with --decode: a line of ids in, a JSON string out)\n"
+	       "  --bench FILE      encode FILE repeatedly and print \"encode: X MB/s\"\n");
+}
+
+/* Slurp a stream into a malloc'd buffer. */
+static char *read_all(FILE *f, size_t *n)
+{
+	size_t cap = 1 << 16, len = 0;
+	char *b = malloc(cap);
+	while (b) {
+		len += fread(b + len, 1, cap - len - 1, f);
+		if (feof(f) || ferror(f))
+			break;
+		char *nb = realloc(b, cap *= 2);
+		if (!nb) {
+			free(b);
+			return NULL;
+		}
+		b = nb;
+	}
+	if (b)
+		b[len] = '\0';
+	*n = len;
+	return b;
+}
+
+static int hexval(int c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : (c | 32) >= 'a' && (c | 32) <= 'f' ? (c | 32) - 'a' + 10 : -1;
+}
+
+static size_t put_utf8(char *o, uint32_t cp)
+{
+	if (cp < 0x80) {
+		o[0] = (char)cp;
+		return 1;
+	}
+	if (cp < 0x800) {
+		o[0] = (char)(0xC0 | (cp >> 6)), o[1] = (char)(0x80 | (cp & 63));
+		return 2;
+	}
+	if (cp < 0x10000) {
+		o[0] = (char)(0xE0 | (cp >> 12)), o[1] = (char)(0x80 | ((cp >> 6) & 63));
+		o[2] = (char)(0x80 | (cp & 63));
+		return 3;
+	}
+	o[0] = (char)(0xF0 | (cp >> 18)), o[1] = (char)(0x80 | ((cp >> 12) & 63));
+	o[2] = (char)(0x80 | ((cp >> 6) & 63)), o[3] = (char)(0x80 | (cp & 63));
+	return 4;
+}
+
+/* A JSON string literal (the whole line) -> bytes, embedded NULs kept.
+ * Returns the length, or -1 when the line is not one JSON string. */
+static long json_unquote(const char *s, size_t n, char *o)
+{
+	while (n && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' '))
+		n--;
+	if (n < 2 || s[0] != '"' || s[n - 1] != '"')
+		return -1;
+	size_t k = 0;
+	for (size_t i = 1; i + 1 < n; i++) {
+		if (s[i] != '\\') {
+			o[k++] = s[i];
+			continue;
+		}
+		if (++i + 1 >= n)
+			return -1;
+		switch (s[i]) {
+		case '"': o[k++] = '"'; break;
+		case '\\': o[k++] = '\\'; break;
+		case '/': o[k++] = '/'; break;
+		case 'b': o[k++] = '\b'; break;
+		case 'f': o[k++] = '\f'; break;
+		case 'n': o[k++] = '\n'; break;
+		case 'r': o[k++] = '\r'; break;
+		case 't': o[k++] = '\t'; break;
+		case 'u': {
+			uint32_t cp = 0;
+			for (int j = 0; j < 4; j++) {
+				int h = i + 1 + (size_t)j < n ? hexval(s[i + 1 + j]) : -1;
+				if (h < 0)
+					return -1;
+				cp = cp * 16 + (uint32_t)h;
+			}
+			i += 4;
+			if (cp >= 0xD800 && cp <= 0xDBFF && i + 6 < n && s[i + 1] == '\\' && s[i + 2] == 'u') {
+				uint32_t lo = 0;
+				for (int j = 0; j < 4; j++) {
+					int h = hexval(s[i + 3 + j]);
+					if (h < 0)
+						return -1;
+					lo = lo * 16 + (uint32_t)h;
+				}
+				if (lo >= 0xDC00 && lo <= 0xDFFF) {
+					cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+					i += 6;
+				}
+			}
+			k += put_utf8(o + k, cp);
+			break;
+		}
+		default: return -1;
+		}
+	}
+	return (long)k;
+}
+
+static void print_json_string(const char *s, size_t n)
+{
+	putchar('"');
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c == '"' || c == '\\')
+			printf("\\%c", c);
+		else if (c < 0x20)
+			printf("\\u%04x", c);
+		else
+			putchar(c);
+	}
+	printf("\"\n");
+}
+
+static void print_ids(const int32_t *ids, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		printf("%s%d", i ? " " : "", ids[i]);
+	printf("\n");
+}
+
+/* Parse whitespace/comma separated ids; returns count or -1. */
+static long parse_id_list(const char *s, int32_t *out, size_t cap)
+{
+	size_t n = 0;
+	while (*s) {
+		while (*s == ' ' || *s == ',' || *s == '\n' || *s == '\r' || *s == '\t')
+			s++;
+		if (!*s)
+			break;
+		char *end;
+		long v = strtol(s, &end, 10);
+		if (end == s || v < 0 || v > INT32_MAX || n == cap)
+			return -1;
+		out[n++] = (int32_t)v;
+		s = end;
+	}
+	return (long)n;
+}
+
+static int cmd_tokenize(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"model", required_argument, NULL, 'm'},
+		{"tokenizer", required_argument, NULL, 't'},
+		{"special", no_argument, NULL, 's'},
+		{"decode", no_argument, NULL, 'd'},
+		{"jsonl", no_argument, NULL, 'j'},
+		{"bench", required_argument, NULL, 'b'},
+		{"help", no_argument, NULL, 'h'},
+		{0},
+	};
+	const char *model = NULL, *file = NULL, *bench = NULL;
+	bool special = false, decode = false, jsonl = false;
+	int c;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "m:t:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'm': model = optarg; break;
+		case 't': file = optarg; break;
+		case 's': special = true; break;
+		case 'd': decode = true; break;
+		case 'j': jsonl = true; break;
+		case 'b': bench = optarg; break;
+		case 'h': tokenize_help(); return EX_OK;
+		default: return usage_error("tokenize", "%s", "invalid option");
+		}
+	}
+	if (optind < argc)
+		return usage_error("tokenize", "unexpected argument \"%s\"", argv[optind]);
+	if (model && file)
+		return usage_error("tokenize", "%s", "give --model or --tokenizer, not both");
+	char path[4096];
+	if (!file) {
+		snprintf(path, sizeof(path), "%s/tokenizer.json", model ? model : default_model());
+		file = path;
+	}
+	struct ms_err err = {0};
+	struct ms_tokenizer *t;
+	if (ms_tokenizer_load(&t, file, &err))
+		return fail(&err);
+	int ex = EX_OK;
+	size_t n;
+	char *in = NULL;
+	if (bench) {
+		FILE *f = fopen(bench, "rb");
+		in = f ? read_all(f, &n) : NULL;
+		if (f)
+			fclose(f);
+		if (!in) {
+			fprintf(stderr, "moeserve: error: cannot read %s\n", bench);
+			ms_tokenizer_free(t);
+			return EX_NOINPUT;
+		}
+		double t0 = now_seconds(), el = 0;
+		size_t bytes = 0, toks = 0;
+		do {
+			int32_t *ids;
+			size_t m;
+			if (ms_tokenizer_encode(t, in, n, false, &ids, &m, &err)) {
+				ex = fail(&err);
+				break;
+			}
+			free(ids);
+			bytes += n;
+			toks += m;
+			el = now_seconds() - t0;
+		} while (el < 1.0);
+		if (ex == EX_OK)
+			printf("%zu bytes -> %zu tokens per pass\nencode: %.2f MB/s\n", n, toks * n / bytes,
+			       (double)bytes / el / 1e6);
+		free(in);
+		ms_tokenizer_free(t);
+		return ex;
+	}
+	in = read_all(stdin, &n);
+	if (!in) {
+		ms_tokenizer_free(t);
+		return EX_OSERR;
+	}
+	char *line = in, *end = in + n;
+	char *buf = malloc(n + 1);
+	int32_t *idbuf = malloc((n / 2 + 2) * sizeof(int32_t));
+	while (buf && idbuf && ex == EX_OK && (jsonl ? line < end : line == in)) {
+		char *nl = jsonl ? memchr(line, '\n', (size_t)(end - line)) : NULL;
+		size_t ll = (size_t)((nl ? nl : end) - line);
+		if (decode) {
+			char save = line[ll];
+			line[ll] = '\0';
+			long m = parse_id_list(line, idbuf, n / 2 + 2);
+			line[ll] = save;
+			char *text;
+			size_t tl;
+			if (m < 0) {
+				fprintf(stderr, "moeserve: error: input is not a list of token ids\n");
+				ex = EX_DATAERR;
+			} else if (ms_tokenizer_decode(t, idbuf, (size_t)m, false, &text, &tl, &err)) {
+				ex = fail(&err);
+			} else {
+				if (jsonl)
+					print_json_string(text, tl);
+				else
+					fwrite(text, 1, tl, stdout);
+				free(text);
+			}
+		} else {
+			long tl = jsonl ? json_unquote(line, ll, buf) : (long)ll;
+			int32_t *ids;
+			size_t m;
+			if (tl < 0) {
+				fprintf(stderr, "moeserve: error: line is not a JSON string\n");
+				ex = EX_DATAERR;
+			} else if (ms_tokenizer_encode(t, jsonl ? buf : line, (size_t)tl, special, &ids, &m,
+						       &err)) {
+				ex = fail(&err);
+			} else {
+				print_ids(ids, m);
+				free(ids);
+			}
+		}
+		line += ll + 1;
+	}
+	if (!buf || !idbuf)
+		ex = EX_OSERR;
+	free(buf);
+	free(idbuf);
+	free(in);
+	ms_tokenizer_free(t);
+	if (fflush(stdout) != 0)
+		ex = EX_IOERR;
+	return ex;
+}
+
 /* ---- dispatch ---- */
 
 static void main_help(void)
@@ -509,6 +805,7 @@ static void main_help(void)
 	       "  generate   greedy decoding from token ids (see 'moeserve generate --help')\n"
 	       "  inspect    describe a checkpoint: sizes, schemes, kernels, bytes\n"
 	       "  dequant    write one loaded weight matrix as float32 (tests, audits)\n"
+	       "  tokenize   text to token ids and back with a tokenizer.json\n"
 	       "  help       this help\n\n"
 	       "Exit codes: 0 ok, 64 usage, 65 bad model data or input, 66 missing model,\n"
 	       "file or tensor, 69 unsupported here, 70 internal, 71 system error,\n"
@@ -529,6 +826,8 @@ int main(int argc, char **argv)
 		return cmd_inspect(argc - 1, argv + 1);
 	if (!strcmp(cmd, "dequant"))
 		return cmd_dequant(argc - 1, argv + 1);
+	if (!strcmp(cmd, "tokenize"))
+		return cmd_tokenize(argc - 1, argv + 1);
 	if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
 		main_help();
 		return EX_OK;
