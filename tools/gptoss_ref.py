@@ -343,7 +343,43 @@ def dequant_fp8_rows(codes, scale):
     return E4M3_F32[codes] * (s[:, None] if s.ndim == 1 else s)
 
 
-def mxfp4_quant_act(x):
+_FP4_POS = FP4_LUT[:8]      # e2m1 magnitudes, ascending
+
+
+def near_ties(r, v, grid, window, min_step=0.0):
+    """Rounding ties an fp32 implementation may break the other way.  r: the
+    scaled values, v: r rounded on the ascending magnitude `grid`.  Returns
+    (mask, alt): elements whose distance to the midpoint between v and the
+    grid neighbour on r's side is <= window (absolute, broadcastable) and
+    whose step to that neighbour is >= min_step (absolute, broadcastable),
+    and that neighbour (signed).  Exact ties are decided by float64 here but by
+    the last bits of a float32 x/s (or x*(1/s), doc 4) in C."""
+    a, va = np.abs(r), np.abs(v)
+    i = np.searchsorted(grid, va)
+    n = len(grid)
+    alt = np.where(a > va, grid[np.minimum(i + 1, n - 1)], grid[np.maximum(i - 1, 0)])
+    mask = (alt != va) & (np.abs(a - (va + alt) / 2) <= window) & (np.abs(alt - va) >= min_step)
+    return mask, np.copysign(alt, r)
+
+
+class TieProbe:
+    """Finds activation roundings within window * (row max of |x/s|) of a
+    rounding tie whose step to the other side is at least min_step * (row
+    max); with flip=True they are rounded to the other side instead, which
+    shows how much the result depends on how such ties break.  count: near
+    ties seen; rows: per-row mask of the last call."""
+
+    def __init__(self, window, flip=False, min_step=0.0):
+        self.window, self.flip, self.min_step = window, flip, min_step
+        self.count = 0
+        self.rows = None
+
+    def record(self, mask):
+        self.count += int(np.count_nonzero(mask))
+        self.rows = mask.reshape(mask.shape[0], -1).any(axis=1)
+
+
+def mxfp4_quant_act(x, probe=None):
     """W4A4 dynamic activation quantization (our chosen semantics), per 32
     elements along K of each token (row): amax = max|x| of the group as
     float32; its bits + 0x200000 (rounds the mantissa at 1.75 up into the
@@ -357,8 +393,16 @@ def mxfp4_quant_act(x):
     biased = ((bits + 0x200000) & 0x7F800000) >> 23
     e = np.clip(biased - 127 - 2, -127, 127)
     scale = np.exp2(e.astype(np.float64))[..., None]
-    q = e2m1_rne(g / scale) * scale
-    return np.where(amax[..., None] > 0, q, 0.0).reshape(t, k)
+    r = g / scale
+    q = e2m1_rne(r)
+    if probe is not None:
+        # window relative to the row's max |x|, in each group's scaled units
+        rowmax = np.abs(x).max(axis=-1)[:, None, None] / scale
+        mask, alt = near_ties(r, q, _FP4_POS, probe.window * rowmax, probe.min_step * rowmax)
+        probe.record(mask)
+        if probe.flip:
+            q = np.where(mask, alt, q)
+    return np.where(amax[..., None] > 0, q * scale, 0.0).reshape(t, k)
 
 
 class ActQuant:
@@ -382,16 +426,26 @@ class ActQuant:
     def __repr__(self):
         return f"ActQuant({self.kind}{'' if self.scale is None else f', {self.scale!r}'})"
 
-    def apply(self, x):
+    def apply(self, x, probe=None):
+        """probe: optional TieProbe (test support; None = plain semantics)."""
+        if self.kind == "mxfp4_dynamic":
+            return mxfp4_quant_act(x, probe), 1.0
         if self.kind == "fp8_static":
-            return e4m3_rne(np.clip(x / self.scale, -448.0, 448.0)), self.scale
-        if self.kind == "fp8_dynamic":
+            s = self.scale
+        elif self.kind == "fp8_dynamic":
             amax = np.max(np.abs(x), axis=-1, keepdims=True)
             s = np.where(amax > 0, amax / 448.0, 1.0)
-            return e4m3_rne(np.clip(x / s, -448.0, 448.0)), s
-        if self.kind == "mxfp4_dynamic":
-            return mxfp4_quant_act(x), 1.0
-        raise ValueError(f"unknown activation quantization {self.kind}")
+        else:
+            raise ValueError(f"unknown activation quantization {self.kind}")
+        r = np.clip(x / s, -448.0, 448.0)
+        q = e4m3_rne(r)
+        if probe is not None:
+            rowmax = np.abs(r).max(axis=-1, keepdims=True)
+            mask, alt = near_ties(r, q, _E4M3_POS, probe.window * rowmax, probe.min_step * rowmax)
+            probe.record(mask)
+            if probe.flip:
+                q = np.where(mask, alt, q)
+        return q, s
 
 
 # ---------------------------------------------------------------------------
@@ -690,7 +744,8 @@ class WeightSource:
             if not (s > 0 and math.isfinite(s)):
                 raise SafetensorsError(f"{prefix}.input_scale: {s} is not a positive finite scale")
             return ActQuant("fp8_static", s)
-        if (dtype, qs, it.get("group_size"), it.get("scale_format"), dyn) == ("fp4", "per_group", 32, "e8m0", True):
+        mx = ("fp4", "per_group", 32, "e8m0", True)
+        if (dtype, qs, it.get("group_size"), it.get("scale_format"), dyn) == mx:
             if k % 32:
                 raise ValueError(f"{prefix}: mxfp4 activations need in_features % 32 == 0")
             return ActQuant("mxfp4_dynamic")
@@ -723,7 +778,6 @@ class WeightSource:
             raise ValueError(f"expert {e} out of range [0, {E})")
         fam = family or self.expert_family(layer)
         ex = f"model.layers.{layer}.mlp.experts."
-        ck = self.ck
         ck_get = self._get_whole
         if fam == "hf":
             w = ck_get(ex + "gate_up_proj", (E, H, 2 * I))[e].T
@@ -906,9 +960,10 @@ class Model:
         self.cfg = cfg = Config(cfg_dict)
         self.quant = qc
         self.observer = None
+        self.tie_probe = None    # TieProbe passed to every activation quantizer (tests)
         src = WeightSource(ck, cfg, qc)
         H, d, nH, nKV = cfg.hidden, cfg.head_dim, cfg.n_heads, cfg.n_kv
-        E, I, V = cfg.n_experts, cfg.inter, cfg.vocab
+        E, V = cfg.n_experts, cfg.vocab
         f64 = lambda a: np.asarray(a, dtype=np.float64)  # noqa: E731
 
         self.embed = ck.get("model.embed_tokens.weight", (V, H))
@@ -942,14 +997,29 @@ class Model:
             lw["db"] = np.stack([dn.b for _, dn in ex])
             lw["aq"]["gu"] = [gu.aq for gu, _ in ex]
             lw["aq"]["dn"] = [dn.aq for _, dn in ex]
-            lw["names"] = {key: p + mod for key, mod in (("q", "self_attn.q_proj"), ("k", "self_attn.k_proj"),
-                                                          ("v", "self_attn.v_proj"), ("o", "self_attn.o_proj"),
-                                                          ("r", "mlp.router"))}
-            lw["names"]["ex"] = p + "mlp.experts."
+            lw["names"] = {"q": p + "self_attn.q_proj", "k": p + "self_attn.k_proj",
+                           "v": p + "self_attn.v_proj", "o": p + "self_attn.o_proj",
+                           "r": p + "mlp.router", "ex": p + "mlp.experts."}
             aqs += [lw["aq"][k] for k in "qkvor"] + lw["aq"]["gu"] + lw["aq"]["dn"]
             self.layers.append(lw)
         # True when some module quantizes its input activations
         self.act_quant = any(a is not None for a in aqs)
+
+    def first_layer_tie_tokens(self, window):
+        """Token ids whose first-layer attention inputs (a function of the
+        token alone) hit a near tie (TieProbe) in activation quantization.
+        With per-token dynamic scales these recur whenever the token does:
+        the bf16 embedding and norm weights make ratios x_i / amax land
+        exactly on rounding midpoints for some tokens."""
+        lw = self.layers[0]
+        x = rms_norm(self.embed, lw["ln1"], self.cfg.eps)
+        hit = np.zeros(self.cfg.vocab, dtype=bool)
+        for key in "qkv":
+            if lw["aq"][key] is not None:
+                probe = TieProbe(window)
+                lw["aq"][key].apply(x, probe)
+                hit |= probe.rows
+        return np.nonzero(hit)[0].tolist()
 
     def linear(self, name, x, wt, b, aq):
         """x @ wt (+ b), wt = W^T [in, out]; with activation quantization
@@ -959,7 +1029,7 @@ class Model:
         if aq is None:
             y = x @ wt
         else:
-            xq, post = aq.apply(x)
+            xq, post = aq.apply(x, self.tie_probe)
             y = (xq @ wt) * post
         return y if b is None else y + b
 
@@ -1178,8 +1248,8 @@ def self_test():
     # e2m1 ties and the W4A4 scale rule
     ties = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 7.0, -0.75, -5.0])
     got = e2m1_rne(ties).tolist()
-    flag("e2m1 ties to the even code, saturating", got == [0.0, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0, 6.0, -1.0, -4.0],
-         f"{got}")
+    flag("e2m1 ties to the even code, saturating",
+         got == [0.0, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0, 6.0, -1.0, -4.0], f"{got}")
 
     def group(amax, *vals):
         g = np.zeros(32)
