@@ -159,12 +159,15 @@ static int load(const struct common_opts *o, struct ms_backend *be, struct ms_mo
 
 static void generate_help(void)
 {
-	printf("Usage: moeserve generate [--model DIR] --tokens IDS [options]\n"
-	       "Greedy decoding from a prompt of token ids. The generated ids are printed\n"
-	       "space-separated as the last line of stdout; progress goes to stderr.\n\n"
+	printf("Usage: moeserve generate [--model DIR] (--tokens IDS | --prompt TEXT) [options]\n"
+	       "Greedy decoding. The generated ids are printed space-separated as the last\n"
+	       "line of stdout (after the generated text, with --prompt); progress goes to\n"
+	       "stderr.\n\n"
 	       "  --model DIR        checkpoint folder (default: $MOESERVE_MODEL or\n"
 	       "                     %s)\n"
 	       "  --tokens IDS       prompt token ids, comma-separated (e.g. 1,2,3)\n"
+	       "  --prompt TEXT      prompt text, encoded with DIR/tokenizer.json (special\n"
+	       "                     tokens in it are plain text)\n"
 	       "  --max-tokens N     tokens to generate (default 16; 0 = prompt only)\n"
 	       "  --ignore-eos       keep generating after an eos_token_id\n"
 	       "  --logits-out FILE  write the logits of every prompt position as\n"
@@ -172,8 +175,7 @@ static void generate_help(void)
 	       "  --threads N        worker threads (default: available CPUs)\n"
 	       "  --kernels SET      kernel set: %s (default auto,\n"
 	       "                     or $MOESERVE_KERNELS)\n"
-	       "  -h, --help         this help\n\n"
-	       "(--prompt TEXT arrives with the tokenizer.)\n",
+	       "  -h, --help         this help\n",
 	       MS_DEFAULT_MODEL, ms_backend_kernel_sets);
 }
 
@@ -209,7 +211,7 @@ static int cmd_generate(int argc, char **argv)
 		{0},
 	};
 	struct common_opts co = {default_model(), NULL, 0};
-	const char *tokens = NULL, *logits_out = NULL;
+	const char *tokens = NULL, *logits_out = NULL, *text = NULL;
 	long max_tokens = 16;
 	bool ignore_eos = false;
 	int c;
@@ -229,29 +231,48 @@ static int cmd_generate(int argc, char **argv)
 				return usage_error("generate", "--threads: \"%s\" is not in [1, 1024]", optarg);
 			break;
 		case OPT_KERNELS: co.kernels = optarg; break;
-		case OPT_PROMPT:
-			return usage_error("generate", "--prompt: %s",
-					   "text prompts need the tokenizer, which this build does not "
-					   "have yet; use --tokens");
+		case OPT_PROMPT: text = optarg; break;
 		case 'h': generate_help(); return EX_OK;
 		default: return usage_error("generate", "%s", "invalid option");
 		}
 	}
 	if (optind < argc)
 		return usage_error("generate", "unexpected argument \"%s\"", argv[optind]);
-	if (!tokens)
-		return usage_error("generate", "%s", "--tokens is required");
-	int32_t *prompt;
-	int64_t n_prompt;
-	int rc = parse_tokens(tokens, &prompt, &n_prompt);
-	if (rc)
+	if (!tokens == !text)
+		return usage_error("generate", "%s", "give --tokens or --prompt (one of them)");
+	int32_t *prompt = NULL;
+	int64_t n_prompt = 0;
+	int rc;
+	struct ms_tokenizer *tok = NULL;
+	if (text) {
+		/* The prompt is plain text: special tokens written in it are not
+		 * recognised, as for raw completion prompts in the server. */
+		char path[4096];
+		struct ms_err terr = {0};
+		size_t n;
+		snprintf(path, sizeof(path), "%s/tokenizer.json", co.model);
+		if (ms_tokenizer_load(&tok, path, &terr))
+			return fail(&terr);
+		if (ms_tokenizer_encode(tok, text, strlen(text), false, &prompt, &n, &terr)) {
+			ms_tokenizer_free(tok);
+			return fail(&terr);
+		}
+		n_prompt = (int64_t)n;
+		if (!n_prompt) {
+			ms_tokenizer_free(tok);
+			free(prompt);
+			return usage_error("generate", "%s", "--prompt: the text encodes to no tokens");
+		}
+	} else if ((rc = parse_tokens(tokens, &prompt, &n_prompt))) {
 		return usage_error("generate", "--tokens: \"%s\" is not a comma-separated list of ids",
 				   tokens);
+	}
 
 	struct ms_backend be;
 	struct ms_model m;
 	if ((rc = load(&co, &be, &m))) {
 		free(prompt);
+		ms_tokenizer_free(tok);
 		return rc;
 	}
 	fprintf(stderr, "moeserve: loaded %s in %.2f s (%s kernels, %d threads)\n", co.model,
@@ -309,6 +330,16 @@ static int cmd_generate(int argc, char **argv)
 	fprintf(stderr, "moeserve: prompt %lld tokens in %.3f s (%.1f tok/s), generated %lld in %.3f s (%.1f tok/s)\n",
 		(long long)n_prompt, t1 - t0, (double)n_prompt / (t1 - t0 + 1e-12), (long long)n_out,
 		t2 - t1, n_out > 1 ? (double)(n_out - 1) / (t2 - t1 + 1e-12) : 0.0);
+	if (tok) {
+		/* the continuation as text, then the ids as the last line */
+		char *txt;
+		size_t tl;
+		if (ms_tokenizer_decode(tok, out, (size_t)n_out, false, &txt, &tl, &err) == 0) {
+			fwrite(txt, 1, tl, stdout);
+			printf("\n");
+			free(txt);
+		}
+	}
 	for (int64_t i = 0; i < n_out; i++)
 		printf("%s%d", i ? " " : "", out[i]);
 	printf("\n");
@@ -320,6 +351,7 @@ done_nofree_seq:
 	free(logits);
 	free(out);
 	free(prompt);
+	ms_tokenizer_free(tok);
 	ms_model_free(&m);
 	ms_backend_free(&be);
 	return ex;

@@ -98,7 +98,10 @@ def main():
     expect("bad --tokens", run(b, "generate", "--model", base, "--tokens", "1,x"), EX_USAGE, "1,x")
     expect("bad --threads", run(b, "generate", "--model", base, "--tokens", "1", "--threads", "0"), EX_USAGE, "--threads")
     expect("bad --max-tokens", run(b, "generate", "--model", base, "--tokens", "1", "--max-tokens", "-1"), EX_USAGE)
-    expect("--prompt needs tokenizer", run(b, "generate", "--prompt", "hi"), EX_USAGE, "tokenizer")
+    expect("--prompt needs the model's tokenizer.json", run(b, "generate", "--model", base, "--prompt", "hi"),
+           EX_NOINPUT, "tokenizer.json")
+    expect("--tokens and --prompt together", run(b, "generate", "--model", base, "--prompt", "hi", "--tokens", "1"),
+           EX_USAGE, "one of them")
     expect("unknown kernel set", run(b, "inspect", "--model", base, "--kernels", "sse9"), EX_USAGE, "sse9", "ref")
     expect("stray argument", run(b, "inspect", "--model", base, "extra"), EX_USAGE, "extra")
 
