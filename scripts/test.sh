@@ -4,6 +4,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh || exit 1
+# The tokenizer's independent reference (js-tiktoken, pinned by the lockfile).
+npm ci --prefix tools/npm-ref --no-audit --no-fund >/dev/null || exit 1
 
 # UBSan must fail the test, not just print; leaks are failures too.
 export UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1
