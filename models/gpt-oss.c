@@ -20,11 +20,6 @@
 #include "gpt-oss.h"
 #include "moe.h"
 
-/* Longest run of tokens one internal forward step takes. Sliding layers keep
- * a ring of window + CHUNK positions, enough for every query of a chunk to
- * see its whole window, so their memory is bounded by the window. */
-#define GPTOSS_CHUNK 256
-
 struct gptoss_layer {
 	bool sliding;
 	float *attn_norm;          /* [H] input_layernorm */
@@ -43,12 +38,6 @@ struct gptoss {
 	float *final_norm;          /* [H] */
 	double *inv_freq;           /* [d/2] RoPE frequencies, kept in double */
 	float rope_scale;           /* YaRN attention factor, applied to cos and sin */
-};
-
-struct gptoss_seq {
-	int64_t cap;                /* positions the full layers hold */
-	int64_t ring;               /* positions a sliding layer holds */
-	float **k, **v;             /* [L] each [slots, nKV * d], keys after RoPE */
 };
 
 /* ---- RoPE ---- */
@@ -251,56 +240,6 @@ static int gptoss_load(struct ms_model *m, struct ms_err *err)
 	return rc; /* on failure the caller's ms_model_free() unloads */
 }
 
-/* ---- sequences ---- */
-
-static void gptoss_seq_free(struct ms_model *m, void *state)
-{
-	struct gptoss_seq *s = state;
-	if (!s)
-		return;
-	for (int64_t i = 0; i < m->cfg.n_layers; i++) {
-		if (s->k)
-			free(s->k[i]);
-		if (s->v)
-			free(s->v[i]);
-	}
-	free(s->k);
-	free(s->v);
-	free(s);
-}
-
-static int gptoss_seq_init(struct ms_model *m, int64_t capacity, void **state, struct ms_err *err)
-{
-	const struct ms_model_config *c = &m->cfg;
-	struct gptoss_seq *s = calloc(1, sizeof(*s));
-	*state = NULL;
-	if (!s)
-		return ms_err_set(err, -ENOMEM, "out of memory");
-	s->cap = capacity;
-	s->ring = c->sliding_window + GPTOSS_CHUNK;
-	if (s->ring > capacity)
-		s->ring = capacity;
-	s->k = calloc((size_t)c->n_layers, sizeof(float *));
-	s->v = calloc((size_t)c->n_layers, sizeof(float *));
-	if (!s->k || !s->v) {
-		gptoss_seq_free(m, s);
-		return ms_err_set(err, -ENOMEM, "out of memory");
-	}
-	size_t kvd = (size_t)(c->n_kv_heads * c->head_dim);
-	for (int64_t i = 0; i < c->n_layers; i++) {
-		size_t slots = (size_t)(c->layer_sliding[i] ? s->ring : s->cap);
-		s->k[i] = malloc(slots * kvd * sizeof(float));
-		s->v[i] = malloc(slots * kvd * sizeof(float));
-		if (!s->k[i] || !s->v[i]) {
-			gptoss_seq_free(m, s);
-			return ms_err_set(err, -ENOMEM, "KV cache: out of memory for %lld positions",
-					  (long long)capacity);
-		}
-	}
-	*state = s;
-	return 0;
-}
-
 /* ---- attention ---- */
 
 void ms_sink_softmax(float *s, int64_t n, float sink)
@@ -319,32 +258,34 @@ void ms_sink_softmax(float *s, int64_t n, float sink)
 struct attn_job {
 	const struct ms_model_config *c;
 	const struct gptoss_layer *L;
-	const struct gptoss_seq *s;
-	int64_t layer, p0, n, slots;
+	const struct ms_batch *b;
+	int64_t layer, slots;
 	const float *q;   /* [n, nH*d] after RoPE */
 	float *out;       /* [n, nH*d] */
 	float *scratch;   /* [threads, slots] */
 };
 
-/* One (token, head): softmax over the allowed keys plus the head's sink
- * logit, whose probability mass is dropped (it has no value vector). */
+/* One (token, head): softmax over the keys its position may see, in its own
+ * sequence's pages, plus the head's sink logit, whose probability mass is
+ * dropped (it has no value vector). */
 static void attn_task(void *ctx, int task, int worker)
 {
 	const struct attn_job *j = ctx;
 	const struct ms_model_config *c = j->c;
-	int64_t d = c->head_dim, nH = c->n_heads, kvd = c->n_kv_heads * d;
-	int64_t t = task / nH, h = task % nH, kvh = h / (nH / c->n_kv_heads);
-	int64_t pos = j->p0 + t;
+	const struct ms_kv_pool *pool = j->b->pool;
+	int64_t d = c->head_dim, nH = c->n_heads, P = pool->page_tokens;
+	int64_t t = task / nH, h = task % nH, kvo = (h / (nH / c->n_kv_heads)) * d;
+	int64_t pos = j->b->pos[t];
+	const int32_t *pages = j->b->kv[j->b->seq[t]]->pages[j->layer];
 	int64_t lo = 0;
 	if (j->L->sliding && pos - c->sliding_window + 1 > 0)
 		lo = pos - c->sliding_window + 1;
-	const float *q = j->q + t * nH * d + h * d;
-	const float *K = j->s->k[j->layer], *V = j->s->v[j->layer];
-	int64_t slots = j->L->sliding ? j->s->ring : j->s->cap;
+	const float *q = j->q + t * nH * d;
 	float *sc = j->scratch + (int64_t)worker * j->slots;
 	float scale = 1.0f / sqrtf((float)d);
+	q += h * d;
 	for (int64_t p = lo; p <= pos; p++) {
-		const float *k = K + (p % slots) * kvd + kvh * d;
+		const float *k = ms_kv_k(pool, pages[p / P], p % P) + kvo;
 		float dot = 0;
 		for (int64_t i = 0; i < d; i++)
 			dot += q[i] * k[i];
@@ -354,7 +295,7 @@ static void attn_task(void *ctx, int task, int worker)
 	float *o = j->out + t * nH * d + h * d;
 	memset(o, 0, (size_t)d * sizeof(float));
 	for (int64_t p = lo; p <= pos; p++) {
-		const float *v = V + (p % slots) * kvd + kvh * d;
+		const float *v = ms_kv_v(pool, pages[p / P], p % P) + kvo;
 		float pr = sc[p - lo];
 		for (int64_t i = 0; i < d; i++)
 			o[i] += pr * v[i];
@@ -374,97 +315,85 @@ static void bufs_free(struct bufs *b)
 	free(b->o), free(b->rl), free(b->rw), free(b->moe), free(b->scratch), free(b->sel);
 }
 
-static int forward_chunk(struct ms_model *m, struct gptoss_seq *s, int64_t p0, const int32_t *tok,
-			 int64_t n, float *logits, bool all_logits, struct bufs *b,
-			 struct ms_err *err)
+/* Tokens of any number of sequences at their own positions, in one pass:
+ * every matrix (and each active expert) is streamed once for the whole
+ * batch; attention reads each token's own sequence. The pages for every
+ * (token, layer) must exist (the caller reserves them). */
+static int gptoss_forward_batch(struct ms_model *m, const struct ms_batch *bt, float *logits,
+				struct ms_err *err)
 {
 	const struct ms_model_config *c = &m->cfg;
 	struct gptoss *g = m->impl;
 	struct ms_backend *be = m->be;
-	int64_t H = c->hidden, d = c->head_dim, nH = c->n_heads, nKV = c->n_kv_heads;
-	int64_t qd = nH * d, kvd = nKV * d, E = c->n_experts, k = c->top_k;
+	const struct ms_kv_pool *pool = bt->pool;
+	int64_t n = bt->n, H = c->hidden, d = c->head_dim, nH = c->n_heads, nKV = c->n_kv_heads;
+	int64_t qd = nH * d, kvd = nKV * d, E = c->n_experts, k = c->top_k, P = pool->page_tokens;
 	struct ms_swiglu act = {(float)c->swiglu_limit, (float)c->swiglu_alpha};
-	int rc;
-
+	if (kvd != pool->kv_dim)
+		return ms_err_set(err, -EINVAL, "forward: the KV pool holds %lld floats per position, "
+				  "the model needs %lld", (long long)pool->kv_dim, (long long)kvd);
+	int64_t max_keys = 1;
 	for (int64_t t = 0; t < n; t++)
-		ms_wmat_row_f32(&g->embed.w, tok[t], b->x + t * H);
+		max_keys = bt->pos[t] + 1 > max_keys ? bt->pos[t] + 1 : max_keys;
+	struct bufs b = {0};
+	size_t fs = sizeof(float);
+	int64_t nl = bt->n_logits;
+	b.x = malloc((size_t)(n * H) * fs);
+	b.h = malloc((size_t)((n > nl ? n : nl) * H) * fs);
+	b.q = malloc((size_t)(n * qd) * fs);
+	b.k = malloc((size_t)(n * kvd) * fs);
+	b.v = malloc((size_t)(n * kvd) * fs);
+	b.att = malloc((size_t)(n * qd) * fs);
+	b.o = malloc((size_t)(n * H) * fs);
+	b.rl = malloc((size_t)(n * E) * fs);
+	b.rw = malloc((size_t)(n * k) * fs);
+	b.moe = malloc((size_t)(n * H) * fs);
+	b.sel = malloc((size_t)(n * k) * sizeof(int32_t));
+	b.scratch = malloc((size_t)(be->pool.n_threads * max_keys) * fs);
+	int rc = 0;
+	if (!b.x || !b.h || !b.q || !b.k || !b.v || !b.att || !b.o || !b.rl || !b.rw || !b.moe ||
+	    !b.sel || !b.scratch) {
+		rc = ms_err_set(err, -ENOMEM, "forward: out of memory for %lld tokens", (long long)n);
+		goto out;
+	}
+	for (int64_t t = 0; t < n; t++)
+		ms_wmat_row_f32(&g->embed.w, bt->tokens[t], b.x + t * H);
 	for (int64_t li = 0; li < c->n_layers; li++) {
 		const struct gptoss_layer *L = &g->layers[li];
 		for (int64_t t = 0; t < n; t++)
-			rmsnorm(b->h + t * H, b->x + t * H, L->attn_norm, H, c->rms_eps);
-		ms_qlinear_apply(be, &L->q, b->h, n, b->q);
-		ms_qlinear_apply(be, &L->k, b->h, n, b->k);
-		ms_qlinear_apply(be, &L->v, b->h, n, b->v);
-		int64_t slots = L->sliding ? s->ring : s->cap;
+			rmsnorm(b.h + t * H, b.x + t * H, L->attn_norm, H, c->rms_eps);
+		ms_qlinear_apply(be, &L->q, b.h, n, b.q);
+		ms_qlinear_apply(be, &L->k, b.h, n, b.k);
+		ms_qlinear_apply(be, &L->v, b.h, n, b.v);
 		for (int64_t t = 0; t < n; t++) {
-			rope_apply(g, b->q + t * qd, nH, d, p0 + t);
-			rope_apply(g, b->k + t * kvd, nKV, d, p0 + t);
-			int64_t slot = (p0 + t) % slots;
-			memcpy(s->k[li] + slot * kvd, b->k + t * kvd, (size_t)kvd * sizeof(float));
-			memcpy(s->v[li] + slot * kvd, b->v + t * kvd, (size_t)kvd * sizeof(float));
+			int64_t pos = bt->pos[t];
+			rope_apply(g, b.q + t * qd, nH, d, pos);
+			rope_apply(g, b.k + t * kvd, nKV, d, pos);
+			int32_t page = bt->kv[bt->seq[t]]->pages[li][pos / P];
+			memcpy(ms_kv_k(pool, page, pos % P), b.k + t * kvd, (size_t)kvd * fs);
+			memcpy(ms_kv_v(pool, page, pos % P), b.v + t * kvd, (size_t)kvd * fs);
 		}
-		struct attn_job aj = {c, L, s, li, p0, n, s->cap, b->q, b->att, b->scratch};
+		struct attn_job aj = {c, L, bt, li, max_keys, b.q, b.att, b.scratch};
 		ms_pool_run(&be->pool, (int)(n * nH), attn_task, &aj);
-		ms_qlinear_apply(be, &L->o, b->att, n, b->o);
+		ms_qlinear_apply(be, &L->o, b.att, n, b.o);
 		for (int64_t i = 0; i < n * H; i++)
-			b->x[i] += b->o[i];
+			b.x[i] += b.o[i];
 
 		for (int64_t t = 0; t < n; t++)
-			rmsnorm(b->h + t * H, b->x + t * H, L->mlp_norm, H, c->rms_eps);
-		ms_qlinear_apply(be, &L->router, b->h, n, b->rl);
-		ms_moe_route(b->rl, n, E, k, b->sel, b->rw);
-		if ((rc = ms_moe_forward(be, &L->moe, act, b->h, n, b->sel, b->rw, k, b->moe, err)))
-			return rc;
+			rmsnorm(b.h + t * H, b.x + t * H, L->mlp_norm, H, c->rms_eps);
+		ms_qlinear_apply(be, &L->router, b.h, n, b.rl);
+		ms_moe_route(b.rl, n, E, k, b.sel, b.rw);
+		if ((rc = ms_moe_forward(be, &L->moe, act, b.h, n, b.sel, b.rw, k, b.moe, err)))
+			goto out;
 		for (int64_t i = 0; i < n * H; i++)
-			b->x[i] += b->moe[i];
+			b.x[i] += b.moe[i];
 	}
-	if (!logits)
-		return 0; /* an inner chunk of a prompt: only its KV was needed */
 	/* Only the rows whose logits are wanted go through the head. */
-	int64_t first = all_logits ? 0 : n - 1;
-	for (int64_t t = first; t < n; t++)
-		rmsnorm(b->h + (t - first) * H, b->x + t * H, g->final_norm, H, c->rms_eps);
-	ms_qlinear_apply(be, &g->lm_head, b->h, n - first, logits);
-	return 0;
-}
-
-static int gptoss_forward(struct ms_model *m, void *state, int64_t n_past, const int32_t *tokens,
-			  int64_t n, float *logits, bool all_logits, struct ms_err *err)
-{
-	const struct ms_model_config *c = &m->cfg;
-	struct gptoss_seq *s = state;
-	int64_t C = n < GPTOSS_CHUNK ? n : GPTOSS_CHUNK;
-	int64_t H = c->hidden, qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
-	int64_t E = c->n_experts, k = c->top_k;
-	struct bufs b = {0};
-	size_t fs = sizeof(float);
-	b.x = malloc((size_t)(C * H) * fs);
-	b.h = malloc((size_t)(C * H) * fs);
-	b.q = malloc((size_t)(C * qd) * fs);
-	b.k = malloc((size_t)(C * kvd) * fs);
-	b.v = malloc((size_t)(C * kvd) * fs);
-	b.att = malloc((size_t)(C * qd) * fs);
-	b.o = malloc((size_t)(C * H) * fs);
-	b.rl = malloc((size_t)(C * E) * fs);
-	b.rw = malloc((size_t)(C * k) * fs);
-	b.moe = malloc((size_t)(C * H) * fs);
-	b.sel = malloc((size_t)(C * k) * sizeof(int32_t));
-	b.scratch = malloc((size_t)(m->be->pool.n_threads * s->cap) * fs);
-	int rc = 0;
-	if (!b.x || !b.h || !b.q || !b.k || !b.v || !b.att || !b.o || !b.rl || !b.rw || !b.moe ||
-	    !b.sel || !b.scratch)
-		rc = ms_err_set(err, -ENOMEM, "forward: out of memory for %lld tokens", (long long)C);
-	for (int64_t i = 0; !rc && i < n; i += C) {
-		int64_t cn = n - i < C ? n - i : C;
-		bool last = i + cn == n;
-		/* Logits are written per chunk: all rows, or the last row of the
-		 * last chunk. */
-		float *lg = all_logits ? logits + i * c->vocab : logits;
-		if (all_logits || last)
-			rc = forward_chunk(m, s, n_past + i, tokens + i, cn, lg, all_logits, &b, err);
-		else
-			rc = forward_chunk(m, s, n_past + i, tokens + i, cn, NULL, false, &b, err);
-	}
+	for (int64_t r = 0; r < nl; r++)
+		rmsnorm(b.h + r * H, b.x + bt->logit_rows[r] * H, g->final_norm, H, c->rms_eps);
+	if (nl)
+		ms_qlinear_apply(be, &g->lm_head, b.h, nl, logits);
+out:
 	bufs_free(&b);
 	return rc;
 }
@@ -510,7 +439,5 @@ const struct ms_model_ops ms_model_gpt_oss = {
 	.arch = "GptOssForCausalLM",
 	.load = gptoss_load,
 	.unload = gptoss_unload,
-	.seq_init = gptoss_seq_init,
-	.seq_free = gptoss_seq_free,
-	.forward = gptoss_forward,
+	.forward_batch = gptoss_forward_batch,
 };

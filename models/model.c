@@ -116,6 +116,27 @@ const struct ms_qlinear *ms_model_find_linear(const struct ms_model *m, const ch
 	return m->ops && m->ops->find_linear ? m->ops->find_linear(m, name) : NULL;
 }
 
+int64_t ms_model_seq_pages(const struct ms_model *m, int64_t capacity, int64_t chunk)
+{
+	int64_t P = MS_KV_PAGE_TOKENS, full = (capacity + P - 1) / P, total = 0;
+	/* a sliding layer holds the window plus one chunk, rounded out to pages */
+	int64_t slide = (m->cfg.sliding_window + chunk + P - 1) / P + 1;
+	for (int64_t l = 0; l < m->cfg.n_layers; l++)
+		total += m->cfg.layer_sliding[l] && slide < full ? slide : full;
+	return total;
+}
+
+void ms_model_trim_kv(const struct ms_model *m, struct ms_kv_seq *kv, struct ms_kv_pool *pool,
+		      int64_t next)
+{
+	int64_t keep = next - m->cfg.sliding_window + 1;
+	if (keep <= 0)
+		return;
+	for (int64_t l = 0; l < m->cfg.n_layers; l++)
+		if (m->cfg.layer_sliding[l])
+			ms_kv_seq_trim(kv, pool, (int)l, keep);
+}
+
 int ms_seq_init(struct ms_seq *s, struct ms_model *m, int64_t capacity, struct ms_err *err)
 {
 	memset(s, 0, sizeof(*s));
@@ -123,9 +144,15 @@ int ms_seq_init(struct ms_seq *s, struct ms_model *m, int64_t capacity, struct m
 		return ms_err_set(err, -EINVAL,
 				  "context of %lld tokens is outside [1, max_position_embeddings = %lld]",
 				  (long long)capacity, (long long)m->cfg.max_pos);
-	int rc = m->ops->seq_init(m, capacity, &s->state, err);
-	if (rc)
+	int64_t pages = ms_model_seq_pages(m, capacity, MS_SEQ_CHUNK);
+	int rc = ms_kv_pool_init(&s->pool, (int32_t)pages, MS_KV_PAGE_TOKENS,
+				 m->cfg.n_kv_heads * m->cfg.head_dim, err);
+	if (!rc)
+		rc = ms_kv_seq_init(&s->kv, (int)m->cfg.n_layers, capacity, MS_KV_PAGE_TOKENS, err);
+	if (rc) {
+		ms_kv_pool_free(&s->pool);
 		return rc;
+	}
 	s->model = m;
 	s->capacity = capacity;
 	return 0;
@@ -135,13 +162,15 @@ void ms_seq_free(struct ms_seq *s)
 {
 	if (!s || !s->model)
 		return;
-	s->model->ops->seq_free(s->model, s->state);
+	ms_kv_seq_free(&s->kv, &s->pool);
+	ms_kv_pool_free(&s->pool);
 	memset(s, 0, sizeof(*s));
 }
 
 int ms_seq_forward(struct ms_seq *s, const int32_t *tokens, int64_t n, float *logits,
 		   bool all_logits, struct ms_err *err)
 {
+	struct ms_model *m = s->model;
 	if (n <= 0)
 		return ms_err_set(err, -EINVAL, "no tokens to process");
 	if (n > s->capacity - s->n_past)
@@ -149,12 +178,41 @@ int ms_seq_forward(struct ms_seq *s, const int32_t *tokens, int64_t n, float *lo
 				  "%lld tokens do not fit: %lld of the context's %lld positions are used",
 				  (long long)n, (long long)s->n_past, (long long)s->capacity);
 	for (int64_t i = 0; i < n; i++)
-		if (tokens[i] < 0 || tokens[i] >= s->model->cfg.vocab)
+		if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab)
 			return ms_err_set(err, -EINVAL, "token id %d at index %lld is outside [0, %lld)",
-					  tokens[i], (long long)i, (long long)s->model->cfg.vocab);
-	int rc = s->model->ops->forward(s->model, s->state, s->n_past, tokens, n, logits, all_logits,
-					err);
-	if (!rc)
-		s->n_past += n;
+					  tokens[i], (long long)i, (long long)m->cfg.vocab);
+	int64_t C = n < MS_SEQ_CHUNK ? n : MS_SEQ_CHUNK;
+	int64_t *pos = malloc((size_t)C * sizeof(int64_t)), *rows = malloc((size_t)C * sizeof(int64_t));
+	int32_t *seq = calloc((size_t)C, sizeof(int32_t));
+	int rc = 0;
+	if (!pos || !rows || !seq)
+		rc = ms_err_set(err, -ENOMEM, "out of memory");
+	struct ms_kv_seq *kv = &s->kv;
+	for (int64_t i = 0; !rc && i < n; i += C) {
+		int64_t cn = n - i < C ? n - i : C;
+		bool last = i + cn == n;
+		if (ms_kv_seq_reserve(kv, &s->pool, cn)) {
+			rc = ms_err_set(err, -ENOSPC, "KV cache: no page left");
+			break;
+		}
+		for (int64_t t = 0; t < cn; t++) {
+			pos[t] = s->n_past + t;
+			rows[t] = t;
+		}
+		struct ms_batch b = {
+			.n = cn, .tokens = tokens + i, .pos = pos, .seq = seq, .kv = &kv,
+			.pool = &s->pool,
+			/* all rows, or the last row of the last chunk, or none */
+			.logit_rows = all_logits ? rows : rows + cn - 1,
+			.n_logits = all_logits ? cn : (last ? 1 : 0),
+		};
+		rc = m->ops->forward_batch(m, &b, all_logits ? logits + i * m->cfg.vocab : logits, err);
+		if (rc)
+			break;
+		s->n_past += cn;
+		kv->len = s->n_past;
+		ms_model_trim_kv(m, kv, &s->pool, s->n_past);
+	}
+	free(pos), free(rows), free(seq);
 	return rc;
 }

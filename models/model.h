@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "kv-cache.h"
 #include "model-config.h"
 #include "ms-error.h"
 #include "quant.h"
@@ -35,17 +36,30 @@ struct ms_tensor_group {
 
 struct ms_model;
 
+/* A batch: tokens of any number of sequences, each at its own position.
+ * Every (token, layer) must already have its KV page (ms_kv_seq_reserve);
+ * the forward writes each token's keys and values there before attention,
+ * so a sequence's earlier tokens in the same batch are visible to its later
+ * ones. */
+struct ms_batch {
+	int64_t n;
+	const int32_t *tokens;         /* [n] */
+	const int64_t *pos;            /* [n] position in its sequence */
+	const int32_t *seq;            /* [n] index into kv */
+	struct ms_kv_seq *const *kv;   /* per sequence */
+	struct ms_kv_pool *pool;
+	const int64_t *logit_rows;     /* ascending rows whose logits are wanted */
+	int64_t n_logits;
+};
+
 struct ms_model_ops {
 	const char *arch;  /* config.json architectures[0] */
 	int (*load)(struct ms_model *m, struct ms_err *err);
 	void (*unload)(struct ms_model *m);
-	/* Per-sequence state able to hold `capacity` positions. */
-	int (*seq_init)(struct ms_model *m, int64_t capacity, void **state, struct ms_err *err);
-	void (*seq_free)(struct ms_model *m, void *state);
-	/* Run n tokens at positions n_past.., appending to the state. logits
-	 * gets [n, V] when all_logits, else [V] for the last token. */
-	int (*forward)(struct ms_model *m, void *state, int64_t n_past, const int32_t *tokens,
-		       int64_t n, float *logits, bool all_logits, struct ms_err *err);
+	/* One pass over a batch of tokens of many sequences (see struct
+	 * ms_batch); logits gets [n_logits, V] for the rows asked for. */
+	int (*forward_batch)(struct ms_model *m, const struct ms_batch *b, float *logits,
+			     struct ms_err *err);
 	/* A loaded projection by module name, or NULL. (optional) */
 	const struct ms_qlinear *(*find_linear)(const struct ms_model *m, const char *name);
 };
@@ -81,13 +95,31 @@ void ms_model_add_group(struct ms_model *m, const char *name, const char *scheme
  * or NULL. */
 const struct ms_qlinear *ms_model_find_linear(const struct ms_model *m, const char *name);
 
-/* One sequence being decoded: its position and KV state. */
+/* One sequence decoded on its own (the CLI, tests), with a private KV
+ * pool just big enough for it; the engine batches many sequences over one
+ * shared pool instead. */
 struct ms_seq {
 	struct ms_model *model;
-	void *state;
+	struct ms_kv_pool pool;
+	struct ms_kv_seq kv;
 	int64_t n_past;    /* tokens already in the state */
 	int64_t capacity;  /* positions it may reach */
 };
+
+/* Positions per KV page, and the longest run of tokens one forward pass of
+ * a single sequence takes (longer prompts go in chunks, so scratch memory
+ * and a sliding layer's pages stay bounded). */
+#define MS_KV_PAGE_TOKENS 16
+#define MS_SEQ_CHUNK 256
+
+/* Pages a sequence of `capacity` positions needs at most, all layers, when
+ * sliding layers give back what leaves their window (chunks of `chunk`). */
+int64_t ms_model_seq_pages(const struct ms_model *m, int64_t capacity, int64_t chunk);
+
+/* Give back the pages of sliding layers that position `next` and later
+ * no longer see. */
+void ms_model_trim_kv(const struct ms_model *m, struct ms_kv_seq *kv, struct ms_kv_pool *pool,
+		      int64_t next);
 
 int ms_seq_init(struct ms_seq *s, struct ms_model *m, int64_t capacity, struct ms_err *err);
 void ms_seq_free(struct ms_seq *s);

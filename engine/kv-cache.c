@@ -1,0 +1,260 @@
+/* kv-cache.c: see kv-cache.h. */
+#include "kv-cache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+uint64_t ms_kv_page_bytes(int64_t page_tokens, int64_t kv_dim)
+{
+	return 2ull * (uint64_t)page_tokens * (uint64_t)kv_dim * sizeof(float);
+}
+
+static uint64_t mix(uint64_t x)
+{
+	x ^= x >> 31;
+	x *= 0x7fb5d329728ea185ull;
+	x ^= x >> 27;
+	x *= 0x81dadef4bc2dd44dull;
+	return x ^ (x >> 33);
+}
+
+int ms_kv_pool_init(struct ms_kv_pool *p, int32_t n_pages, int64_t page_tokens, int64_t kv_dim,
+		    struct ms_err *err)
+{
+	memset(p, 0, sizeof(*p));
+	if (n_pages <= 0 || page_tokens <= 0 || kv_dim <= 0)
+		return ms_err_set(err, -EINVAL, "KV cache: %d pages of %lld tokens is no cache", n_pages,
+				  (long long)page_tokens);
+	p->page_tokens = page_tokens;
+	p->kv_dim = kv_dim;
+	p->n_pages = n_pages;
+	size_t floats = (size_t)n_pages * (size_t)page_tokens * (size_t)kv_dim;
+	p->k = malloc(floats * sizeof(float));
+	p->v = malloc(floats * sizeof(float));
+	p->ref = calloc((size_t)n_pages, sizeof(int32_t));
+	p->key = calloc((size_t)n_pages, sizeof(uint64_t));
+	p->lru_prev = malloc((size_t)n_pages * sizeof(int32_t));
+	p->lru_next = malloc((size_t)n_pages * sizeof(int32_t));
+	p->free_next = malloc((size_t)n_pages * sizeof(int32_t));
+	p->tab_cap = 16;
+	while (p->tab_cap < 2 * (size_t)n_pages)
+		p->tab_cap <<= 1;
+	p->tab_key = calloc(p->tab_cap, sizeof(uint64_t));
+	p->tab_page = malloc(p->tab_cap * sizeof(int32_t));
+	if (!p->k || !p->v || !p->ref || !p->key || !p->lru_prev || !p->lru_next || !p->free_next ||
+	    !p->tab_key || !p->tab_page) {
+		ms_kv_pool_free(p);
+		return ms_err_set(err, -ENOMEM, "KV cache: out of memory for %d pages (%llu bytes)",
+				  n_pages, (unsigned long long)((uint64_t)n_pages *
+								ms_kv_page_bytes(page_tokens, kv_dim)));
+	}
+	for (int32_t i = 0; i < n_pages; i++)
+		p->free_next[i] = i + 1 < n_pages ? i + 1 : -1;
+	p->free_head = 0;
+	p->n_free = n_pages;
+	p->lru_head = p->lru_tail = -1;
+	return 0;
+}
+
+void ms_kv_pool_free(struct ms_kv_pool *p)
+{
+	if (!p)
+		return;
+	free(p->k), free(p->v), free(p->ref), free(p->key), free(p->lru_prev), free(p->lru_next);
+	free(p->free_next), free(p->tab_key), free(p->tab_page);
+	memset(p, 0, sizeof(*p));
+}
+
+/* ---- the published-key table (key 0 = empty; deletion by backshift) ---- */
+
+static size_t tab_find(const struct ms_kv_pool *p, uint64_t key)
+{
+	size_t mask = p->tab_cap - 1, i = mix(key) & mask;
+	while (p->tab_key[i] && p->tab_key[i] != key)
+		i = (i + 1) & mask;
+	return i;
+}
+
+static void tab_remove(struct ms_kv_pool *p, uint64_t key)
+{
+	size_t mask = p->tab_cap - 1, i = tab_find(p, key);
+	if (!p->tab_key[i])
+		return;
+	/* backward-shift deletion keeps probe chains intact */
+	for (size_t j = (i + 1) & mask; p->tab_key[j]; j = (j + 1) & mask) {
+		size_t home = mix(p->tab_key[j]) & mask;
+		if (((j - home) & mask) >= ((j - i) & mask)) {
+			p->tab_key[i] = p->tab_key[j];
+			p->tab_page[i] = p->tab_page[j];
+			i = j;
+		}
+	}
+	p->tab_key[i] = 0;
+}
+
+/* ---- LRU of cached pages ---- */
+
+static void lru_unlink(struct ms_kv_pool *p, int32_t g)
+{
+	int32_t a = p->lru_prev[g], b = p->lru_next[g];
+	if (a >= 0)
+		p->lru_next[a] = b;
+	else
+		p->lru_head = b;
+	if (b >= 0)
+		p->lru_prev[b] = a;
+	else
+		p->lru_tail = a;
+	p->n_cached--;
+}
+
+static void lru_push(struct ms_kv_pool *p, int32_t g)
+{
+	p->lru_prev[g] = p->lru_tail;
+	p->lru_next[g] = -1;
+	if (p->lru_tail >= 0)
+		p->lru_next[p->lru_tail] = g;
+	else
+		p->lru_head = g;
+	p->lru_tail = g;
+	p->n_cached++;
+}
+
+int32_t ms_kv_page_alloc(struct ms_kv_pool *p)
+{
+	int32_t g = p->free_head;
+	if (g >= 0) {
+		p->free_head = p->free_next[g];
+		p->n_free--;
+	} else if ((g = p->lru_head) >= 0) {
+		lru_unlink(p, g);
+		tab_remove(p, p->key[g]);
+		p->key[g] = 0;
+		p->evictions++;
+	} else {
+		return -1;
+	}
+	p->ref[g] = 1;
+	return g;
+}
+
+void ms_kv_page_ref(struct ms_kv_pool *p, int32_t g)
+{
+	if (p->ref[g]++ == 0 && p->key[g])
+		lru_unlink(p, g); /* a cached page is in use again */
+}
+
+void ms_kv_page_unref(struct ms_kv_pool *p, int32_t g)
+{
+	if (--p->ref[g] > 0)
+		return;
+	if (p->key[g]) {
+		lru_push(p, g);
+	} else {
+		p->free_next[g] = p->free_head;
+		p->free_head = g;
+		p->n_free++;
+	}
+}
+
+void ms_kv_page_publish(struct ms_kv_pool *p, int32_t g, uint64_t key)
+{
+	key |= 1; /* 0 means "empty" in the table */
+	if (p->key[g])
+		return;
+	size_t i = tab_find(p, key);
+	if (p->tab_key[i])
+		return; /* another page already holds this content */
+	p->tab_key[i] = key;
+	p->tab_page[i] = g;
+	p->key[g] = key;
+}
+
+int32_t ms_kv_page_lookup(struct ms_kv_pool *p, uint64_t key)
+{
+	key |= 1;
+	size_t i = tab_find(p, key);
+	if (!p->tab_key[i])
+		return -1;
+	int32_t g = p->tab_page[i];
+	ms_kv_page_ref(p, g);
+	p->hits++;
+	return g;
+}
+
+/* ---- sequences ---- */
+
+int ms_kv_seq_init(struct ms_kv_seq *s, int n_layers, int64_t max_positions, int64_t page_tokens,
+		   struct ms_err *err)
+{
+	memset(s, 0, sizeof(*s));
+	s->n_layers = n_layers;
+	s->cap_blocks = (max_positions + page_tokens - 1) / page_tokens;
+	s->pages = calloc((size_t)n_layers, sizeof(int32_t *));
+	if (!s->pages)
+		return ms_err_set(err, -ENOMEM, "out of memory");
+	for (int l = 0; l < n_layers; l++) {
+		s->pages[l] = malloc((size_t)(s->cap_blocks ? s->cap_blocks : 1) * sizeof(int32_t));
+		if (!s->pages[l]) {
+			ms_kv_seq_free(s, NULL);
+			return ms_err_set(err, -ENOMEM, "out of memory");
+		}
+		for (int64_t b = 0; b < s->cap_blocks; b++)
+			s->pages[l][b] = -1;
+	}
+	return 0;
+}
+
+void ms_kv_seq_release(struct ms_kv_seq *s, struct ms_kv_pool *p)
+{
+	for (int l = 0; s->pages && l < s->n_layers; l++)
+		for (int64_t b = 0; s->pages[l] && b < s->cap_blocks; b++)
+			if (s->pages[l][b] >= 0) {
+				if (p)
+					ms_kv_page_unref(p, s->pages[l][b]);
+				s->pages[l][b] = -1;
+			}
+	s->len = 0;
+}
+
+void ms_kv_seq_free(struct ms_kv_seq *s, struct ms_kv_pool *p)
+{
+	if (!s || !s->pages)
+		return;
+	ms_kv_seq_release(s, p);
+	for (int l = 0; l < s->n_layers; l++)
+		free(s->pages[l]);
+	free(s->pages);
+	memset(s, 0, sizeof(*s));
+}
+
+int ms_kv_seq_reserve(struct ms_kv_seq *s, struct ms_kv_pool *p, int64_t n)
+{
+	int64_t P = p->page_tokens;
+	int64_t b0 = s->len / P, b1 = (s->len + n + P - 1) / P;
+	if (b1 > s->cap_blocks)
+		return -ENOSPC;
+	for (int l = 0; l < s->n_layers; l++)
+		for (int64_t b = b0; b < b1; b++)
+			if (s->pages[l][b] < 0 && (s->pages[l][b] = ms_kv_page_alloc(p)) < 0)
+				return -ENOSPC;
+	return 0;
+}
+
+void ms_kv_seq_trim(struct ms_kv_seq *s, struct ms_kv_pool *p, int layer, int64_t keep_from)
+{
+	int64_t P = p->page_tokens;
+	for (int64_t b = 0; b < s->cap_blocks && (b + 1) * P <= keep_from; b++)
+		if (s->pages[layer][b] >= 0) {
+			ms_kv_page_unref(p, s->pages[layer][b]);
+			s->pages[layer][b] = -1;
+		}
+}
+
+int64_t ms_kv_seq_pages_held(const struct ms_kv_seq *s, int layer)
+{
+	int64_t n = 0;
+	for (int64_t b = 0; b < s->cap_blocks; b++)
+		n += s->pages[layer][b] >= 0;
+	return n;
+}

@@ -1,0 +1,107 @@
+/*
+ * kv-cache.h: the paged KV cache.
+ *
+ * One pool of fixed-size pages; a page holds `page_tokens` consecutive
+ * positions of ONE layer (keys and values, fp32, after RoPE). A sequence has
+ * a page table per layer. Per-layer pages let a sliding-window layer give
+ * back the pages that fell out of its window, so its memory stays bounded
+ * by the window however long the sequence grows.
+ *
+ * Prefix reuse: a full page can be published under the hash of every token
+ * up to its end (and its layer). Pages are reference-counted; a published
+ * page whose count drops to zero stays cached in LRU order until the pool
+ * needs it back. Only the engine thread touches a pool.
+ */
+#ifndef MS_KV_CACHE_H
+#define MS_KV_CACHE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ms-error.h"
+
+struct ms_kv_pool {
+	int64_t page_tokens;   /* positions per page */
+	int64_t kv_dim;        /* floats per position for K (and for V) */
+	int32_t n_pages;
+	float *k, *v;          /* [n_pages][page_tokens][kv_dim] */
+	int32_t *ref;          /* [n_pages] sequences holding the page */
+	uint64_t *key;         /* [n_pages] published key, 0 = unpublished */
+	int32_t *lru_prev, *lru_next; /* cached (ref 0, published) pages, oldest first */
+	int32_t lru_head, lru_tail;
+	int32_t *free_next;    /* free list */
+	int32_t free_head;
+	int32_t n_free, n_cached;
+	/* published key -> page, open addressing */
+	uint64_t *tab_key;
+	int32_t *tab_page;
+	size_t tab_cap;
+	/* statistics */
+	uint64_t hits, evictions;
+};
+
+/* n_pages pages of page_tokens x kv_dim. */
+int ms_kv_pool_init(struct ms_kv_pool *p, int32_t n_pages, int64_t page_tokens, int64_t kv_dim,
+		    struct ms_err *err);
+void ms_kv_pool_free(struct ms_kv_pool *p);
+
+/* Bytes one page takes (K and V). */
+uint64_t ms_kv_page_bytes(int64_t page_tokens, int64_t kv_dim);
+
+/* A page for writing (ref 1): free first, else the least recently used
+ * cached one (unpublished). -1 when every page is held. */
+int32_t ms_kv_page_alloc(struct ms_kv_pool *p);
+void ms_kv_page_ref(struct ms_kv_pool *p, int32_t page);
+/* Drop one reference; at zero a published page is cached, others freed. */
+void ms_kv_page_unref(struct ms_kv_pool *p, int32_t page);
+
+/* Publish a full page under key (a hash of its layer and every token up to
+ * its end). Publishing a key that another page already has does nothing. */
+void ms_kv_page_publish(struct ms_kv_pool *p, int32_t page, uint64_t key);
+/* A published page with this key, referenced for the caller (ref+1), or -1. */
+int32_t ms_kv_page_lookup(struct ms_kv_pool *p, uint64_t key);
+
+/* Pages not held by any sequence (free or cached). */
+static inline int32_t ms_kv_pool_available(const struct ms_kv_pool *p)
+{
+	return p->n_free + p->n_cached;
+}
+
+static inline float *ms_kv_k(const struct ms_kv_pool *p, int32_t page, int64_t slot)
+{
+	return p->k + ((int64_t)page * p->page_tokens + slot) * p->kv_dim;
+}
+
+static inline float *ms_kv_v(const struct ms_kv_pool *p, int32_t page, int64_t slot)
+{
+	return p->v + ((int64_t)page * p->page_tokens + slot) * p->kv_dim;
+}
+
+/* One sequence's view: per layer, the page of every block of positions
+ * (-1 where a sliding layer gave its page back). */
+struct ms_kv_seq {
+	int n_layers;
+	int32_t **pages;       /* [n_layers][cap_blocks] */
+	int64_t cap_blocks;
+	int64_t len;           /* positions written */
+};
+
+int ms_kv_seq_init(struct ms_kv_seq *s, int n_layers, int64_t max_positions, int64_t page_tokens,
+		   struct ms_err *err);
+/* Give back every page. */
+void ms_kv_seq_release(struct ms_kv_seq *s, struct ms_kv_pool *p);
+void ms_kv_seq_free(struct ms_kv_seq *s, struct ms_kv_pool *p);
+
+/* Make sure positions [s->len, s->len + n) have pages in every layer.
+ * -ENOSPC when the pool runs out (nothing is leaked: pages taken for this
+ * call stay with the sequence and are given back by release/free). */
+int ms_kv_seq_reserve(struct ms_kv_seq *s, struct ms_kv_pool *p, int64_t n);
+
+/* Sliding layer l no longer needs positions below `keep_from`: give back
+ * its pages that lie wholly below it. */
+void ms_kv_seq_trim(struct ms_kv_seq *s, struct ms_kv_pool *p, int layer, int64_t keep_from);
+
+/* Pages a sequence holds (for accounting and tests). */
+int64_t ms_kv_seq_pages_held(const struct ms_kv_seq *s, int layer);
+
+#endif
