@@ -418,7 +418,11 @@ def make_config(p):
         "use_cache": True,
         "vocab_size": V,
     }
-    if p["layer_types"]:
+    if p["layer_types"] == "all-sliding":
+        # every layer slides: the engine's bounded-memory test runs 100k
+        # positions through it at the cost of the window alone
+        cfg["layer_types"] = ["sliding_attention"] * L
+    elif p["layer_types"]:
         cfg["layer_types"] = ["sliding_attention" if i % 2 == 0 else "full_attention"
                               for i in range(L)]
     if p["rope_style"] == "scaling":
@@ -880,6 +884,7 @@ def main(argv=None):
     ap.add_argument("--format", choices=["bf16", "f32", "mxfp4"])
     ap.add_argument("--rope-style", choices=["scaling", "parameters"])
     ap.add_argument("--no-layer-types", dest="layer_types", action="store_false", default=None)
+    ap.add_argument("--all-sliding", dest="layer_types", action="store_const", const="all-sliding")
     ap.add_argument("--truncate", action="store_true", default=None)
     for opt in ("shards", "seed", "layers", "hidden", "heads", "kv-heads", "head-dim", "experts",
                 "top-k", "intermediate", "vocab", "sliding-window"):

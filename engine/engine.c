@@ -1,0 +1,854 @@
+/*
+ * engine.c: continuous batching; see engine.h for a request's life.
+ *
+ * Scheduling, per step: cancelled requests are finished; waiting requests
+ * are admitted in arrival order while their worst-case KV reservation fits
+ * (the head of the queue waits rather than be overtaken, so nobody starves);
+ * the batch takes one token of every decoding request first, then prefill
+ * chunks of admitted requests up to max_batch_tokens; one forward pass; then
+ * sampling, text, stop checks and callbacks per request.
+ *
+ * Prefix reuse: each full page is published under a hash of its layer and
+ * every token up to its end. A new request takes the longest run of
+ * published blocks of its prompt (all layers), never the whole prompt (its
+ * last token must run to give logits); when the run ends inside a block
+ * that is also published, that page is copied (copy-on-write at the
+ * boundary) and only the tokens after the copied part are computed.
+ */
+#include "engine.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum req_state { REQ_WAITING, REQ_RUNNING };
+
+struct req {
+	uint64_t id;
+	struct req *next;             /* waiting queue link */
+	enum req_state state;
+	atomic_bool cancel;
+	ms_engine_cb cb;
+	void *ctx;
+	/* parameters (owned copies) */
+	struct ms_request_params p;
+	int32_t *stop_ids;
+	char **stop;
+	struct ms_logit_bias *bias;
+	/* tokens: prompt then generated */
+	int32_t *tokens;
+	int64_t n_prompt, n_tokens, cap;
+	int64_t n_cached;             /* prompt tokens taken from the prefix cache */
+	int64_t n_generated;
+	/* KV */
+	struct ms_kv_seq kv;
+	int64_t reserved;             /* pages */
+	uint64_t *block_key;          /* chain hash of blocks 0..b */
+	int64_t n_published;          /* blocks published */
+	/* output */
+	struct ms_sampler sampler;
+	bool has_sampler, has_stopper;
+	struct ms_stopper stopper;
+	struct ms_detok detok;
+	char *text;                   /* scratch for the text of one step */
+	size_t text_len, text_cap;
+	double t_submit, t_admit, t_first;
+};
+
+struct ms_engine {
+	struct ms_model *m;
+	const struct ms_tokenizer *tok;
+	struct ms_engine_config cfg;
+	struct ms_kv_pool pool;
+	int64_t P, V;
+	/* shared with other threads, under mu */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct req *wait_head, *wait_tail;
+	int n_waiting;
+	uint64_t next_id;
+	bool stop;
+	bool thread_started;
+	pthread_t thread;
+	struct ms_engine_stats stats;  /* published copy */
+	/* engine thread only */
+	struct req **running;
+	int n_running;
+	int64_t reserved;             /* pages reserved by running requests */
+	float *work;                  /* sampler scratch [V] */
+	uint64_t seed_counter;
+	uint64_t prompt_tokens, generation_tokens, cached_tokens, steps;
+};
+
+const char *ms_finish_name(enum ms_finish f)
+{
+	switch (f) {
+	case MS_FINISH_STOP: return "stop";
+	case MS_FINISH_LENGTH: return "length";
+	case MS_FINISH_CONTEXT: return "context";
+	case MS_FINISH_CANCELLED: return "cancelled";
+	case MS_FINISH_ERROR: return "error";
+	default: return "none";
+	}
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void ms_engine_config_defaults(struct ms_engine_config *c, const struct ms_model *m)
+{
+	if (!c->max_queue)
+		c->max_queue = 256;
+	if (!c->max_running)
+		c->max_running = 64;
+	if (!c->max_batch_tokens)
+		c->max_batch_tokens = 256;
+	if (!c->max_context || c->max_context > m->cfg.max_pos)
+		c->max_context = m->cfg.max_pos < 8192 ? m->cfg.max_pos : 8192;
+	if (!c->kv_cache_bytes && !c->kv_tokens)
+		c->kv_tokens = 4 * c->max_context; /* four full contexts by default */
+}
+
+int64_t ms_engine_pages_for(const struct ms_engine *e, int64_t positions)
+{
+	return ms_model_seq_pages(e->m, positions, e->cfg.max_batch_tokens);
+}
+
+/* ---- hashing blocks of tokens ---- */
+
+static uint64_t mix64(uint64_t x)
+{
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+static uint64_t block_hash(uint64_t prev, const int32_t *t, int64_t n)
+{
+	uint64_t h = mix64(prev ^ 0x9e3779b97f4a7c15ull);
+	for (int64_t i = 0; i < n; i++)
+		h = mix64(h ^ (uint64_t)(uint32_t)t[i]);
+	return h;
+}
+
+static uint64_t layer_key(uint64_t block, int layer)
+{
+	return mix64(block + 0x632be59bd9b4e019ull * (uint64_t)(layer + 1));
+}
+
+/* ---- request lifetime ---- */
+
+static void req_free(struct ms_engine *e, struct req *r)
+{
+	if (!r)
+		return;
+	ms_kv_seq_free(&r->kv, &e->pool);
+	if (r->has_sampler)
+		ms_sampler_free(&r->sampler);
+	if (r->has_stopper)
+		ms_stopper_free(&r->stopper);
+	for (int i = 0; r->stop && i < r->p.n_stop; i++)
+		free(r->stop[i]);
+	free(r->stop), free(r->stop_ids), free(r->bias), free(r->tokens), free(r->block_key);
+	free(r->text);
+	free(r);
+}
+
+/* Deliver FINISH (with the held-back text, when the stop was not a stop
+ * string) and free. The request must be out of the waiting queue and the
+ * running array. */
+static void finish(struct ms_engine *e, struct req *r, enum ms_finish why, const char *stop_string,
+		   const char *error)
+{
+	r->text_len = 0;
+	const char *tail = "";
+	if ((why != MS_FINISH_STOP || !stop_string) && r->has_stopper) {
+		ms_stopper_finish(&r->stopper, &r->text_len);
+		tail = ms_stopper_text(&r->stopper);
+	}
+	if (r->state == REQ_RUNNING) {
+		e->reserved -= r->reserved;
+		ms_kv_seq_release(&r->kv, &e->pool);
+	}
+	struct ms_event ev = {
+		.kind = MS_EV_FINISH, .id = r->id, .token = -1, .text = tail ? tail : "",
+		.text_len = r->text_len, .finish = why, .stop_string = stop_string, .error = error,
+		.prompt_tokens = r->n_prompt, .cached_tokens = r->n_cached,
+		.completion_tokens = r->n_generated,
+		.queue_s = (r->t_admit ? r->t_admit : now_s()) - r->t_submit,
+		.ttft_s = r->t_first ? r->t_first - r->t_submit : 0,
+	};
+	r->cb(r->ctx, &ev);
+	req_free(e, r);
+}
+
+/* ---- submission ---- */
+
+int ms_engine_submit(struct ms_engine *e, const int32_t *prompt, int64_t n_prompt,
+		     const struct ms_request_params *p, ms_engine_cb cb, void *ctx, uint64_t *id,
+		     struct ms_err *err)
+{
+	if (n_prompt <= 0)
+		return ms_err_set(err, -EINVAL, "the prompt is empty");
+	for (int64_t i = 0; i < n_prompt; i++)
+		if (prompt[i] < 0 || prompt[i] >= e->V)
+			return ms_err_set(err, -EINVAL, "prompt token %lld is %d, outside the vocabulary "
+					  "[0, %lld)", (long long)i, prompt[i], (long long)e->V);
+	if (p->max_tokens < 0)
+		return ms_err_set(err, -EINVAL, "max_tokens %lld is negative", (long long)p->max_tokens);
+	if (n_prompt + p->max_tokens > e->cfg.max_context)
+		return ms_err_set(err, -E2BIG, "the prompt (%lld tokens) plus max_tokens (%lld) exceeds "
+				  "the context of %lld tokens", (long long)n_prompt,
+				  (long long)p->max_tokens, (long long)e->cfg.max_context);
+	int64_t need = ms_engine_pages_for(e, n_prompt + p->max_tokens);
+	if (need > e->pool.n_pages)
+		return ms_err_set(err, -ENOSPC, "the request needs %lld KV pages (prompt %lld + "
+				  "max_tokens %lld tokens) but the whole cache has %d",
+				  (long long)need, (long long)n_prompt, (long long)p->max_tokens,
+				  e->pool.n_pages);
+	if (p->n_stop && !e->tok)
+		return ms_err_set(err, -EINVAL, "stop strings need a tokenizer");
+	for (int i = 0; i < p->n_stop_ids; i++)
+		if (p->stop_ids[i] < 0 || p->stop_ids[i] >= e->V)
+			return ms_err_set(err, -EINVAL, "stop token %d is outside the vocabulary", p->stop_ids[i]);
+	int rc = ms_sampling_check(&p->sampling, e->V, err);
+	if (rc)
+		return rc;
+	if (p->prompt_logprobs > 20)
+		return ms_err_set(err, -EINVAL, "prompt_logprobs %d is more than 20", p->prompt_logprobs);
+
+	struct req *r = calloc(1, sizeof(*r));
+	if (!r)
+		return ms_err_set(err, -ENOMEM, "out of memory");
+	r->p = *p;
+	r->cb = cb;
+	r->ctx = ctx;
+	r->cap = n_prompt + p->max_tokens + 1;
+	r->tokens = malloc((size_t)r->cap * sizeof(int32_t));
+	r->block_key = calloc((size_t)(r->cap / e->P + 2), sizeof(uint64_t));
+	r->stop_ids = malloc((size_t)(p->n_stop_ids + 1) * sizeof(int32_t));
+	r->stop = calloc((size_t)p->n_stop + 1, sizeof(char *));
+	r->bias = malloc((size_t)(p->sampling.n_logit_bias + 1) * sizeof(*r->bias));
+	rc = (!r->tokens || !r->block_key || !r->stop_ids || !r->stop || !r->bias) ? -ENOMEM : 0;
+	for (int i = 0; !rc && i < p->n_stop; i++)
+		if (!(r->stop[i] = strdup(p->stop[i])))
+			rc = -ENOMEM;
+	if (!rc)
+		rc = ms_kv_seq_init(&r->kv, (int)e->m->cfg.n_layers, r->cap, e->P, err);
+	if (rc) {
+		req_free(e, r);
+		return rc == -ENOMEM ? ms_err_set(err, -ENOMEM, "out of memory") : rc;
+	}
+	memcpy(r->tokens, prompt, (size_t)n_prompt * sizeof(int32_t));
+	memcpy(r->stop_ids, p->stop_ids, (size_t)p->n_stop_ids * sizeof(int32_t));
+	if (p->sampling.n_logit_bias)
+		memcpy(r->bias, p->sampling.logit_bias, (size_t)p->sampling.n_logit_bias * sizeof(*r->bias));
+	r->p.stop_ids = r->stop_ids;
+	r->p.stop = (const char *const *)r->stop;
+	r->p.sampling.logit_bias = r->bias;
+	r->n_prompt = r->n_tokens = n_prompt;
+	r->reserved = need;
+	r->t_submit = now_s();
+
+	pthread_mutex_lock(&e->mu);
+	if (e->n_waiting >= e->cfg.max_queue) {
+		pthread_mutex_unlock(&e->mu);
+		req_free(e, r);
+		return ms_err_set(err, -EBUSY, "the queue is full (%d requests waiting)", e->cfg.max_queue);
+	}
+	r->id = ++e->next_id;
+	/* the fallback seed depends only on the request's number: reproducible
+	 * runs of the same request order */
+	uint64_t seed = mix64(r->id ^ 0x5851f42d4c957f2dull);
+	r->state = REQ_WAITING;
+	pthread_mutex_unlock(&e->mu);
+
+	rc = ms_sampler_init(&r->sampler, &r->p.sampling, e->V, prompt, (size_t)n_prompt, seed, err);
+	if (!rc) {
+		r->has_sampler = true;
+		if (p->n_stop) {
+			rc = ms_stopper_init(&r->stopper, (const char *const *)r->stop, (size_t)p->n_stop,
+					     false, err);
+			r->has_stopper = !rc;
+		}
+	}
+	if (e->tok)
+		ms_detok_init(&r->detok, e->tok, p->skip_special);
+	if (rc) {
+		req_free(e, r);
+		return rc;
+	}
+	pthread_mutex_lock(&e->mu);
+	if (e->n_waiting >= e->cfg.max_queue) { /* (re-checked: the lock was dropped) */
+		pthread_mutex_unlock(&e->mu);
+		req_free(e, r);
+		return ms_err_set(err, -EBUSY, "the queue is full (%d requests waiting)", e->cfg.max_queue);
+	}
+	r->next = NULL;
+	if (e->wait_tail)
+		e->wait_tail->next = r;
+	else
+		e->wait_head = r;
+	e->wait_tail = r;
+	e->n_waiting++;
+	if (id)
+		*id = r->id;
+	pthread_cond_signal(&e->cv);
+	pthread_mutex_unlock(&e->mu);
+	return 0;
+}
+
+void ms_engine_cancel(struct ms_engine *e, uint64_t id)
+{
+	pthread_mutex_lock(&e->mu);
+	for (struct req *r = e->wait_head; r; r = r->next)
+		if (r->id == id)
+			atomic_store(&r->cancel, true);
+	for (int i = 0; i < e->n_running; i++)
+		if (e->running[i]->id == id)
+			atomic_store(&e->running[i]->cancel, true);
+	pthread_cond_signal(&e->cv);
+	pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- admission and prefix reuse ---- */
+
+/* Attach the longest run of published blocks of r's prompt; returns the
+ * prompt tokens covered. */
+static int64_t take_prefix(struct ms_engine *e, struct req *r)
+{
+	int L = (int)e->m->cfg.n_layers;
+	int64_t P = e->P, usable = r->n_prompt - 1; /* the last token must run */
+	int64_t b = 0;
+	uint64_t key = 0;
+	int32_t got[256];
+	if (L > 256 || e->cfg.no_prefix_cache || r->p.prompt_logprobs >= 0)
+		return 0; /* prompt logprobs need every position's logits */
+	for (; (b + 1) * P <= r->n_prompt; b++) {
+		key = block_hash(key, r->tokens + b * P, P);
+		r->block_key[b] = key;
+		if ((b + 1) * P > usable && b * P >= usable)
+			break;
+		int l;
+		for (l = 0; l < L; l++)
+			if ((got[l] = ms_kv_page_lookup(&e->pool, layer_key(key, l))) < 0)
+				break;
+		if (l < L) {
+			while (l-- > 0)
+				ms_kv_page_unref(&e->pool, got[l]);
+			break;
+		}
+		if ((b + 1) * P <= usable) {
+			for (l = 0; l < L; l++)
+				r->kv.pages[l][b] = got[l];
+			continue;
+		}
+		/* The block holds the last prompt token too: copy its pages so
+		 * that token can be recomputed in a private page. */
+		for (l = 0; l < L; l++) {
+			int32_t mine = ms_kv_page_alloc(&e->pool);
+			if (mine < 0) { /* (the reservation makes this impossible) */
+				for (int k = l; k < L; k++)
+					ms_kv_page_unref(&e->pool, got[k]);
+				return b * P;
+			}
+			memcpy(ms_kv_k(&e->pool, mine, 0), ms_kv_k(&e->pool, got[l], 0),
+			       (size_t)(P * e->pool.kv_dim) * sizeof(float));
+			memcpy(ms_kv_v(&e->pool, mine, 0), ms_kv_v(&e->pool, got[l], 0),
+			       (size_t)(P * e->pool.kv_dim) * sizeof(float));
+			ms_kv_page_unref(&e->pool, got[l]);
+			r->kv.pages[l][b] = mine;
+		}
+		r->n_published = b; /* the copy is private, not published */
+		return usable;
+	}
+	r->n_published = b;
+	return b * P;
+}
+
+/* Publish r's blocks that are full now. */
+static void publish_blocks(struct ms_engine *e, struct req *r)
+{
+	int L = (int)e->m->cfg.n_layers;
+	int64_t P = e->P;
+	if (e->cfg.no_prefix_cache)
+		return;
+	for (int64_t b = r->n_published; (b + 1) * P <= r->kv.len; b++) {
+		uint64_t prev = b ? r->block_key[b - 1] : 0;
+		r->block_key[b] = block_hash(prev, r->tokens + b * P, P);
+		for (int l = 0; l < L; l++)
+			if (r->kv.pages[l][b] >= 0)
+				ms_kv_page_publish(&e->pool, r->kv.pages[l][b], layer_key(r->block_key[b], l));
+		r->n_published = b + 1;
+	}
+}
+
+static void admit(struct ms_engine *e, struct req *r)
+{
+	r->state = REQ_RUNNING;
+	r->t_admit = now_s();
+	e->reserved += r->reserved;
+	r->n_cached = take_prefix(e, r);
+	r->kv.len = r->n_cached;
+	ms_model_trim_kv(e->m, &r->kv, &e->pool, r->kv.len);
+	e->cached_tokens += (uint64_t)r->n_cached;
+}
+
+/* ---- one step ---- */
+
+/* Text storage for one step's output (r->text). */
+static void set_text(struct req *r, const char *p, size_t n)
+{
+	r->text_len = 0;
+	if (r->text_cap < n + 1) {
+		char *nb = realloc(r->text, n + 1);
+		if (!nb)
+			return; /* out of memory: this step's text is lost, not the request */
+		r->text = nb;
+		r->text_cap = n + 1;
+	}
+	memcpy(r->text, p, n);
+	r->text[n] = '\0';
+	r->text_len = n;
+}
+
+static void emit_token(struct ms_engine *e, struct req *r, int32_t tok, bool is_stop_tok,
+		       const struct ms_token_logprobs *lp, const char **stop_hit)
+{
+	r->text_len = 0;
+	*stop_hit = NULL;
+	if (e->tok && !is_stop_tok) {
+		char *piece = NULL;
+		size_t pl = 0, pc = 0;
+		ms_detok_push(&r->detok, tok, &piece, &pl, &pc);
+		if (r->has_stopper) {
+			size_t emit = 0;
+			bool stopped = false;
+			ms_stopper_push(&r->stopper, piece ? piece : "", pl, &emit, &stopped);
+			set_text(r, ms_stopper_text(&r->stopper), emit);
+			if (stopped)
+				*stop_hit = ms_stopper_matched(&r->stopper);
+		} else {
+			set_text(r, piece ? piece : "", pl);
+		}
+		free(piece);
+	}
+	struct ms_event ev = {
+		.kind = MS_EV_TOKEN, .id = r->id, .token = tok, .index = r->n_generated - 1,
+		.text = r->text ? r->text : "", .text_len = r->text_len, .lp = lp,
+		.prompt_tokens = r->n_prompt, .cached_tokens = r->n_cached,
+		.completion_tokens = r->n_generated,
+	};
+	r->cb(r->ctx, &ev);
+}
+
+static bool is_stop_id(const struct req *r, int32_t t)
+{
+	for (int i = 0; i < r->p.n_stop_ids; i++)
+		if (r->p.stop_ids[i] == t)
+			return true;
+	return false;
+}
+
+/* Remove running[i] (order kept: arrival order is the prefill order). */
+static void drop_running(struct ms_engine *e, int i)
+{
+	pthread_mutex_lock(&e->mu);
+	memmove(&e->running[i], &e->running[i + 1], (size_t)(e->n_running - i - 1) * sizeof(e->running[0]));
+	e->n_running--;
+	pthread_mutex_unlock(&e->mu);
+}
+
+static void publish_stats(struct ms_engine *e)
+{
+	struct ms_engine_stats s = {0};
+	s.running = e->n_running;
+	s.kv_pages = e->pool.n_pages;
+	s.kv_pages_held = e->pool.n_pages - ms_kv_pool_available(&e->pool);
+	s.kv_pages_cached = e->pool.n_cached;
+	s.kv_pages_reserved = (int32_t)e->reserved;
+	s.prefix_hit_pages = e->pool.hits;
+	s.evictions = e->pool.evictions;
+	s.prompt_tokens = e->prompt_tokens;
+	s.generation_tokens = e->generation_tokens;
+	s.cached_tokens = e->cached_tokens;
+	s.steps = e->steps;
+	s.kv_usage = (double)s.kv_pages_held / (double)e->pool.n_pages;
+	pthread_mutex_lock(&e->mu);
+	s.waiting = e->n_waiting;
+	e->stats = s;
+	pthread_mutex_unlock(&e->mu);
+}
+
+int64_t ms_engine_step(struct ms_engine *e, struct ms_err *err)
+{
+	struct ms_model *m = e->m;
+	/* 1. waiting: drop the cancelled, admit in order while the head fits */
+	struct req *cancelled = NULL;
+	pthread_mutex_lock(&e->mu);
+	for (struct req **pp = &e->wait_head; *pp;) {
+		struct req *r = *pp;
+		if (atomic_load(&r->cancel)) {
+			*pp = r->next;
+			e->n_waiting--;
+			r->next = cancelled;
+			cancelled = r;
+		} else {
+			pp = &r->next;
+		}
+	}
+	e->wait_tail = NULL;
+	for (struct req *r = e->wait_head; r; r = r->next)
+		e->wait_tail = r;
+	while (e->wait_head && e->n_running < e->cfg.max_running &&
+	       e->reserved + e->wait_head->reserved <= e->pool.n_pages) {
+		struct req *r = e->wait_head;
+		e->wait_head = r->next;
+		if (!e->wait_head)
+			e->wait_tail = NULL;
+		e->n_waiting--;
+		r->next = NULL;
+		admit(e, r);
+		e->running[e->n_running++] = r;
+	}
+	pthread_mutex_unlock(&e->mu);
+	while (cancelled) {
+		struct req *r = cancelled;
+		cancelled = r->next;
+		finish(e, r, MS_FINISH_CANCELLED, NULL, NULL);
+	}
+	/* 2. running: finish the cancelled */
+	for (int i = 0; i < e->n_running;) {
+		struct req *r = e->running[i];
+		if (atomic_load(&r->cancel)) {
+			drop_running(e, i);
+			finish(e, r, MS_FINISH_CANCELLED, NULL, NULL);
+		} else {
+			i++;
+		}
+	}
+	if (!e->n_running) {
+		publish_stats(e);
+		return 0;
+	}
+	/* 3. the batch: decodes first, then prefill chunks */
+	int64_t budget = e->cfg.max_batch_tokens, n = 0, nl = 0;
+	int64_t cap = budget + e->n_running;
+	int32_t *tokens = malloc((size_t)cap * sizeof(int32_t)), *seq = malloc((size_t)cap * sizeof(int32_t));
+	int64_t *pos = malloc((size_t)cap * sizeof(int64_t)), *rows = malloc((size_t)cap * sizeof(int64_t));
+	int64_t *take = calloc((size_t)e->n_running, sizeof(int64_t));
+	int64_t *first_row = malloc((size_t)e->n_running * sizeof(int64_t));
+	struct ms_kv_seq **kv = malloc((size_t)e->n_running * sizeof(*kv));
+	struct req **batch_req = malloc((size_t)e->n_running * sizeof(*batch_req));
+	float *logits = NULL;
+	int64_t rc = 0;
+	if (!tokens || !seq || !pos || !rows || !take || !first_row || !kv || !batch_req) {
+		rc = ms_err_set(err, -ENOMEM, "engine: out of memory");
+		goto out;
+	}
+	for (int pass = 0; pass < 2; pass++)
+		for (int i = 0; i < e->n_running; i++) {
+			struct req *r = e->running[i];
+			bool decoding = r->kv.len >= r->n_prompt;
+			if ((pass == 0) != decoding || budget <= 0)
+				continue;
+			int64_t want = decoding ? 1 : r->n_prompt - r->kv.len;
+			/* prompt logprobs: every row is kept, so smaller chunks */
+			int64_t lim = r->p.prompt_logprobs >= 0 ? 64 : budget;
+			take[i] = want < budget ? want : budget;
+			take[i] = take[i] < lim ? take[i] : lim;
+			budget -= take[i];
+		}
+	for (int i = 0; i < e->n_running; i++) {
+		struct req *r = e->running[i];
+		kv[i] = &r->kv;
+		first_row[i] = nl;
+		if (!take[i])
+			continue;
+		if (ms_kv_seq_reserve(&r->kv, &e->pool, take[i])) {
+			/* cannot happen while reservations hold; fail this request, not the others */
+			take[i] = 0;
+			atomic_store(&r->cancel, true);
+			continue;
+		}
+		bool all = r->p.prompt_logprobs >= 0 && r->kv.len < r->n_prompt;
+		for (int64_t t = 0; t < take[i]; t++) {
+			int64_t p = r->kv.len + t;
+			tokens[n] = r->tokens[p];
+			pos[n] = p;
+			seq[n] = i;
+			if (all || p == r->n_tokens - 1)
+				rows[nl++] = n;
+			n++;
+		}
+	}
+	logits = malloc((size_t)(nl ? nl : 1) * (size_t)e->V * sizeof(float));
+	if (!logits) {
+		rc = ms_err_set(err, -ENOMEM, "engine: out of memory for %lld logit rows", (long long)nl);
+		goto out;
+	}
+	struct ms_batch b = {.n = n, .tokens = tokens, .pos = pos, .seq = seq, .kv = kv,
+			     .pool = &e->pool, .logit_rows = rows, .n_logits = nl};
+	if (n && (rc = m->ops->forward_batch(m, &b, logits, err)))
+		goto out;
+	e->steps++;
+	/* 4. per request: prompt logprobs, sampling, text, stops. The batch's
+	 * arrays are indexed by position in `running` when the batch was built;
+	 * finished requests leave `running` as we go. */
+	int n_batch = e->n_running;
+	for (int i = 0; i < n_batch; i++)
+		batch_req[i] = e->running[i];
+	for (int i = 0; i < n_batch; i++) {
+		struct req *r = batch_req[i];
+		if (!take[i])
+			continue;
+		int64_t p0 = r->kv.len, fr = first_row[i];
+		bool was_prefill = p0 < r->n_prompt;
+		r->kv.len += take[i];
+		if (was_prefill)
+			e->prompt_tokens += (uint64_t)take[i];
+		if (r->p.prompt_logprobs >= 0 && was_prefill) {
+			for (int64_t t = 0; t < take[i]; t++) {
+				int64_t p = p0 + t; /* row p predicts token p + 1 */
+				struct ms_token_logprobs lp;
+				if (p == 0) {
+					struct ms_event ev = {.kind = MS_EV_PROMPT_TOKEN, .id = r->id,
+							      .token = r->tokens[0], .index = 0};
+					r->cb(r->ctx, &ev);
+				}
+				if (p + 1 >= r->n_prompt)
+					break;
+				ms_logprobs_of(logits + (fr + t) * e->V, e->V, r->tokens[p + 1],
+					       r->p.prompt_logprobs, &lp);
+				struct ms_event ev = {.kind = MS_EV_PROMPT_TOKEN, .id = r->id,
+						      .token = r->tokens[p + 1], .index = p + 1, .lp = &lp};
+				r->cb(r->ctx, &ev);
+			}
+		}
+		publish_blocks(e, r);
+		ms_model_trim_kv(m, &r->kv, &e->pool, r->kv.len);
+		if (r->kv.len < r->n_tokens) /* prefill continues next step */
+			continue;
+		enum ms_finish why = MS_FINISH_NONE;
+		const char *stop_hit = NULL;
+		if (r->n_generated >= r->p.max_tokens) {
+			why = MS_FINISH_LENGTH; /* max_tokens 0: prompt only */
+		} else {
+			int64_t row = r->p.prompt_logprobs >= 0 && was_prefill ? fr + take[i] - 1 : fr;
+			struct ms_token_logprobs lp;
+			bool want_lp = r->p.sampling.n_logprobs >= 0;
+			int32_t tok = ms_sampler_sample(&r->sampler, logits + row * e->V, e->work,
+							want_lp ? &lp : NULL);
+			ms_sampler_accept(&r->sampler, tok);
+			r->tokens[r->n_tokens++] = tok;
+			r->n_generated++;
+			e->generation_tokens++;
+			if (!r->t_first)
+				r->t_first = now_s();
+			bool stop_tok = is_stop_id(r, tok);
+			emit_token(e, r, tok, stop_tok, want_lp ? &lp : NULL, &stop_hit);
+			if (stop_tok || stop_hit)
+				why = MS_FINISH_STOP;
+			else if (r->n_generated >= r->p.max_tokens)
+				why = MS_FINISH_LENGTH;
+			else if (r->n_tokens >= e->cfg.max_context)
+				why = MS_FINISH_CONTEXT;
+		}
+		if (why != MS_FINISH_NONE) {
+			for (int k = 0; k < e->n_running; k++)
+				if (e->running[k] == r) {
+					drop_running(e, k);
+					break;
+				}
+			finish(e, r, why, stop_hit, NULL);
+		}
+	}
+	rc = n;
+out:
+	free(tokens), free(seq), free(pos), free(rows), free(take), free(first_row), free(kv);
+	free(batch_req), free(logits);
+	publish_stats(e);
+	return rc;
+}
+
+/* ---- the thread ---- */
+
+static void *engine_main(void *arg)
+{
+	struct ms_engine *e = arg;
+	for (;;) {
+		pthread_mutex_lock(&e->mu);
+		while (!e->stop && !e->wait_head && !e->n_running)
+			pthread_cond_wait(&e->cv, &e->mu);
+		bool stop = e->stop;
+		pthread_mutex_unlock(&e->mu);
+		if (stop)
+			break;
+		struct ms_err err = {0};
+		int64_t rc = ms_engine_step(e, &err);
+		if (rc < 0) {
+			/* A failed pass (out of memory) fails the requests of that
+			 * pass; the engine goes on for the next ones. */
+			while (e->n_running) {
+				struct req *r = e->running[e->n_running - 1];
+				drop_running(e, e->n_running - 1);
+				finish(e, r, MS_FINISH_ERROR, NULL, err.msg);
+			}
+		}
+	}
+	return NULL;
+}
+
+int ms_engine_start(struct ms_engine *e, struct ms_err *err)
+{
+	int rc = pthread_create(&e->thread, NULL, engine_main, e);
+	if (rc)
+		return ms_err_set(err, -rc, "engine: cannot start its thread");
+	e->thread_started = true;
+	return 0;
+}
+
+int ms_engine_init(struct ms_engine **out, struct ms_model *m, const struct ms_tokenizer *tok,
+		   const struct ms_engine_config *cfg, struct ms_err *err)
+{
+	*out = NULL;
+	struct ms_engine *e = calloc(1, sizeof(*e));
+	if (!e)
+		return ms_err_set(err, -ENOMEM, "out of memory");
+	e->m = m;
+	e->tok = tok;
+	e->cfg = *cfg;
+	ms_engine_config_defaults(&e->cfg, m);
+	e->P = MS_KV_PAGE_TOKENS;
+	e->V = m->cfg.vocab;
+	int64_t kvd = m->cfg.n_kv_heads * m->cfg.head_dim;
+	uint64_t page = ms_kv_page_bytes(e->P, kvd);
+	int64_t pages = e->cfg.kv_cache_bytes
+				? (int64_t)(e->cfg.kv_cache_bytes / page)
+				: ((e->cfg.kv_tokens + e->P - 1) / e->P) * m->cfg.n_layers;
+	if (pages > INT32_MAX / 2)
+		pages = INT32_MAX / 2;
+	pthread_mutex_init(&e->mu, NULL);
+	pthread_cond_init(&e->cv, NULL);
+	int rc = ms_kv_pool_init(&e->pool, (int32_t)pages, e->P, kvd, err);
+	if (!rc) {
+		e->running = calloc((size_t)e->cfg.max_running, sizeof(*e->running));
+		e->work = malloc((size_t)e->V * sizeof(float));
+		if (!e->running || !e->work)
+			rc = ms_err_set(err, -ENOMEM, "out of memory");
+	}
+	if (rc) {
+		ms_engine_free(e);
+		return rc;
+	}
+	publish_stats(e);
+	*out = e;
+	return 0;
+}
+
+void ms_engine_free(struct ms_engine *e)
+{
+	if (!e)
+		return;
+	if (e->thread_started) {
+		pthread_mutex_lock(&e->mu);
+		e->stop = true;
+		pthread_cond_signal(&e->cv);
+		pthread_mutex_unlock(&e->mu);
+		pthread_join(e->thread, NULL);
+	}
+	while (e->wait_head) {
+		struct req *r = e->wait_head;
+		e->wait_head = r->next;
+		e->n_waiting--;
+		finish(e, r, MS_FINISH_CANCELLED, NULL, NULL);
+	}
+	while (e->n_running) {
+		struct req *r = e->running[--e->n_running];
+		finish(e, r, MS_FINISH_CANCELLED, NULL, NULL);
+	}
+	ms_kv_pool_free(&e->pool);
+	free(e->running);
+	free(e->work);
+	pthread_mutex_destroy(&e->mu);
+	pthread_cond_destroy(&e->cv);
+	free(e);
+}
+
+void ms_engine_get_stats(struct ms_engine *e, struct ms_engine_stats *s)
+{
+	pthread_mutex_lock(&e->mu);
+	*s = e->stats;
+	pthread_mutex_unlock(&e->mu);
+}
+
+int ms_engine_check(struct ms_engine *e, struct ms_err *err)
+{
+	int32_t *refs = calloc((size_t)e->pool.n_pages, sizeof(int32_t));
+	if (!refs)
+		return ms_err_set(err, -ENOMEM, "out of memory");
+	int64_t reserved = 0;
+	int rc = 0;
+	for (int i = 0; i < e->n_running && !rc; i++) {
+		struct req *r = e->running[i];
+		reserved += r->reserved;
+		int64_t held = 0;
+		for (int l = 0; l < r->kv.n_layers; l++)
+			for (int64_t b = 0; b < r->kv.cap_blocks; b++) {
+				int32_t g = r->kv.pages[l][b];
+				if (g < 0)
+					continue;
+				refs[g]++;
+				held++;
+				if (e->pool.ref[g] <= 0)
+					rc = ms_err_set(err, -EFAULT, "request %llu holds page %d whose count is %d",
+							(unsigned long long)r->id, g, e->pool.ref[g]);
+			}
+		if (!rc && held > r->reserved)
+			rc = ms_err_set(err, -EFAULT, "request %llu holds %lld pages, reserved %lld",
+					(unsigned long long)r->id, (long long)held, (long long)r->reserved);
+		/* every position written so far still visible has its page */
+		/* the next query (at kv.len) sees positions from kv.len - W + 1 on */
+		int64_t lo = r->kv.len - e->m->cfg.sliding_window + 1;
+		for (int l = 0; l < r->kv.n_layers && !rc; l++)
+			for (int64_t p = 0; p < r->kv.len; p += e->P) {
+				bool needed = !e->m->cfg.layer_sliding[l] || p + e->P > lo;
+				if (needed && r->kv.pages[l][p / e->P] < 0)
+					rc = ms_err_set(err, -EFAULT, "request %llu lost layer %d's page for "
+							"position %lld", (unsigned long long)r->id, l,
+							(long long)p);
+			}
+	}
+	int32_t held = 0, cached = 0, free_n = 0;
+	for (int32_t g = 0; g < e->pool.n_pages && !rc; g++) {
+		if (refs[g] != e->pool.ref[g])
+			rc = ms_err_set(err, -EFAULT, "page %d: count %d, but %d requests hold it", g,
+					e->pool.ref[g], refs[g]);
+		held += e->pool.ref[g] > 0;
+		cached += e->pool.ref[g] == 0 && e->pool.key[g];
+		free_n += e->pool.ref[g] == 0 && !e->pool.key[g];
+	}
+	if (!rc && reserved != e->reserved)
+		rc = ms_err_set(err, -EFAULT, "reserved %lld, running requests add up to %lld",
+				(long long)e->reserved, (long long)reserved);
+	if (!rc && e->reserved > e->pool.n_pages)
+		rc = ms_err_set(err, -EFAULT, "reserved %lld pages of %d", (long long)e->reserved,
+				e->pool.n_pages);
+	if (!rc && (cached != e->pool.n_cached || free_n != e->pool.n_free))
+		rc = ms_err_set(err, -EFAULT, "pool counts: %d cached, %d free; pages say %d, %d",
+				e->pool.n_cached, e->pool.n_free, cached, free_n);
+	if (!rc && held + cached + free_n != e->pool.n_pages)
+		rc = ms_err_set(err, -EFAULT, "pages do not add up");
+	free(refs);
+	return rc;
+}

@@ -1,0 +1,132 @@
+/*
+ * engine.h: many requests, one model: continuous batching over a paged KV
+ * cache with prefix reuse.
+ *
+ * A request's life: admission to a bounded queue (full: refused) -> its KV
+ * pages reserved for the worst case (prompt + max_tokens), so a running
+ * request never runs out of memory mid-way and never disturbs another ->
+ * chunked prefill (long prompts take several steps, interleaved with the
+ * decodes of running requests) -> decode steps, every running request
+ * advancing by one token in one batched forward pass -> finish (stop token,
+ * stop string, max tokens, context limit, cancellation) -> pages given back
+ * at once (published ones stay cached for prefix reuse until evicted).
+ *
+ * The engine runs on its own thread (ms_engine_start) or is stepped by hand
+ * (tests). Callbacks run on the engine thread and must be quick.
+ */
+#ifndef MS_ENGINE_H
+#define MS_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kv-cache.h"
+#include "model.h"
+#include "ms-error.h"
+#include "sampler.h"
+#include "tokenizer.h"
+
+struct ms_engine;
+
+struct ms_engine_config {
+	uint64_t kv_cache_bytes;   /* KV pool size; 0: from kv_tokens */
+	int64_t kv_tokens;         /* or a budget in tokens of full context (all layers) */
+	int max_queue;             /* waiting requests beyond which submit refuses */
+	int max_running;           /* sequences decoding together */
+	int64_t max_batch_tokens;  /* tokens per forward pass: decodes + prefill chunks */
+	int64_t max_context;       /* prompt + generated, per request (<= max_position_embeddings) */
+	bool no_prefix_cache;      /* turn prefix reuse off */
+};
+
+/* Defaults for fields left 0. */
+void ms_engine_config_defaults(struct ms_engine_config *c, const struct ms_model *m);
+
+enum ms_finish {
+	MS_FINISH_NONE,
+	MS_FINISH_STOP,        /* a stop token or a stop string */
+	MS_FINISH_LENGTH,      /* max_tokens */
+	MS_FINISH_CONTEXT,     /* the context limit */
+	MS_FINISH_CANCELLED,
+	MS_FINISH_ERROR,
+};
+
+const char *ms_finish_name(enum ms_finish f);
+
+struct ms_request_params {
+	struct ms_sampling sampling;
+	int64_t max_tokens;            /* 0 allowed: prompt only (prompt logprobs) */
+	const int32_t *stop_ids;       /* generation stops after emitting one of these */
+	int n_stop_ids;
+	const char *const *stop;       /* stop strings, matched on the generated text */
+	int n_stop;
+	int prompt_logprobs;           /* -1: none; else top-N alternatives for echo */
+	bool skip_special;             /* leave special tokens out of the text */
+};
+
+enum ms_event_kind {
+	MS_EV_PROMPT_TOKEN,   /* one prompt position's logprob (prompt_logprobs >= 0) */
+	MS_EV_TOKEN,          /* a generated token and the text it completes */
+	MS_EV_FINISH,         /* last event of a request: it is freed right after */
+};
+
+struct ms_event {
+	enum ms_event_kind kind;
+	uint64_t id;
+	int32_t token;                       /* PROMPT_TOKEN and TOKEN */
+	int64_t index;                       /* position in the prompt / in the output */
+	const char *text;                    /* TOKEN: text now safe to emit (may be empty); FINISH: held-back tail */
+	size_t text_len;
+	const struct ms_token_logprobs *lp;  /* or NULL (first prompt token, logprobs off) */
+	enum ms_finish finish;               /* FINISH */
+	const char *stop_string;             /* FINISH by a stop string */
+	const char *error;                   /* FINISH_ERROR */
+	int64_t prompt_tokens, cached_tokens, completion_tokens;
+	double queue_s, ttft_s;              /* FINISH: time waiting, time to first token */
+};
+
+typedef void (*ms_engine_cb)(void *ctx, const struct ms_event *ev);
+
+/* tok may be NULL (no text: stop strings need a tokenizer). */
+int ms_engine_init(struct ms_engine **out, struct ms_model *m, const struct ms_tokenizer *tok,
+		   const struct ms_engine_config *cfg, struct ms_err *err);
+/* Cancels what is left (FINISH_CANCELLED events), stops the thread, frees. */
+void ms_engine_free(struct ms_engine *e);
+
+/* Run the loop on a thread of its own. */
+int ms_engine_start(struct ms_engine *e, struct ms_err *err);
+
+/* Queue a request. Refused (with a reason, nothing queued) when the queue is
+ * full (-EBUSY), the prompt plus max_tokens exceed the context (-E2BIG) or
+ * the whole KV cache (-ENOSPC), or a parameter is out of range (-EINVAL). */
+int ms_engine_submit(struct ms_engine *e, const int32_t *prompt, int64_t n_prompt,
+		     const struct ms_request_params *p, ms_engine_cb cb, void *ctx, uint64_t *id,
+		     struct ms_err *err);
+
+/* Stop request id within one step (any thread); unknown or finished ids
+ * are ignored. */
+void ms_engine_cancel(struct ms_engine *e, uint64_t id);
+
+/* One scheduling step (for hand-stepped engines). Returns the number of
+ * tokens processed (0 when idle), or a negative error. */
+int64_t ms_engine_step(struct ms_engine *e, struct ms_err *err);
+
+struct ms_engine_stats {
+	int waiting, running;
+	int32_t kv_pages, kv_pages_held, kv_pages_cached, kv_pages_reserved;
+	uint64_t prefix_hit_pages, evictions;
+	uint64_t prompt_tokens, generation_tokens, cached_tokens;
+	uint64_t steps;
+	double kv_usage;  /* held pages / all pages */
+};
+
+void ms_engine_get_stats(struct ms_engine *e, struct ms_engine_stats *s);
+
+/* Check the engine's accounting (tests): every page held is referenced by
+ * exactly the sequences that hold it, reservations cover what is held,
+ * counts add up. Returns 0 or -EFAULT with the first violation. */
+int ms_engine_check(struct ms_engine *e, struct ms_err *err);
+
+/* KV pages a sequence needs at most for `positions` (the reservation). */
+int64_t ms_engine_pages_for(const struct ms_engine *e, int64_t positions);
+
+#endif
