@@ -22,6 +22,7 @@
 #include "model.h"
 #include "quant.h"
 #include "tokenizer.h"
+#include "bench.h"
 
 #ifndef MS_VERSION
 #define MS_VERSION "0.0.0"
@@ -827,6 +828,71 @@ static int cmd_tokenize(int argc, char **argv)
 	return ex;
 }
 
+/* ---- bench ---- */
+
+static int cmd_bench(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"model", required_argument, NULL, 'm'},
+		{"threads", required_argument, NULL, OPT_THREADS},
+		{"kernels", required_argument, NULL, OPT_KERNELS},
+		{"prompt-tokens", required_argument, NULL, 'p'},
+		{"decode-tokens", required_argument, NULL, 'n'},
+		{"json", no_argument, NULL, 'j'},
+		{"help", no_argument, NULL, 'h'},
+		{0},
+	};
+	struct common_opts co = {default_model(), NULL, 0};
+	struct ms_bench_opts bo = {.prompt_tokens = 512, .decode_tokens = 32};
+	long v;
+	int c;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'm': co.model = optarg; break;
+		case OPT_THREADS:
+			if (!parse_long(optarg, 1, 1024, &co.threads))
+				return usage_error("bench", "--threads: \"%s\" is not in [1, 1024]", optarg);
+			break;
+		case OPT_KERNELS: co.kernels = optarg; break;
+		case 'p':
+			if (!parse_long(optarg, 1, 1 << 20, &v))
+				return usage_error("bench", "--prompt-tokens: \"%s\" is not a count", optarg);
+			bo.prompt_tokens = v;
+			break;
+		case 'n':
+			if (!parse_long(optarg, 2, 1 << 20, &v))
+				return usage_error("bench", "--decode-tokens: \"%s\" is not a count >= 2", optarg);
+			bo.decode_tokens = v;
+			break;
+		case 'j': bo.json_only = true; break;
+		case 'h':
+			printf("Usage: moeserve bench [--model DIR] [--threads N] [--kernels SET]\n"
+			       "                      [--prompt-tokens N] [--decode-tokens N] [--json]\n"
+			       "Measure prefill and decode speed (batch 1, 4, 8, 16), time to first token,\n"
+			       "KV bytes per token, peak RSS and the decode share of the memory-bandwidth\n"
+			       "roofline (bandwidth measured in the same run). Prints a table and, last,\n"
+			       "one JSON line.\n");
+			return EX_OK;
+		default: return usage_error("bench", "%s", "invalid option");
+		}
+	}
+	if (optind < argc)
+		return usage_error("bench", "unexpected argument \"%s\"", argv[optind]);
+	struct ms_backend be;
+	struct ms_model m;
+	int rc = load(&co, &be, &m);
+	if (rc)
+		return rc;
+	bo.model = co.model;
+	if (bo.prompt_tokens + 2 > m.cfg.max_pos)
+		bo.prompt_tokens = m.cfg.max_pos - 2;
+	int ex = ms_cmd_bench(&m, &be, &bo);
+	ms_model_free(&m);
+	ms_backend_free(&be);
+	return ex;
+}
+
 /* ---- dispatch ---- */
 
 static void main_help(void)
@@ -838,6 +904,7 @@ static void main_help(void)
 	       "  inspect    describe a checkpoint: sizes, schemes, kernels, bytes\n"
 	       "  dequant    write one loaded weight matrix as float32 (tests, audits)\n"
 	       "  tokenize   text to token ids and back with a tokenizer.json\n"
+	       "  bench      prefill/decode speed, batching, roofline share (JSON line last)\n"
 	       "  help       this help\n\n"
 	       "Exit codes: 0 ok, 64 usage, 65 bad model data or input, 66 missing model,\n"
 	       "file or tensor, 69 unsupported here, 70 internal, 71 system error,\n"
@@ -860,6 +927,8 @@ int main(int argc, char **argv)
 		return cmd_dequant(argc - 1, argv + 1);
 	if (!strcmp(cmd, "tokenize"))
 		return cmd_tokenize(argc - 1, argv + 1);
+	if (!strcmp(cmd, "bench"))
+		return cmd_bench(argc - 1, argv + 1);
 	if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
 		main_help();
 		return EX_OK;

@@ -82,6 +82,7 @@ def main():
     b = a.moeserve
     os.makedirs(a.workdir, exist_ok=True)
     base = os.path.join(a.workdir, "base")
+    shutil.rmtree(base, ignore_errors=True)  # a stale file must not change a case
     gptoss_ckpt.write_checkpoint(base, gptoss_ckpt.preset_params("tiny-bf16"))
     mx = os.path.join(a.workdir, "mxfp4")
     gptoss_ckpt.write_checkpoint(mx, gptoss_ckpt.preset_params("mxfp4-ragged"))
@@ -202,6 +203,20 @@ def main():
     with open(os.path.join(d, "model.safetensors"), "r+b") as f:
         f.truncate(os.path.getsize(st) - 100)
     expect("truncated file", run(b, "inspect", "--model", d), EX_DATAERR, "model.safetensors", "truncated")
+
+    # --- bench ---
+    r = run(b, "bench", "--model", base, "--prompt-tokens", "40", "--decode-tokens", "4", "--json")
+    keys = ["prefill_tokens_per_s", "decode_tokens_per_s", "decode_roofline_share", "batch4_tokens_per_s",
+            "batch8_tokens_per_s", "batch16_tokens_per_s", "ttft_s", "kv_bytes_per_token", "peak_rss_bytes",
+            "bandwidth_bytes_per_s", "threads", "kernels"]
+    try:
+        j = json.loads(r.stdout.strip().splitlines()[-1])
+        ok = (r.returncode == 0 and all(k in j for k in keys) and 0 < j["decode_roofline_share"] <= 1
+              and j["decode_tokens_per_s"] > 0 and j["batch16_tokens_per_s"] > 0 and j["ttft_s"] > 0
+              and j["bandwidth_bytes_per_s"] > 1e8 and j["kernels"] == "ref")
+    except (ValueError, IndexError, KeyError):
+        ok = False
+    case("bench prints one JSON line with every key", ok, r.stdout[-600:] + r.stderr)
 
     # --- inspect ---
     r = run(b, "inspect", "--model", mx)

@@ -1,0 +1,21 @@
+/* bench.h: `moeserve bench` (see bench.c). */
+#ifndef MS_BENCH_H
+#define MS_BENCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model.h"
+
+struct ms_bench_opts {
+	const char *model;
+	int64_t prompt_tokens;  /* prefill prompt (512) */
+	int64_t decode_tokens;  /* tokens per decode run */
+	bool json_only;
+};
+
+/* Runs everything and prints a table and one JSON line; returns an exit
+ * status. */
+int ms_cmd_bench(struct ms_model *m, struct ms_backend *be, const struct ms_bench_opts *o);
+
+#endif
