@@ -9,8 +9,11 @@
 #include "backend.h"
 
 #include <cpuid.h>
+#include <numa.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 struct kernel_set {
 	const char *name;
@@ -131,7 +134,37 @@ int ms_backend_init(struct ms_backend *be, const char *kernels, int threads, str
 				 "set %s has no %s kernel: reference", chosen->name,
 				 ms_wfmt_name((enum ms_wfmt)f));
 	}
-	return ms_pool_init(&be->pool, threads, err);
+	be->numa_nodes = numa_available() >= 0 ? numa_num_configured_nodes() : 1;
+	be->numa_nodes = be->numa_nodes > 0 ? be->numa_nodes : 1;
+	ms_backend_set_numa(be, MS_NUMA_AUTO);
+	return ms_pool_init(&be->pool, threads, true, err);
+}
+
+void ms_backend_set_numa(struct ms_backend *be, enum ms_numa_mode mode)
+{
+	be->numa_interleave = be->numa_nodes > 1 && mode != MS_NUMA_OFF;
+}
+
+void ms_backend_weights_begin(struct ms_backend *be)
+{
+	if (be->numa_interleave)
+		numa_set_interleave_mask(numa_all_nodes_ptr);
+}
+
+void ms_backend_weights_end(struct ms_backend *be, void *const *maps, const size_t *sizes, int n)
+{
+	if (!be->numa_interleave)
+		return;
+	/* Fault the mapped checkpoint in now, under the interleave policy, so
+	 * its page-cache pages land on every node rather than wherever the
+	 * first forward pass happens to touch them. */
+	long pg = sysconf(_SC_PAGESIZE);
+	for (int i = 0; i < n; i++) {
+		volatile const char *p = maps[i];
+		for (size_t off = 0; off < sizes[i]; off += (size_t)pg)
+			(void)p[off];
+	}
+	numa_set_localalloc();
 }
 
 void ms_backend_free(struct ms_backend *be)

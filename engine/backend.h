@@ -19,12 +19,30 @@ struct ms_backend {
 	struct ms_pool pool;
 	const struct ms_kernel *kernels[MS_WFMT_COUNT];
 	char reasons[MS_WFMT_COUNT][96];   /* why each kernel was chosen */
+	int numa_nodes;            /* memory nodes (libnuma), 1 without NUMA */
+	bool numa_interleave;      /* weights interleaved over the nodes */
+};
+
+enum ms_numa_mode {
+	MS_NUMA_AUTO,        /* interleave when there is more than one node */
+	MS_NUMA_OFF,
+	MS_NUMA_INTERLEAVE,
 };
 
 /* kernels: "auto" (or NULL) picks the most specific set this CPU runs,
  * otherwise one of the names ms_backend_kernel_sets lists; an unknown or
  * unsupported name is an error. threads <= 0: one per available CPU. */
 int ms_backend_init(struct ms_backend *be, const char *kernels, int threads, struct ms_err *err);
+
+/* NUMA placement, chosen before the model loads (--numa). On one node every
+ * mode is a plain pool. */
+void ms_backend_set_numa(struct ms_backend *be, enum ms_numa_mode mode);
+
+/* Around loading weights: with interleaving on, memory the loader allocates
+ * and the checkpoint pages it maps are spread page by page over all nodes,
+ * so every expert streams from every node's memory at once. */
+void ms_backend_weights_begin(struct ms_backend *be);
+void ms_backend_weights_end(struct ms_backend *be, void *const *maps, const size_t *sizes, int n);
 void ms_backend_free(struct ms_backend *be);
 
 /* The kernel for format f, or NULL when no kernel computes it. */

@@ -54,7 +54,16 @@ static void *helper_main(void *argp)
 	return NULL;
 }
 
-int ms_pool_init(struct ms_pool *p, int n_threads, struct ms_err *err)
+/* The k-th CPU of the affinity mask, or -1. */
+static int nth_cpu(const cpu_set_t *set, int k)
+{
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, set) && k-- == 0)
+			return c;
+	return -1;
+}
+
+int ms_pool_init(struct ms_pool *p, int n_threads, bool pin, struct ms_err *err)
 {
 	memset(p, 0, sizeof(*p));
 	if (n_threads <= 0)
@@ -81,6 +90,15 @@ int ms_pool_init(struct ms_pool *p, int n_threads, struct ms_err *err)
 			return ms_err_set(err, -rc, "thread pool: cannot start thread %d", i);
 		}
 		p->n_threads++;
+		cpu_set_t mask, one;
+		int cpu;
+		if (pin && sched_getaffinity(0, sizeof(mask), &mask) == 0 &&
+		    (cpu = nth_cpu(&mask, i % CPU_COUNT(&mask))) >= 0) {
+			CPU_ZERO(&one);
+			CPU_SET(cpu, &one);
+			/* best effort: a container may forbid it, and that is fine */
+			pthread_setaffinity_np(p->threads[i - 1], sizeof(one), &one);
+		}
 	}
 	return 0;
 }

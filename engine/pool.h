@@ -34,8 +34,11 @@ struct ms_pool {
 	atomic_int next;
 };
 
-/* n_threads <= 0 means "one per CPU this process may run on". */
-int ms_pool_init(struct ms_pool *pool, int n_threads, struct ms_err *err);
+/* n_threads <= 0 means "one per CPU this process may run on". With pin,
+ * helper thread i runs only on the i-th CPU of the process's affinity mask
+ * (i = 1 .. n_threads-1; the calling thread, which works too, keeps CPU 0 of
+ * the mask to itself), so threads neither migrate nor share a core. */
+int ms_pool_init(struct ms_pool *pool, int n_threads, bool pin, struct ms_err *err);
 
 /* Run fn over n_tasks tasks and return when all are done. Not reentrant:
  * one job at a time per pool. */

@@ -91,9 +91,21 @@ int ms_model_load(struct ms_model *m, const char *dir, struct ms_backend *be, st
 		return rc;
 	}
 	m->be = be;
+	ms_backend_weights_begin(be);
 	if ((rc = ms_checkpoint_open(&m->ck, dir, err)) || (rc = m->ops->load(m, err))) {
+		ms_backend_weights_end(be, NULL, NULL, 0);
 		ms_model_free(m);
 		return rc;
+	}
+	{
+		void *maps[64];
+		size_t sizes[64];
+		int n = 0;
+		for (int i = 0; i < m->ck.n_files && n < 64; i++, n++) {
+			maps[n] = m->ck.files[i].map;
+			sizes[n] = m->ck.files[i].size;
+		}
+		ms_backend_weights_end(be, maps, sizes, n);
 	}
 	m->load_seconds = now_seconds() - t0;
 	return 0;

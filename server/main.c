@@ -134,9 +134,10 @@ struct common_opts {
 	const char *model;
 	const char *kernels;
 	long threads;
+	const char *numa;   /* auto, off, interleave */
 };
 
-enum { OPT_KERNELS = 1000, OPT_THREADS, OPT_LOGITS, OPT_IGNORE_EOS, OPT_PROMPT };
+enum { OPT_KERNELS = 1000, OPT_THREADS, OPT_LOGITS, OPT_IGNORE_EOS, OPT_PROMPT, OPT_NUMA };
 
 static int load(const struct common_opts *o, struct ms_backend *be, struct ms_model *m)
 {
@@ -148,6 +149,14 @@ static int load(const struct common_opts *o, struct ms_backend *be, struct ms_mo
 		fprintf(stderr, "moeserve: error: %s\n", err.msg);
 		return rc == -EINVAL ? EX_USAGE : exit_code_for(rc);
 	}
+	const char *numa = o->numa ? o->numa : getenv("MOESERVE_NUMA");
+	if (numa && strcmp(numa, "auto") && strcmp(numa, "off") && strcmp(numa, "interleave")) {
+		ms_backend_free(be);
+		fprintf(stderr, "moeserve: error: --numa \"%s\" (use auto, off or interleave)\n", numa);
+		return EX_USAGE;
+	}
+	ms_backend_set_numa(be, !numa || !strcmp(numa, "auto") ? MS_NUMA_AUTO
+			      : !strcmp(numa, "off") ? MS_NUMA_OFF : MS_NUMA_INTERLEAVE);
 	rc = ms_model_load(m, o->model, be, &err);
 	if (rc) {
 		ms_backend_free(be);
@@ -176,6 +185,8 @@ static void generate_help(void)
 	       "  --threads N        worker threads (default: available CPUs)\n"
 	       "  --kernels SET      kernel set: %s (default auto,\n"
 	       "                     or $MOESERVE_KERNELS)\n"
+	       "  --numa MODE        auto (interleave weights when there are several NUMA\n"
+	       "                     nodes), off, interleave (default auto, or $MOESERVE_NUMA)\n"
 	       "  -h, --help         this help\n",
 	       MS_DEFAULT_MODEL, ms_backend_kernel_sets);
 }
@@ -208,10 +219,11 @@ static int cmd_generate(int argc, char **argv)
 		{"logits-out", required_argument, NULL, OPT_LOGITS},
 		{"threads", required_argument, NULL, OPT_THREADS},
 		{"kernels", required_argument, NULL, OPT_KERNELS},
+		{"numa", required_argument, NULL, OPT_NUMA},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	struct common_opts co = {default_model(), NULL, 0};
+	struct common_opts co = {default_model(), NULL, 0, NULL};
 	const char *tokens = NULL, *logits_out = NULL, *text = NULL;
 	long max_tokens = 16;
 	bool ignore_eos = false;
@@ -232,6 +244,7 @@ static int cmd_generate(int argc, char **argv)
 				return usage_error("generate", "--threads: \"%s\" is not in [1, 1024]", optarg);
 			break;
 		case OPT_KERNELS: co.kernels = optarg; break;
+		case OPT_NUMA: co.numa = optarg; break;
 		case OPT_PROMPT: text = optarg; break;
 		case 'h': generate_help(); return EX_OK;
 		default: return usage_error("generate", "%s", "invalid option");
@@ -383,15 +396,17 @@ static int cmd_inspect(int argc, char **argv)
 		{"model", required_argument, NULL, 'm'},
 		{"threads", required_argument, NULL, OPT_THREADS},
 		{"kernels", required_argument, NULL, OPT_KERNELS},
+		{"numa", required_argument, NULL, OPT_NUMA},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	struct common_opts co = {default_model(), NULL, 0};
+	struct common_opts co = {default_model(), NULL, 0, NULL};
 	int c;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'm': co.model = optarg; break;
+		case OPT_NUMA: co.numa = optarg; break;
 		case OPT_THREADS:
 			if (!parse_long(optarg, 1, 1024, &co.threads))
 				return usage_error("inspect", "--threads: \"%s\" is not in [1, 1024]", optarg);
@@ -437,7 +452,9 @@ static int cmd_inspect(int argc, char **argv)
 	printf("expert layout: %s\n", m.moe_layout ? m.moe_layout : "?");
 	printf("checkpoint:    %d file%s, %zu tensors\n", m.ck.n_files, m.ck.n_files == 1 ? "" : "s",
 	       m.ck.n_tensors);
-	printf("backend:       %s, kernels %s, %d threads\n", be.name, be.isa, be.pool.n_threads);
+	printf("backend:       %s, kernels %s, %d threads (pinned)\n", be.name, be.isa, be.pool.n_threads);
+	printf("numa:          %d node%s%s\n", be.numa_nodes, be.numa_nodes == 1 ? "" : "s",
+	       be.numa_interleave ? ", weights interleaved" : "");
 	printf("cpu features:  %s\n", ms_cpu_flags_str(be.cpu_flags, flags, sizeof(flags)));
 	printf("\n%-18s %-19s %-6s %-13s %-10s %5s %12s  %s\n", "tensor group", "scheme", "format",
 	       "activations", "kernel", "count", "bytes", "why this kernel");
@@ -479,7 +496,7 @@ static int cmd_dequant(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	struct common_opts co = {default_model(), NULL, 1};
+	struct common_opts co = {default_model(), NULL, 1, NULL};
 	const char *module = NULL, *out = NULL;
 	int c;
 	optind = 1;
@@ -837,12 +854,13 @@ static int cmd_bench(int argc, char **argv)
 		{"threads", required_argument, NULL, OPT_THREADS},
 		{"kernels", required_argument, NULL, OPT_KERNELS},
 		{"prompt-tokens", required_argument, NULL, 'p'},
+		{"numa", required_argument, NULL, OPT_NUMA},
 		{"decode-tokens", required_argument, NULL, 'n'},
 		{"json", no_argument, NULL, 'j'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	struct common_opts co = {default_model(), NULL, 0};
+	struct common_opts co = {default_model(), NULL, 0, NULL};
 	struct ms_bench_opts bo = {.prompt_tokens = 512, .decode_tokens = 32};
 	long v;
 	int c;
@@ -866,6 +884,7 @@ static int cmd_bench(int argc, char **argv)
 			bo.decode_tokens = v;
 			break;
 		case 'j': bo.json_only = true; break;
+		case OPT_NUMA: co.numa = optarg; break;
 		case 'h':
 			printf("Usage: moeserve bench [--model DIR] [--threads N] [--kernels SET]\n"
 			       "                      [--prompt-tokens N] [--decode-tokens N] [--json]\n"

@@ -406,7 +406,7 @@ START_TEST(pool_runs_every_task_once)
 {
 	struct ms_err err = {0};
 	struct ms_pool p;
-	ck_assert_int_eq(ms_pool_init(&p, 4, &err), 0);
+	ck_assert_int_eq(ms_pool_init(&p, 4, true, &err), 0);
 	ck_assert_int_eq(p.n_threads, 4);
 	int *hits = calloc(1000, sizeof(int));
 	for (int rep = 0; rep < 50; rep++)
