@@ -153,8 +153,10 @@ static inline bool cut_keeps(const struct cut *c, uint32_t key, int64_t i)
  * elements whose higher digits equal the boundary found so far: at the end
  * the boundary is one exact value, and the number of its copies to keep
  * follows from the weight above it. Always keeps at least one element.
+ * Elements below lo_bound are known to lie below the boundary and are skipped.
  */
-static void radix_cut(const float *x, int64_t n, bool by_mass, double target, struct cut *out)
+static void radix_cut(const float *x, int64_t n, bool by_mass, double target, float lo_bound,
+		      struct cut *out)
 {
 	static const int shift[3] = {21, 10, 0}, bits[3] = {11, 11, 10};
 	uint32_t cnt[RADIX_BUCKETS];
@@ -167,6 +169,8 @@ static void radix_cut(const float *x, int64_t n, bool by_mass, double target, st
 		if (by_mass)
 			memset(mass, 0, nb * sizeof(mass[0]));
 		for (int64_t i = 0; i < n; i++) {
+			if (x[i] < lo_bound)
+				continue;
 			uint32_t k = f2key(x[i]);
 			if ((k & pmask) != prefix)
 				continue;
@@ -188,6 +192,11 @@ static void radix_cut(const float *x, int64_t n, bool by_mass, double target, st
 		if (d < 0) {
 			/* rounding left the target just out of reach: keep everything
 			 * in range, the lowest bucket being the boundary */
+			if (low < 0) { /* nothing in range (cannot happen): keep all */
+				out->key_v = 0;
+				out->id_cut = n;
+				return;
+			}
 			d = low;
 			above -= by_mass ? mass[d] : (double)cnt[d];
 		}
@@ -461,10 +470,64 @@ void ms_sampler_adjust(const struct ms_sampler *s, const float *logits, float *o
 static int64_t argmax(const float *z, int64_t n)
 {
 	int64_t best = 0;
+	float bv = z[0];
 	for (int64_t i = 1; i < n; i++)
-		if (z[i] > z[best])
+		if (z[i] > bv) {
+			bv = z[i];
 			best = i;
+		}
 	return best;
+}
+
+/*
+ * Masses per block of ids, so that the draw finds its block in a few steps
+ * and scans one block, instead of walking up to the whole vocabulary with a
+ * chain of dependent additions. blk[b] sums w[b * size .. (b + 1) * size) in
+ * id order.
+ */
+#define SAMPLE_BLOCKS 256
+
+struct blocks {
+	int64_t size;
+	int n;
+	double sum;   /* sum of blk[] in order */
+	double blk[SAMPLE_BLOCKS];
+	int64_t last; /* highest id with w > 0, or -1 */
+};
+
+static void blocks_init(struct blocks *bl, int64_t n)
+{
+	bl->size = (n + SAMPLE_BLOCKS - 1) / SAMPLE_BLOCKS;
+	bl->n = (int)((n + bl->size - 1) / bl->size);
+	bl->sum = 0;
+	bl->last = -1;
+}
+
+/* Inverse CDF: the first id whose running mass exceeds u * sum. Within the
+ * chosen block the partial sums are associated differently from blk[b], so
+ * a u at the block's very top falls back to the block's last positive id
+ * (it exists: blk[b] > 0 there). */
+static int64_t blocks_draw(const struct blocks *bl, const float *w, int64_t n, double u01)
+{
+	double u = u01 * bl->sum, acc = 0;
+	for (int b = 0; b < bl->n; b++) {
+		if (!(acc + bl->blk[b] > u)) {
+			acc += bl->blk[b];
+			continue;
+		}
+		int64_t lo = (int64_t)b * bl->size, hi = lo + bl->size < n ? lo + bl->size : n;
+		int64_t last = -1;
+		for (int64_t i = lo; i < hi; i++) {
+			if (w[i] == 0.0f)
+				continue;
+			acc += w[i];
+			last = i;
+			if (acc > u)
+				return i;
+		}
+		return last;
+	}
+	return bl->last; /* u rounded up to sum */
 }
 
 /* Steps 4-8 on z (work), for a temperature above the greedy threshold. */
@@ -481,54 +544,61 @@ static int64_t draw(struct ms_sampler *s, float *w)
 	bool use_k = p->top_k > 1 && p->top_k < n;
 	struct cut ck = {0, n};
 	if (use_k)
-		radix_cut(w, n, false, (double)p->top_k, &ck);
-	double sum = 0;
-	for (int64_t i = 0; i < n; i++) {
-		float e = 0.0f;
-		if (!use_k || cut_keeps(&ck, f2key(w[i]), i))
-			e = expf((w[i] - m) / t);
-		w[i] = e;
-		sum += e;
+		radix_cut(w, n, false, (double)p->top_k, -INFINITY, &ck);
+	struct blocks bl;
+	blocks_init(&bl, n);
+	for (int b = 0; b < bl.n; b++) {
+		int64_t lo = (int64_t)b * bl.size, hi = lo + bl.size < n ? lo + bl.size : n;
+		double sum = 0;
+		for (int64_t i = lo; i < hi; i++) {
+			float e = 0.0f;
+			if (!use_k || cut_keeps(&ck, f2key(w[i]), i))
+				e = expf((w[i] - m) / t);
+			w[i] = e;
+			sum += e;
+		}
+		bl.blk[b] = sum;
+		bl.sum += sum;
 	}
 
-	/* top_p over e, then min_p: e < min_p * e_max = min_p */
+	/* top_p over e. Tokens below c = (1 - top_p) * sum / (n - 1) weigh less
+	 * than (1 - top_p) * sum all together, so the nucleus lies above c: the
+	 * select skips them (most of a real vocabulary). */
 	bool use_p = p->top_p < 1.0f;
 	struct cut cp = {0, n};
-	if (use_p)
-		radix_cut(w, n, true, ((double)p->top_p - 1e-6) * sum, &cp);
-	int64_t last = best;
+	if (use_p) {
+		double c = n > 1 ? (1.0 - (double)p->top_p) * bl.sum / (double)(n - 1) : 0.0;
+		c = c < 1.0 ? c : 1.0; /* e_max = 1 is never below it */
+		radix_cut(w, n, true, ((double)p->top_p - 1e-6) * bl.sum, (float)c * 0.999f, &cp);
+	}
+	/* then min_p: e < min_p * e_max = min_p */
 	if (use_p || p->min_p > 0.0f) {
 		float thr = p->min_p;
-		sum = 0;
-		for (int64_t i = 0; i < n; i++) {
-			float e = w[i];
-			if (e == 0.0f)
-				continue;
-			if ((use_p && !cut_keeps(&cp, f2key(e), i)) || e < thr) {
-				w[i] = 0.0f;
-				continue;
+		bl.sum = 0;
+		for (int b = 0; b < bl.n; b++) {
+			int64_t lo = (int64_t)b * bl.size, hi = lo + bl.size < n ? lo + bl.size : n;
+			double sum = 0;
+			for (int64_t i = lo; i < hi; i++) {
+				float e = w[i];
+				if (e == 0.0f)
+					continue;
+				if (e < thr || (use_p && !cut_keeps(&cp, f2key(e), i))) {
+					w[i] = 0.0f;
+					continue;
+				}
+				sum += e;
+				bl.last = i;
 			}
-			sum += e;
-			last = i;
+			bl.blk[b] = sum;
+			bl.sum += sum;
 		}
 	} else {
-		for (int64_t i = n - 1; i >= 0; i--)
-			if (w[i] > 0.0f) {
-				last = i;
-				break;
-			}
+		for (int64_t i = n - 1; i >= 0 && bl.last < 0; i--)
+			if (w[i] > 0.0f)
+				bl.last = i;
 	}
-
-	/* inverse CDF in id order: the partial sums are the ones sum was built
-	 * from, so the token found always has e > 0; u rounding up to sum
-	 * falls through to the last survivor */
-	double u = ms_rng_next_double(&s->rng) * sum, acc = 0;
-	for (int64_t i = 0; i < n; i++) {
-		acc += w[i];
-		if (acc > u)
-			return i;
-	}
-	return last;
+	int64_t id = blocks_draw(&bl, w, n, ms_rng_next_double(&s->rng));
+	return id >= 0 ? id : best;
 }
 
 int32_t ms_sampler_sample(struct ms_sampler *s, const float *logits, float *work,
@@ -667,7 +737,7 @@ int ms_stopper_push(struct ms_stopper *st, const char *text, size_t len, size_t 
 
 	/* Hold back the longest tail that is a proper prefix of a stop string. */
 	size_t keep = st->len;
-	size_t from = st->n && st->len > st->max_len - 1 ? st->len - (st->max_len - 1) : st->len;
+	size_t from = !st->n ? st->len : st->len > st->max_len - 1 ? st->len - (st->max_len - 1) : 0;
 	for (size_t i = from; i < st->len && keep == st->len; i++)
 		for (size_t j = 0; j < st->n; j++)
 			if (st->len - i < st->lens[j] &&
