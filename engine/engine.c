@@ -187,6 +187,7 @@ static void finish(struct ms_engine *e, struct req *r, enum ms_finish why, const
 		.completion_tokens = r->n_generated,
 		.queue_s = (r->t_admit ? r->t_admit : now_s()) - r->t_submit,
 		.ttft_s = r->t_first ? r->t_first - r->t_submit : 0,
+		.e2e_s = now_s() - r->t_submit,
 	};
 	r->cb(r->ctx, &ev);
 	req_free(e, r);

@@ -81,7 +81,7 @@ struct ms_event {
 	const char *stop_string;             /* FINISH by a stop string */
 	const char *error;                   /* FINISH_ERROR */
 	int64_t prompt_tokens, cached_tokens, completion_tokens;
-	double queue_s, ttft_s;              /* FINISH: time waiting, time to first token */
+	double queue_s, ttft_s, e2e_s;       /* FINISH: waiting, to first token, submit to finish */
 };
 
 typedef void (*ms_engine_cb)(void *ctx, const struct ms_event *ev);

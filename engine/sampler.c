@@ -111,6 +111,104 @@ int ms_sampling_check(const struct ms_sampling *p, int64_t vocab, struct ms_err 
 	return 0;
 }
 
+/* ---- vector helpers ------------------------------------------------------ */
+
+/*
+ * The passes over the vocabulary are written with GCC/clang vector extensions
+ * of 16 bytes (SSE2 on x86-64, NEON on arm64: no ISA flag, no ABI change):
+ * at -O2 the compiler vectorizes no loop of unknown length by itself, and
+ * expf, called 201088 times, was most of a draw. 4-lane vectors; the tail of
+ * an array goes through a padded copy so that every element sees the same
+ * arithmetic.
+ */
+typedef float v4f __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+
+static inline v4f v4f_load(const float *p)
+{
+	v4f v;
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+static inline void v4f_store(float *p, v4f v)
+{
+	memcpy(p, &v, sizeof(v));
+}
+
+static inline v4f v4f_splat(float x)
+{
+	return (v4f){x, x, x, x};
+}
+
+/* m ? a : b, lane by lane (m: all ones or all zeros) */
+static inline v4f v4f_select(v4i m, v4f a, v4f b)
+{
+	return (v4f)(((v4i)a & m) | ((v4i)b & ~m));
+}
+
+/* x[i .. i + 4) with lanes past n set to fill. */
+static inline v4f v4f_load_tail(const float *x, int64_t i, int64_t n, float fill)
+{
+	if (i + 4 <= n)
+		return v4f_load(x + i);
+	float t[4] = {fill, fill, fill, fill};
+	memcpy(t, x + i, (size_t)(n - i) * sizeof(float));
+	return v4f_load(t);
+}
+
+static inline void v4f_store_tail(float *x, int64_t i, int64_t n, v4f v)
+{
+	if (i + 4 <= n) {
+		v4f_store(x + i, v);
+		return;
+	}
+	float t[4];
+	v4f_store(t, v);
+	memcpy(x + i, t, (size_t)(n - i) * sizeof(float));
+}
+
+/*
+ * exp(x) for x <= 0 (-inf included, NaN not): Cephes' expf. x = n ln2 + r
+ * with n = round(x / ln2) (the 1.5 * 2^23 trick), ln2 split in two so that
+ * n * ln2_hi is exact, a degree-7 polynomial on |r| <= ln2 / 2, then 2^n
+ * through the exponent bits. Within 2 ulp of expf; exactly 1 at 0 and exactly
+ * 2^-k at k * ln2 rounded to float, so the argmax weighs 1. Below -87 (where
+ * float leaves its normal range) the result is 0.
+ */
+static inline v4f v4f_exp_neg(v4f x)
+{
+	const v4f magic = v4f_splat(12582912.0f);
+	v4i dead = x < v4f_splat(-87.0f);
+	x = v4f_select(dead, v4f_splat(0.0f), x);
+	v4f t = x * v4f_splat(1.44269504088896341f) + magic;
+	v4f nf = t - magic;
+	v4i n = (v4i)t - (v4i)magic;
+	v4f r = x - nf * v4f_splat(0.693359375f);
+	r = r - nf * v4f_splat(-2.12194440e-4f);
+	v4f q = v4f_splat(1.9875691500e-4f);
+	q = q * r + v4f_splat(1.3981999507e-3f);
+	q = q * r + v4f_splat(8.3334519073e-3f);
+	q = q * r + v4f_splat(4.1665795894e-2f);
+	q = q * r + v4f_splat(1.6666665459e-1f);
+	q = q * r + v4f_splat(5.0000001201e-1f);
+	v4f y = q * r * r + r + v4f_splat(1.0f);
+	y = y * (v4f)((n + 127) << 23);
+	return (v4f)((v4i)y & ~dead);
+}
+
+/* The largest element, NaN ignored (-inf when all are NaN or -inf). */
+static float max_of(const float *x, int64_t n)
+{
+	v4f m = v4f_splat(-INFINITY);
+	for (int64_t i = 0; i < n; i += 4) {
+		v4f v = v4f_load_tail(x, i, n, -INFINITY);
+		m = v4f_select(v > m, v, m);
+	}
+	float a = m[0] > m[1] ? m[0] : m[1], b = m[2] > m[3] ? m[2] : m[3];
+	return a > b ? a : b;
+}
+
 /* ---- float keys and radix select --------------------------------------- */
 
 /* An unsigned key with the order of the floats (NaN excluded); -0 and +0 map
@@ -231,16 +329,15 @@ static inline float clean(float x)
 	return x != x ? -INFINITY : x;
 }
 
-/* log Z of the raw logits and their top n_top (descending, ties: lower id). */
+/* log Z of the raw logits and their top n_top (descending, ties: lower id),
+ * NaN read as -inf. */
 static double raw_stats(const float *logits, int64_t n, int n_top, struct ms_logprob *top,
 			int *n_filled)
 {
-	float m = -INFINITY;
 	int f = 0;
-	for (int64_t i = 0; i < n; i++) {
+	for (int64_t i = 0; i < n && n_top > 0; i++) {
 		float x = clean(logits[i]);
-		m = x > m ? x : m;
-		if (n_top <= 0 || (f == n_top && !(x > top[f - 1].logprob)))
+		if (f == n_top && !(x > top[f - 1].logprob))
 			continue;
 		/* insert after every entry >= x: earlier (lower) ids win ties */
 		int j = f < n_top ? f++ : f - 1;
@@ -252,12 +349,20 @@ static double raw_stats(const float *logits, int64_t n, int n_top, struct ms_log
 		top[j].logprob = x;
 	}
 	*n_filled = f;
-	if (m == -INFINITY)
-		return -INFINITY;
-	double sum = 0;
-	for (int64_t i = 0; i < n; i++)
-		sum += expf(clean(logits[i]) - m);
-	return (double)m + log(sum);
+	/* max and sum of exp(x - max), NaN as -inf, 4 partial sums in double */
+	float m = max_of(logits, n);
+	if (!isfinite(m))
+		return m; /* all -inf: every logprob -inf; +inf: degenerate, the same */
+	double sum[4] = {0, 0, 0, 0};
+	v4f vm = v4f_splat(m);
+	for (int64_t i = 0; i < n; i += 4) {
+		v4f v = v4f_load_tail(logits, i, n, -INFINITY);
+		v = v4f_select(v != v, v4f_splat(-INFINITY), v);
+		v4f e = v4f_exp_neg(v - vm);
+		for (int l = 0; l < 4; l++)
+			sum[l] += e[l];
+	}
+	return (double)m + log((sum[0] + sum[1]) + (sum[2] + sum[3]));
 }
 
 static inline float logprob_of(float x, double log_z)
@@ -314,17 +419,25 @@ static int tokset_grow(struct ms_tokset *t)
 	return 0;
 }
 
-/* The count slot of id, inserted with 0 when absent (insert) or NULL. */
-static uint32_t *tokset_slot(struct ms_tokset *t, int32_t id, bool insert, int *rc)
+/* The slot of id, or -1. */
+static int64_t tokset_find(const struct ms_tokset *t, int32_t id)
 {
-	if (t->cap) {
-		uint32_t h = tokset_hash(id, t->cap);
-		for (; t->ids[h] >= 0; h = (h + 1) & (t->cap - 1))
-			if (t->ids[h] == id)
-				return &t->counts[h];
-	}
-	if (!insert)
-		return NULL;
+	if (!t->cap)
+		return -1;
+	uint32_t h = tokset_hash(id, t->cap);
+	for (; t->ids[h] >= 0; h = (h + 1) & (t->cap - 1))
+		if (t->ids[h] == id)
+			return h;
+	return -1;
+}
+
+/* The count slot of id, inserted with 0 when absent; NULL and *rc = -ENOMEM
+ * when growing fails. */
+static uint32_t *tokset_slot(struct ms_tokset *t, int32_t id, int *rc)
+{
+	int64_t f = tokset_find(t, id);
+	if (f >= 0)
+		return &t->counts[f];
 	if ((t->n + 1) * 2 > t->cap && (*rc = tokset_grow(t)) < 0)
 		return NULL;
 	uint32_t h = tokset_hash(id, t->cap);
@@ -353,6 +466,8 @@ int ms_sampler_init(struct ms_sampler *s, const struct ms_sampling *p, int64_t v
 	int rc = ms_sampling_check(p, vocab, err);
 	if (rc < 0)
 		return rc;
+	if (n_prompt && !prompt)
+		return ms_err_set(err, -EINVAL, "prompt: %zu tokens but no array", n_prompt);
 	s->p = *p;
 	s->vocab = vocab;
 	ms_rng_seed(&s->rng, p->has_seed ? p->seed : fallback_seed);
@@ -365,7 +480,7 @@ int ms_sampler_init(struct ms_sampler *s, const struct ms_sampling *p, int64_t v
 		if (!s->bias)
 			goto nomem;
 		for (size_t i = 0; i < p->n_logit_bias; i++) {
-			uint32_t *slot = tokset_slot(&where, p->logit_bias[i].id, true, &rc);
+			uint32_t *slot = tokset_slot(&where, p->logit_bias[i].id, &rc);
 			if (!slot) {
 				tokset_free(&where);
 				goto nomem;
@@ -392,7 +507,7 @@ int ms_sampler_init(struct ms_sampler *s, const struct ms_sampling *p, int64_t v
 					  "prompt token %d at position %zu is outside the vocabulary [0, %lld)",
 					  (int)prompt[i], i, (long long)vocab);
 		}
-		if (!tokset_slot(&s->seen, prompt[i], true, &rc))
+		if (!tokset_slot(&s->seen, prompt[i], &rc))
 			goto nomem;
 	}
 	return 0;
@@ -421,7 +536,7 @@ int ms_sampler_accept(struct ms_sampler *s, int32_t id)
 	if (!s->track_output)
 		return 0;
 	int rc = -ENOMEM;
-	uint32_t *c = tokset_slot(&s->seen, id, true, &rc);
+	uint32_t *c = tokset_slot(&s->seen, id, &rc);
 	if (!c)
 		return rc;
 	if (*c < UINT32_MAX)
@@ -431,17 +546,18 @@ int ms_sampler_accept(struct ms_sampler *s, int32_t id)
 
 uint32_t ms_sampler_count(const struct ms_sampler *s, int32_t id)
 {
-	int rc = 0;
-	uint32_t *c = tokset_slot((struct ms_tokset *)&s->seen, id, false, &rc);
-	return c ? *c : 0;
+	int64_t f = tokset_find(&s->seen, id);
+	return f >= 0 ? s->seen.counts[f] : 0;
 }
 
 /* Steps 1-3: z = logits with bias and penalties, into work. */
 static void adjusted_logits(const struct ms_sampler *s, const float *logits, float *z)
 {
 	const struct ms_sampling *p = &s->p;
-	for (int64_t i = 0; i < s->vocab; i++)
-		z[i] = clean(logits[i]);
+	for (int64_t i = 0; i < s->vocab; i += 4) { /* NaN -> -inf */
+		v4f v = v4f_load_tail(logits, i, s->vocab, 0.0f);
+		v4f_store_tail(z, i, s->vocab, v4f_select(v != v, v4f_splat(-INFINITY), v));
+	}
 	for (size_t i = 0; i < s->n_bias; i++)
 		z[s->bias[i].id] += s->bias[i].bias;
 	if (!s->track_output)
@@ -467,16 +583,15 @@ void ms_sampler_adjust(const struct ms_sampler *s, const float *logits, float *o
 	adjusted_logits(s, logits, out);
 }
 
+/* The first id of the largest value (no NaN in z): a vector max, then a
+ * search for it. */
 static int64_t argmax(const float *z, int64_t n)
 {
-	int64_t best = 0;
-	float bv = z[0];
-	for (int64_t i = 1; i < n; i++)
-		if (z[i] > bv) {
-			bv = z[i];
-			best = i;
-		}
-	return best;
+	float m = max_of(z, n);
+	for (int64_t i = 0; i < n; i++)
+		if (z[i] == m)
+			return i;
+	return 0; /* all NaN: not after adjusted_logits */
 }
 
 /*
@@ -497,7 +612,7 @@ struct blocks {
 
 static void blocks_init(struct blocks *bl, int64_t n)
 {
-	bl->size = (n + SAMPLE_BLOCKS - 1) / SAMPLE_BLOCKS;
+	bl->size = ((n + SAMPLE_BLOCKS - 1) / SAMPLE_BLOCKS + 3) & ~(int64_t)3; /* whole vectors */
 	bl->n = (int)((n + bl->size - 1) / bl->size);
 	bl->sum = 0;
 	bl->last = -1;
@@ -530,50 +645,195 @@ static int64_t blocks_draw(const struct blocks *bl, const float *w, int64_t n, d
 	return bl->last; /* u rounded up to sum */
 }
 
+/* ---- candidate lists ---------------------------------------------------- */
+
+/*
+ * When few tokens can survive (top_k <= CAND_MAX, or a nucleus whose
+ * possible members number <= CAND_MAX) they are gathered into a list on the
+ * stack, sorted (value descending, id ascending) and finished there: top_p is
+ * then a prefix sum in sorted order, and the draw walks the list. Otherwise
+ * the dense path below works over the whole vocabulary.
+ */
+#define CAND_MAX 1024
+
+struct cand {
+	float v;
+	int32_t id;
+};
+
+static int cand_cmp(const void *a, const void *b)
+{
+	const struct cand *x = a, *y = b;
+	if (x->v != y->v)
+		return x->v > y->v ? -1 : 1;
+	return (x->id > y->id) - (x->id < y->id);
+}
+
+/* a ranks below b: lower value, or the same value and a higher id */
+static inline bool cand_worse(const struct cand *a, const struct cand *b)
+{
+	return a->v < b->v || (a->v == b->v && a->id > b->id);
+}
+
+static void heap_sift_down(struct cand *h, int n, int i)
+{
+	for (;;) {
+		int l = 2 * i + 1, r = l + 1, w = i;
+		if (l < n && cand_worse(&h[l], &h[w]))
+			w = l;
+		if (r < n && cand_worse(&h[r], &h[w]))
+			w = r;
+		if (w == i)
+			return;
+		struct cand t = h[i];
+		h[i] = h[w];
+		h[w] = t;
+		i = w;
+	}
+}
+
+/* The k best of z (no NaN), sorted: a heap whose root is the worst kept.
+ * Ids come in increasing order, so a newcomer equal to the root ranks below
+ * it: only a strictly larger value enters. */
+static int top_k_list(const float *z, int64_t n, int k, struct cand *h)
+{
+	int nh = 0;
+	for (int64_t i = 0; i < n; i++) {
+		if (nh == k) {
+			if (!(z[i] > h[0].v))
+				continue;
+			h[0] = (struct cand){z[i], (int32_t)i};
+			heap_sift_down(h, nh, 0);
+			continue;
+		}
+		h[nh++] = (struct cand){z[i], (int32_t)i};
+		if (nh == k)
+			for (int j = k / 2 - 1; j >= 0; j--)
+				heap_sift_down(h, nh, j);
+	}
+	qsort(h, (size_t)nh, sizeof(*h), cand_cmp);
+	return nh;
+}
+
+static inline float exp_neg1(float x)
+{
+	return v4f_exp_neg(v4f_splat(x))[0];
+}
+
+/* top_p (against total, the mass of every token still in play), min_p and
+ * the draw, on c[0..nc) holding e = exp((z - m) / t) in descending order. */
+static int64_t draw_list(struct ms_sampler *s, struct cand *c, int nc, double total)
+{
+	const struct ms_sampling *p = &s->p;
+	int kept = nc;
+	if (p->top_p < 1.0f) {
+		double target = ((double)p->top_p - 1e-6) * total, acc = 0;
+		for (int j = 0; j < nc; j++) {
+			acc += c[j].v;
+			if (acc >= target) {
+				kept = j + 1;
+				break;
+			}
+		}
+	}
+	double sum = 0;
+	int last = 0;
+	for (int j = 0; j < kept; j++) {
+		if (c[j].v < p->min_p) /* min_p * e_max, e_max = 1 */
+			c[j].v = 0.0f;
+		sum += c[j].v;
+		last = c[j].v > 0.0f ? j : last;
+	}
+	double u = ms_rng_next_double(&s->rng) * sum, acc = 0;
+	for (int j = 0; j < kept; j++) {
+		acc += c[j].v;
+		if (acc > u)
+			return c[j].id;
+	}
+	return c[last].id;
+}
+
+/* ---- the draw ----------------------------------------------------------- */
+
 /* Steps 4-8 on z (work), for a temperature above the greedy threshold. */
 static int64_t draw(struct ms_sampler *s, float *w)
 {
 	const struct ms_sampling *p = &s->p;
-	int64_t n = s->vocab, best = argmax(w, n);
-	float m = w[best], t = p->temperature;
-	if (!isfinite(m) || p->top_k == 1)
-		return best; /* nothing finite to weigh, or one token kept */
+	int64_t n = s->vocab;
+	float t = p->temperature;
+	struct cand c[CAND_MAX];
+	if (p->top_k == 1)
+		return argmax(w, n);
 
-	/* top_k on z (the order temperature keeps), then e = exp((z - m) / t):
-	 * unnormalized probabilities, the argmax's being exactly 1 */
-	bool use_k = p->top_k > 1 && p->top_k < n;
-	struct cut ck = {0, n};
-	if (use_k)
+	/* top_k <= CAND_MAX: the k best in a heap, finished as a list */
+	if (p->top_k > 1 && p->top_k <= CAND_MAX && p->top_k < n) {
+		int nc = top_k_list(w, n, p->top_k, c);
+		float m = c[0].v;
+		if (!isfinite(m))
+			return c[0].id;
+		double total = 0;
+		for (int j = 0; j < nc; j++) {
+			c[j].v = exp_neg1((c[j].v - m) / t);
+			total += c[j].v;
+		}
+		return draw_list(s, c, nc, total);
+	}
+
+	float m = max_of(w, n);
+	if (!isfinite(m))
+		return argmax(w, n); /* nothing finite to weigh */
+
+	/* a larger top_k on z (the order temperature keeps) */
+	if (p->top_k > 1 && p->top_k < n) {
+		struct cut ck;
 		radix_cut(w, n, false, (double)p->top_k, -INFINITY, &ck);
+		for (int64_t i = 0; i < n; i++)
+			if (!cut_keeps(&ck, f2key(w[i]), i))
+				w[i] = -INFINITY;
+	}
+	/* e = exp((z - m) / t): unnormalized probabilities, the argmax's 1 */
 	struct blocks bl;
 	blocks_init(&bl, n);
+	const v4f vm = v4f_splat(m), vt = v4f_splat(t);
 	for (int b = 0; b < bl.n; b++) {
 		int64_t lo = (int64_t)b * bl.size, hi = lo + bl.size < n ? lo + bl.size : n;
-		double sum = 0;
-		for (int64_t i = lo; i < hi; i++) {
-			float e = 0.0f;
-			if (!use_k || cut_keeps(&ck, f2key(w[i]), i))
-				e = expf((w[i] - m) / t);
-			w[i] = e;
-			sum += e;
+		double sum[4] = {0, 0, 0, 0};
+		for (int64_t i = lo; i < hi; i += 4) {
+			v4f e = v4f_exp_neg((v4f_load_tail(w, i, n, -INFINITY) - vm) / vt);
+			v4f_store_tail(w, i, n, e);
+			for (int l = 0; l < 4; l++)
+				sum[l] += e[l];
 		}
-		bl.blk[b] = sum;
-		bl.sum += sum;
+		bl.blk[b] = (sum[0] + sum[1]) + (sum[2] + sum[3]);
+		bl.sum += bl.blk[b];
 	}
 
 	/* top_p over e. Tokens below c = (1 - top_p) * sum / (n - 1) weigh less
-	 * than (1 - top_p) * sum all together, so the nucleus lies above c: the
-	 * select skips them (most of a real vocabulary). */
+	 * than (1 - top_p) * sum all together, so the nucleus lies above c (most
+	 * of a real vocabulary is below). Few above: a list; else a radix select
+	 * that skips what is below. */
 	bool use_p = p->top_p < 1.0f;
 	struct cut cp = {0, n};
+	float below = 0.0f; /* dropped whatever the cut */
 	if (use_p) {
-		double c = n > 1 ? (1.0 - (double)p->top_p) * bl.sum / (double)(n - 1) : 0.0;
-		c = c < 1.0 ? c : 1.0; /* e_max = 1 is never below it */
-		radix_cut(w, n, true, ((double)p->top_p - 1e-6) * bl.sum, (float)c * 0.999f, &cp);
+		double cb = n > 1 ? (1.0 - (double)p->top_p) * bl.sum / (double)(n - 1) : 0.0;
+		below = (float)(cb < 1.0 ? cb : 1.0) * 0.999f; /* e_max = 1 is never below it */
+		int nc = 0;
+		for (int64_t i = 0; i < n && nc <= CAND_MAX; i++)
+			if (w[i] >= below && w[i] > 0.0f) {
+				if (nc < CAND_MAX)
+					c[nc] = (struct cand){w[i], (int32_t)i};
+				nc++;
+			}
+		if (nc <= CAND_MAX) {
+			qsort(c, (size_t)nc, sizeof(c[0]), cand_cmp);
+			return draw_list(s, c, nc, bl.sum);
+		}
+		radix_cut(w, n, true, ((double)p->top_p - 1e-6) * bl.sum, below, &cp);
 	}
 	/* then min_p: e < min_p * e_max = min_p */
 	if (use_p || p->min_p > 0.0f) {
-		float thr = p->min_p;
+		float thr = p->min_p > below ? p->min_p : below;
 		bl.sum = 0;
 		for (int b = 0; b < bl.n; b++) {
 			int64_t lo = (int64_t)b * bl.size, hi = lo + bl.size < n ? lo + bl.size : n;
@@ -598,7 +858,7 @@ static int64_t draw(struct ms_sampler *s, float *w)
 				bl.last = i;
 	}
 	int64_t id = blocks_draw(&bl, w, n, ms_rng_next_double(&s->rng));
-	return id >= 0 ? id : best;
+	return id >= 0 ? id : argmax(w, n);
 }
 
 int32_t ms_sampler_sample(struct ms_sampler *s, const float *logits, float *work,

@@ -44,14 +44,26 @@
  * top_k's survivors, and p_max is never removed, so min_p's threshold does not
  * depend on the earlier cuts.
  *
- * Efficiency (vocab 201088): no sort at all. top_k and top_p find their
- * boundary value with a three-pass radix select on the float bits (11/11/10
- * bit digits, count or mass per bucket, a 2048-entry histogram on the stack),
- * then a mask pass; everything is O(vocab) in the caller's scratch array.
+ * Efficiency (vocab 201088; about 0.5 ms a token for top_p 0.9, 0.15 ms for
+ * top_k 50 on one core): never a sort of the vocabulary.
+ *   - top_k <= 1024: one pass with a k-entry heap (on the stack), then the k
+ *     survivors are sorted and finished as a list (top_p a prefix sum).
+ *   - top_p: tokens below (1 - top_p) * mass / (vocab - 1) cannot be in the
+ *     nucleus; when at most 1024 remain they are sorted as a list, else a
+ *     three-pass radix select on the float bits (11/11/10-bit digits, mass
+ *     per bucket) finds the boundary value; the same select (counts) serves
+ *     a top_k above 1024.
+ *   - the passes over the vocabulary use 16-byte vector extensions (SSE2 /
+ *     NEON, no ISA flag) with a vector exp (Cephes' expf, within 2 ulp,
+ *     exactly 1 at the argmax); the draw finds its block of ids from 256
+ *     block sums and scans one block.
+ * Which path ran changes the order of the inverse-CDF walk (sorted or by id),
+ * never the distribution: a seed reproduces its tokens for the same
+ * parameters and logits.
  *
  * Logprobs are the MODEL's: log_softmax of the raw logits, before bias,
  * penalties, temperature and truncation (vLLM's default "raw logprobs"), the
- * sum of exponentials accumulated in double. So a token forced by a bias of
+ * sum of exponentials accumulated in double (4 partial sums). So a token forced by a bias of
  * +100 may be reported with a very low logprob. Tokens whose logit is -inf
  * have logprob -inf (the server decides how to print it); a NaN logit is
  * treated as -inf everywhere.

@@ -23,6 +23,7 @@
 #include "quant.h"
 #include "tokenizer.h"
 #include "bench.h"
+#include "serve.h"
 
 #ifndef MS_VERSION
 #define MS_VERSION "0.0.0"
@@ -919,6 +920,7 @@ static void main_help(void)
 	printf("moeserve %s: serves GPT-OSS-style mixture-of-experts models.\n\n"
 	       "Usage: moeserve <command> [options]\n\n"
 	       "Commands:\n"
+	       "  serve      the OpenAI-compatible HTTP daemon (see 'moeserve serve --help')\n"
 	       "  generate   greedy decoding from token ids (see 'moeserve generate --help')\n"
 	       "  inspect    describe a checkpoint: sizes, schemes, kernels, bytes\n"
 	       "  dequant    write one loaded weight matrix as float32 (tests, audits)\n"
@@ -948,6 +950,8 @@ int main(int argc, char **argv)
 		return cmd_tokenize(argc - 1, argv + 1);
 	if (!strcmp(cmd, "bench"))
 		return cmd_bench(argc - 1, argv + 1);
+	if (!strcmp(cmd, "serve"))
+		return ms_cmd_serve(argc - 1, argv + 1, default_model());
 	if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
 		main_help();
 		return EX_OK;

@@ -1,0 +1,71 @@
+/*
+ * http.h: the OpenAI-compatible HTTP front end (libmicrohttpd, one thread
+ * per connection), bridging requests to the engine.
+ *
+ * It listens before the model is loaded (/health answers 503 with the
+ * reason until ms_server_set_ready), so orchestrators can tell "starting"
+ * from "dead".
+ */
+#ifndef MS_HTTP_H
+#define MS_HTTP_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine.h"
+#include "harmony.h"
+#include "metrics.h"
+#include "ms-error.h"
+#include "tokenizer.h"
+
+struct ms_server_config {
+	const char *host;
+	int port;
+	const char *api_key;            /* NULL: no auth */
+	const char *model_name;         /* served model id */
+	size_t max_body_bytes;
+	const char *cors_origin;        /* NULL: no CORS headers */
+	int keepalive_s;                /* SSE comment interval while waiting */
+	bool log_json;
+};
+
+enum ms_server_state {
+	MS_SERVER_LOADING,
+	MS_SERVER_READY,
+	MS_SERVER_FAILED,
+	MS_SERVER_DRAINING,
+};
+
+struct ms_server {
+	struct ms_server_config cfg;
+	struct MHD_Daemon *daemon;
+	atomic_int state;
+	char reason[512];               /* why not ready */
+	struct ms_model *model;
+	struct ms_tokenizer *tok;       /* NULL: token prompts only */
+	struct ms_engine *engine;
+	struct ms_metrics *metrics;
+	int64_t max_model_len;
+	bool harmony;                   /* the tokenizer has the harmony tokens */
+	struct ms_harmony_ids hids;
+	int32_t eos[8];
+	int n_eos;
+	atomic_int in_flight;           /* requests being generated */
+	atomic_ullong counter;          /* ids */
+	atomic_bool warned_unknown;
+};
+
+/* Listen (the model may load afterwards). */
+int ms_server_start(struct ms_server *s, const struct ms_server_config *cfg,
+		    struct ms_metrics *metrics, struct ms_err *err);
+/* The model is ready: requests are accepted from now on. */
+void ms_server_set_ready(struct ms_server *s, struct ms_model *m, struct ms_tokenizer *tok,
+			 struct ms_engine *e);
+void ms_server_set_failed(struct ms_server *s, const char *reason);
+/* Stop accepting connections (requests in flight go on). */
+void ms_server_quiesce(struct ms_server *s);
+void ms_server_stop(struct ms_server *s);
+
+#endif

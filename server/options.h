@@ -1,0 +1,106 @@
+/*
+ * options.h: the configuration of `moeserve serve`.
+ *
+ * Every setting comes from, highest precedence first:
+ *   1. a command-line flag        --max-queue 512   (or --max-queue=512)
+ *   2. an environment variable    MOESERVE_MAX_QUEUE=512
+ *   3. the JSON config file       {"max_queue": 512}
+ *      named by --config FILE, else by $MOESERVE_CONFIG
+ *   4. the default.
+ * The environment name is MOESERVE_ + the option's name in upper case with
+ * dashes as underscores; the JSON key is the option's name with dashes as
+ * underscores. An empty environment variable counts as unset.
+ *
+ * Parsing is strict and names the culprit and where it came from: unknown
+ * flags and unknown JSON keys are errors, so is a JSON value of the wrong
+ * type, and every value is range-checked. Sizes (max_body_bytes,
+ * kv_cache_bytes) take an integer number of bytes, or a string with a
+ * binary suffix K, M, G, T (KiB... accepted too): "512K", "8GiB".
+ */
+#ifndef MS_OPTIONS_H
+#define MS_OPTIONS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend.h"   /* enum ms_numa_mode */
+#include "ms-error.h"
+
+enum ms_log_format {
+	MS_LOG_FORMAT_TEXT,   /* one human-readable line per event */
+	MS_LOG_FORMAT_JSON,   /* one JSON object per line */
+};
+
+enum ms_log_level {
+	MS_LOG_LEVEL_ERROR,
+	MS_LOG_LEVEL_WARN,
+	MS_LOG_LEVEL_INFO,
+	MS_LOG_LEVEL_DEBUG,
+};
+
+/* Strings are owned (ms_serve_options_free) and, when set, non-empty. */
+struct ms_serve_options {
+	/* model */
+	char *model;               /* checkpoint folder; NULL: the caller's default model */
+	char *served_model_name;   /* name in the API and metrics; NULL: the model folder's name */
+	/* HTTP */
+	char *host;                /* listen address, "127.0.0.1" */
+	int port;                  /* 8080, in [1, 65535] */
+	char *api_key;             /* Bearer token the /v1 routes require; NULL: no auth */
+	char *api_key_file;        /* file holding the key (the key is read into api_key; set
+	                              at most one of the two) */
+	uint64_t max_body_bytes;   /* request bodies above this: 413; 1 MiB */
+	char *cors_origin;         /* Access-Control-Allow-Origin value; NULL: CORS off */
+	int keepalive_s;           /* SSE comment every N idle seconds; 0: off; 10 */
+	int shutdown_timeout_s;    /* SIGTERM: seconds to let requests finish; 30 */
+	/* logs */
+	enum ms_log_format log_format;  /* text */
+	enum ms_log_level log_level;    /* info */
+	/* CPU */
+	int threads;               /* worker threads; 0: one per available CPU */
+	char *kernels;             /* kernel set, "auto" (one of ms_backend_kernel_sets; whether
+	                              this CPU runs it is ms_backend_init's to say) */
+	enum ms_numa_mode numa;    /* auto */
+	/* engine (0: the engine's default, see ms_engine_config_defaults) */
+	uint64_t kv_cache_bytes;   /* KV-cache pool size */
+	int max_queue;             /* waiting requests beyond which submit is refused (503); 256 */
+	int max_running;           /* sequences decoding together; 64 */
+	int64_t max_batch_tokens;  /* tokens per forward pass; 256 */
+	int64_t ctx_size;          /* context per request (prompt + generated) */
+	bool no_prefix_cache;      /* turn prefix reuse off; false */
+	/* where the configuration came from (informational) */
+	char *config;              /* the config file read, or NULL */
+};
+
+/* Fill o: defaults, then the config file, then envp, then argv.
+ *   argv[0] is skipped (the subcommand's name, as getopt does); the rest are
+ *     flags, `--name VALUE` or `--name=VALUE` (booleans: `--name`, or
+ *     `--name=true|false`); -m is --model, -h is --help. No positional
+ *     arguments.
+ *   envp: "NAME=value" strings, NULL-terminated (pass `environ`), or NULL
+ *     for none. Only MOESERVE_* names are read; others are ignored.
+ * Returns 0 (o filled; free it with ms_serve_options_free), 1 when -h or
+ * --help is among the arguments (nothing else is checked; print
+ * ms_serve_options_help()), or a negative errno with err naming the option
+ * and the source ("--port: ...", "MOESERVE_PORT: ...", "config file F: key
+ * \"port\": ..."): -EINVAL for a bad flag or value, -ENOENT for a config or
+ * key file that cannot be read, -EBADMSG for a config file that is not a
+ * JSON object, -ENOMEM. After a non-zero return o owns nothing (freeing it
+ * again is harmless). Reentrant: no global state. */
+int ms_serve_options_parse(struct ms_serve_options *o, int argc, char *const *argv,
+			   char *const *envp, struct ms_err *err);
+
+/* Release the strings; o is zeroed. NULL is a no-op. */
+void ms_serve_options_free(struct ms_serve_options *o);
+
+/* The --help text: usage, precedence, and every option with its environment
+ * variable and default. A static string. */
+const char *ms_serve_options_help(void);
+
+/* Names of enum values ("text", "json"; "error".."debug"; "auto", "off",
+ * "interleave"), for logs and /props-like endpoints. */
+const char *ms_log_format_name(enum ms_log_format f);
+const char *ms_log_level_name(enum ms_log_level l);
+const char *ms_serve_numa_name(enum ms_numa_mode n);
+
+#endif
