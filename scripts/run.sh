@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
-# README command 1: install what is missing, build, and run moeserve on the
-# embedded default model (a greedy generation; the HTTP server comes later).
-# Extra arguments go to `moeserve generate` (e.g. --model DIR --tokens 1,2,3).
+# README command 1: install what is missing, build, describe the embedded
+# default model, generate once, then serve the OpenAI API on it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 [ -d build ] || meson setup build >/dev/null
 ninja -C build >/dev/null
 ./build/server/moeserve inspect
-if [ $# -eq 0 ]; then
-  set -- --tokens 1,2,3,4,5,6,7,8 --max-tokens 16
-fi
-exec ./build/server/moeserve generate "$@"
+./build/server/moeserve generate --tokens 1,2,3,4,5,6,7,8 --max-tokens 16
+# The daemon: the OpenAI API on http://127.0.0.1:8080 until Ctrl-C (extra
+# arguments go to `moeserve serve`, e.g. --model DIR --port 9000).
+exec ./build/server/moeserve serve "$@"

@@ -258,7 +258,8 @@ static void on_engine_event(void *ctx, const struct ms_event *e)
 	pthread_mutex_unlock(&g->mu);
 	if (fin) {
 		if (g->s->metrics)
-			ms_metrics_request_finished(g->s->metrics, ms_finish_name(e->finish),
+			ms_metrics_request_finished(g->s->metrics,
+						    e->finish == MS_FINISH_CONTEXT ? "length" : ms_finish_name(e->finish),
 						    e->e2e_s, e->queue_s, e->ttft_s > 0 ? e->ttft_s : -1,
 						    e->prompt_tokens, e->cached_tokens, e->completion_tokens);
 		atomic_fetch_sub(&g->s->in_flight, 1);
