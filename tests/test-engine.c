@@ -548,6 +548,98 @@ START_TEST(sliding_memory_is_bounded)
 }
 END_TEST
 
+/* A byte-level tokenizer for the default model's 512 ids: 256 bytes plus
+ * 256 merges of two letters a..p. */
+static struct ms_tokenizer *letters_tokenizer(void)
+{
+	char path[] = "/tmp/ms-test-engine-tok.XXXXXX";
+	int fd = mkstemp(path);
+	ck_assert(fd >= 0);
+	FILE *f = fdopen(fd, "w");
+	fputs("{\"model\":{\"type\":\"BPE\",\"vocab\":{", f);
+	/* GPT-2's byte alphabet: printable bytes map to themselves */
+	for (int b = 0; b < 256; b++) {
+		int cp = b, n = 0;
+		if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174)) {
+			for (int x = 0; x < b; x++)
+				n += !((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || x >= 174);
+			cp = 256 + n;
+		}
+		fprintf(f, "%s\"\\u%04x\":%d", b ? "," : "", cp, b);
+	}
+	for (int i = 0; i < 256; i++)
+		fprintf(f, ",\"%c%c\":%d", 'a' + i / 16, 'a' + i % 16, 256 + i);
+	fputs("},\"merges\":[", f);
+	for (int i = 0; i < 256; i++)
+		fprintf(f, "%s\"%c %c\"", i ? "," : "", 'a' + i / 16, 'a' + i % 16);
+	fputs("]},\"decoder\":{\"type\":\"ByteLevel\"}}", f);
+	fclose(f);
+	struct ms_tokenizer *t = NULL;
+	struct ms_err err = {0};
+	ck_assert_msg(ms_tokenizer_load(&t, path, &err) == 0, "%s", err.msg);
+	unlink(path);
+	return t;
+}
+
+/* Stop strings through the engine: the text ends right before the first
+ * occurrence, even when the stop string spans tokens; finish is STOP and
+ * names the string; nothing after it is emitted. */
+START_TEST(stop_strings_in_the_engine)
+{
+	struct fixture f;
+	load(&f, "MS_FIXTURE_DEFAULT");
+	struct ms_tokenizer *tok = letters_tokenizer();
+	struct ms_err err = {0};
+	struct ms_engine_config cfg = {0};
+	struct ms_engine *e;
+	ck_assert_int_eq(ms_engine_init(&e, &f.m, tok, &cfg, &err), 0);
+	int32_t prompt[32];
+	static struct seen a;
+	/* find a prompt whose greedy text has a clean window spanning tokens */
+	int found = -1;
+	size_t at = 0;
+	for (uint32_t seed = 0; seed < 50 && found < 0; seed++) {
+		memset(&a, 0, sizeof(a));
+		random_prompt(prompt, 20, 256, 300 + seed);
+		struct ms_request_params g = greedy(40);
+		g.n_stop_ids = 0;
+		ck_assert_int_eq(ms_engine_submit(e, prompt, 20, &g, on_event, &a, NULL, &err), 0);
+		run_until_idle(e);
+		/* a 5-byte window of printable ASCII after at least 4 bytes, whose
+		 * first occurrence is there */
+		for (size_t i = 4; i + 5 <= a.text_len && found < 0; i++) {
+			bool ok = true;
+			for (size_t j = 0; j < 5; j++)
+				ok &= a.text[i + j] >= 0x21 && a.text[i + j] < 0x7f;
+			if (ok && !memmem(a.text, i + 4, a.text + i, 5)) {
+				found = (int)seed;
+				at = i;
+			}
+		}
+	}
+	ck_assert_msg(found >= 0, "no usable generation");
+	char stop[6];
+	memcpy(stop, a.text + at, 5);
+	stop[5] = '\0';
+	static struct seen b;
+	memset(&b, 0, sizeof(b));
+	struct ms_request_params g = greedy(40);
+	const char *stops[2] = {"zzzzzzzz", stop};
+	g.stop = stops;
+	g.n_stop = 2;
+	ck_assert_int_eq(ms_engine_submit(e, prompt, 20, &g, on_event, &b, NULL, &err), 0);
+	run_until_idle(e);
+	ck_assert_int_eq(b.why, MS_FINISH_STOP);
+	ck_assert_str_eq(b.stop, stop);
+	ck_assert_uint_eq(b.text_len, at);
+	ck_assert(memcmp(b.text, a.text, at) == 0);
+	ck_assert(b.n < a.n); /* generation stopped early */
+	ms_engine_free(e);
+	ms_tokenizer_free(tok);
+	unload(&f);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("engine");
@@ -562,6 +654,7 @@ int main(void)
 	tcase_add_test(tc, cancel_from_another_thread);
 	tcase_add_test(tc, prompt_logprobs);
 	tcase_add_test(tc, sliding_memory_is_bounded);
+	tcase_add_test(tc, stop_strings_in_the_engine);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
