@@ -63,10 +63,13 @@
  *
  * Logprobs are the MODEL's: log_softmax of the raw logits, before bias,
  * penalties, temperature and truncation (vLLM's default "raw logprobs"), the
- * sum of exponentials accumulated in double (4 partial sums). So a token forced by a bias of
- * +100 may be reported with a very low logprob. Tokens whose logit is -inf
- * have logprob -inf (the server decides how to print it); a NaN logit is
- * treated as -inf everywhere.
+ * sum of exponentials accumulated in double (4 partial sums). So a token
+ * forced by a bias of +100 may be reported with a very low logprob. Tokens
+ * whose logit is -inf have logprob -inf (the server decides how to print
+ * it); a NaN logit is treated as -inf everywhere.
+ *
+ * Stack: a draw uses about 40 KiB of it (a 1024-entry candidate list and a
+ * 2048-bucket histogram), nothing on the heap.
  */
 #ifndef MS_SAMPLER_H
 #define MS_SAMPLER_H
@@ -186,7 +189,8 @@ void ms_sampler_free(struct ms_sampler *s);
  * kept in it between calls). lp (may be NULL): when p.n_logprobs >= 0 it gets
  * the chosen token's raw logprob and p.n_logprobs alternatives; when
  * n_logprobs is -1 it gets the token, logprob NaN and no alternatives.
- * Consumes one RNG draw unless the choice is greedy. Does not record the
+ * Consumes one RNG draw unless the choice is certain (greedy, top_k 1, no
+ * finite logit). Does not record the
  * token: call ms_sampler_accept. Returns the id, in [0, vocab). */
 int32_t ms_sampler_sample(struct ms_sampler *s, const float *logits, float *work,
 			  struct ms_token_logprobs *lp);
