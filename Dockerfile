@@ -1,47 +1,59 @@
-# moeserve container image: the daemon and its embedded default model on Debian 12.
+# moeserve container image: `moeserve serve`, the OpenAI-compatible HTTP daemon,
+# on Debian 12, with a small embedded default model.
 #
 # Two stages, both on debian:bookworm-slim (the only base image; nothing else is pulled):
 #   build    installs the toolchain and libraries of scripts/install-deps.sh (less
-#            `check`: the unit tests are not built here; plus ocl-icd-opencl-dev, see
-#            below), then `meson setup -Dtests=disabled --buildtype=release` and
-#            `ninja`, which also generates the default model (tools/gptoss_ckpt.py,
-#            python3 + numpy) into build/default-model.
+#            `check` and Node.js: the tests are not built here), then
+#            `meson setup -Dtests=disabled --buildtype=release` and `ninja`, which also
+#            generates the default model (tools/gptoss_ckpt.py, python3 + numpy).
 #   runtime  only the shared libraries the built binary links (found with ldd and
 #            dpkg -S in the build stage, so the list follows the code) plus libnuma1,
-#            the binary in /usr/local/bin/moeserve, the model in
-#            /usr/share/moeserve/default-model, and a non-root user `moeserve`.
+#            the binary in /usr/local/bin/moeserve, the default model in
+#            /usr/share/moeserve/default-model, and a non-root user `moeserve`
+#            (uid/gid 10001, numeric in USER so that Kubernetes' runAsNonRoot can
+#            verify it). No shell entrypoint, no curl: the HEALTHCHECK uses bash.
 #
-# The binary's compiled-in default model path is the build stage's build folder;
-# MOESERVE_MODEL points it at the installed copy instead (--model DIR overrides it).
-#
-# With Docker (or Podman with a registry):
+# The model: MOESERVE_MODEL=/models. In the image /models holds symlinks to the
+# default model's files, so the image serves out of the box; a real checkpoint
+# (config.json + safetensors + tokenizer.json) mounted read-only on /models
+# replaces them:
 #   docker build -t moeserve .
-#   docker run --rm moeserve                              # generate from ids 1..8, 16 tokens
-#   docker run --rm moeserve inspect                      # describe the default model
-#   docker run --rm moeserve generate --tokens 1,2,3 --max-tokens 8
-#   docker run --rm -v /path/to/model:/model:ro moeserve inspect --model /model
+#   docker run --rm -p 8080:8080 moeserve                      # the default model
+#   docker run --rm -p 8080:8080 -v /srv/gpt-oss-20b:/models:ro \
+#       -e MOESERVE_SERVED_MODEL_NAME=gpt-oss-20b moeserve        # a real checkpoint
+#   docker run --rm moeserve serve --help                      # every option and its env var
+#   docker run --rm -v /srv/gpt-oss-20b:/models:ro moeserve inspect --model /models
+# (--model DIR on the command line also works; MOESERVE_MODEL is only the default.)
+#
+# Configuration: every `serve` flag has a MOESERVE_* environment variable
+# (server/options.h): MOESERVE_PORT, MOESERVE_API_KEY, MOESERVE_THREADS,
+# MOESERVE_KV_CACHE_BYTES, MOESERVE_CTX_SIZE, MOESERVE_LOG_FORMAT=json, ...
+# Set the port with MOESERVE_PORT rather than --port: the HEALTHCHECK reads it.
+#
+# Podman stores HEALTHCHECK only in the docker image format: build with
+# `podman build --format docker` (Docker always does).
 #
 # In this sandbox (no image registry; the base image is bootstrapped from Debian's archive):
 #   . ../shared/tools/container-env.sh        # podman, runc, debootstrap; defines $PODMAN*
-#   $PODMAN build $PODMAN_BUILD_FLAGS -t moeserve .
-#   $PODMAN run $PODMAN_RUN_FLAGS --rm moeserve
-#   $PODMAN run $PODMAN_RUN_FLAGS --rm moeserve inspect
-#
-# Needs no registry beyond the base image: the FROM lines name only
-# debian:bookworm-slim, and every package comes from Debian's apt archive.
+#   $PODMAN build $PODMAN_BUILD_FLAGS --format docker -t moeserve .
+#   $PODMAN run $PODMAN_RUN_FLAGS -d -e MOESERVE_PORT=8080 moeserve   # host network
+#   curl http://127.0.0.1:8080/health
+# tests/container.sh does this end to end; deploy/ has a Kubernetes example.
 
 # ---- build ------------------------------------------------------------------
 FROM debian:bookworm-slim AS build
 ARG DEBIAN_FRONTEND=noninteractive
 
-# scripts/install-deps.sh's packages, without `check` (tests are disabled below),
-# plus ocl-icd-opencl-dev: only a Recommends of libdnnl-dev, but Debian's oneDNN
-# is built with the OpenCL GPU runtime and its CMake config (dnnl-config.cmake)
-# does find_package(OpenCL REQUIRED), so meson cannot find dnnl without it.
+# scripts/install-deps.sh's packages, without `check` and Node.js (tests are
+# disabled below), plus ocl-icd-opencl-dev: only a Recommends of libdnnl-dev,
+# but Debian's oneDNN is built with the OpenCL GPU runtime and its CMake config
+# (dnnl-config.cmake) does find_package(OpenCL REQUIRED), so meson cannot find
+# dnnl without it.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       gcc libc6-dev pkg-config cmake meson ninja-build \
       libcjson-dev libmicrohttpd-dev libdnnl-dev ocl-icd-opencl-dev libnuma-dev \
+      libpcre2-dev \
       python3 python3-numpy \
  && apt-get clean \
  && rm -rf /var/lib/apt/lists/*
@@ -49,14 +61,17 @@ RUN apt-get update \
 WORKDIR /src
 COPY . .
 
-# Release build; -Dtests=disabled skips the Check dependency and tests/.
-# `meson install` puts the binary (stripped) in /staging/usr/local/bin.
+# Release build; -Dtests=disabled skips the Check dependency and tests/ (and so
+# Node.js). `meson install` puts the binary (stripped) in /staging/usr/local/bin.
 RUN meson setup build -Dtests=disabled --buildtype=release \
  && ninja -C build \
  && meson install -C build --destdir /staging --strip \
- && mkdir -p /staging/usr/share/moeserve \
+ && mkdir -p /staging/usr/share/moeserve /staging/models \
  && cp -r build/default-model /staging/usr/share/moeserve/default-model \
- && chmod -R a+rX /staging/usr/share/moeserve
+ && for f in build/default-model/*; do \
+      ln -s "/usr/share/moeserve/default-model/${f##*/}" "/staging/models/${f##*/}"; \
+    done \
+ && chmod -R a+rX /staging/usr/share/moeserve /staging/models
 
 # The Debian packages that own the shared libraries the binary links; the
 # runtime stage installs exactly these (plus libnuma1). Fails on an unresolved
@@ -75,16 +90,21 @@ RUN set -eu; \
 FROM debian:bookworm-slim AS runtime
 ARG DEBIAN_FRONTEND=noninteractive
 
-# libnuma1 is listed explicitly: NUMA-aware placement is coming to the daemon.
+LABEL org.opencontainers.image.title="moeserve" \
+      org.opencontainers.image.description="OpenAI-compatible server for GPT-OSS-style mixture-of-experts models (CPU)" \
+      org.opencontainers.image.licenses="MIT"
+
+# libnuma1 is listed explicitly: the daemon's NUMA placement (--numa) uses it.
 # `apt-get clean` also drops apt's package caches (/var/cache/apt/*.bin, ~80 MB).
 COPY --from=build /runtime-packages /usr/share/moeserve/runtime-packages
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       $(cat /usr/share/moeserve/runtime-packages) libnuma1 \
  && apt-get clean \
- && rm -rf /var/lib/apt/lists/*
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt /var/log/dpkg.log
 
-RUN useradd --system --user-group --create-home --home-dir /var/lib/moeserve \
+RUN groupadd --system --gid 10001 moeserve \
+ && useradd --system --uid 10001 --gid 10001 --create-home --home-dir /var/lib/moeserve \
       --shell /usr/sbin/nologin moeserve
 
 COPY --from=build /staging/ /
@@ -92,15 +112,25 @@ RUN if ldd /usr/local/bin/moeserve | grep -q 'not found'; then \
       ldd /usr/local/bin/moeserve >&2; exit 1; fi \
  && moeserve --version
 
-ENV MOESERVE_MODEL=/usr/share/moeserve/default-model
-USER moeserve
-WORKDIR /var/lib/moeserve
+# Listen on every interface of the container; the model at /models (the
+# default model until a checkpoint is mounted there, read-only).
+ENV MOESERVE_HOST=0.0.0.0 \
+    MOESERVE_PORT=8080 \
+    MOESERVE_MODEL=/models
 
-# For the upcoming `moeserve serve` (HTTP, libmicrohttpd); nothing listens yet.
-# A HEALTHCHECK arrives with the server.
+USER 10001:10001
+WORKDIR /var/lib/moeserve
 EXPOSE 8080
 
+# /health: 200 once the model is loaded, 503 (with the reason) while it loads
+# or when loading failed; /live is 200 while the process serves HTTP. bash's
+# /dev/tcp speaks the one HTTP/1.0 request (no curl in the image). The start
+# period is long: a real checkpoint can take minutes to load.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=10m --retries=3 \
+  CMD ["/bin/bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/${MOESERVE_PORT:-8080} && printf 'GET /health HTTP/1.0\\r\\nHost: localhost\\r\\n\\r\\n' >&3 && read -r _ code _ <&3 && [ \"$code\" = 200 ]"]
+
+# SIGTERM: stop accepting, let running requests finish (--shutdown-timeout,
+# 30 s), exit 0. Give `docker stop` more than that: docker stop -t 40.
+STOPSIGNAL SIGTERM
 ENTRYPOINT ["moeserve"]
-# Until `serve` lands: one greedy generation on the default model; the generated
-# ids are the last line of stdout. Becomes CMD ["serve", ...] with the server.
-CMD ["generate", "--tokens", "1,2,3,4,5,6,7,8", "--max-tokens", "16"]
+CMD ["serve"]

@@ -251,7 +251,8 @@ int ms_engine_submit(struct ms_engine *e, const int32_t *prompt, int64_t n_promp
 		return rc == -ENOMEM ? ms_err_set(err, -ENOMEM, "out of memory") : rc;
 	}
 	memcpy(r->tokens, prompt, (size_t)n_prompt * sizeof(int32_t));
-	memcpy(r->stop_ids, p->stop_ids, (size_t)p->n_stop_ids * sizeof(int32_t));
+	if (p->n_stop_ids) /* (stop_ids may be NULL when there are none) */
+		memcpy(r->stop_ids, p->stop_ids, (size_t)p->n_stop_ids * sizeof(int32_t));
 	if (p->sampling.n_logit_bias)
 		memcpy(r->bias, p->sampling.logit_bias, (size_t)p->sampling.n_logit_bias * sizeof(*r->bias));
 	r->p.stop_ids = r->stop_ids;

@@ -7,7 +7,7 @@ PKGS=(
   gcc libc6-dev pkg-config cmake meson ninja-build   # toolchain; cmake finds oneDNN
   libcjson-dev libmicrohttpd-dev libdnnl-dev libnuma-dev check libpcre2-dev
   ocl-icd-opencl-dev   # dnnl-config.cmake requires OpenCL; only a Recommends of libdnnl-dev
-  python3 python3-numpy                             # tools/ and the golden tests
+  python3 python3-numpy python3-yaml wrk            # tools/ and the golden tests; yaml: tests/deploy_check.py; wrk: tests/load.sh
 )
 
 missing=()

@@ -44,6 +44,7 @@ struct conn {
 	double t0;
 	int64_t prompt_tokens, gen_tokens;
 	int status;
+	bool responding;  /* a generation's response is under way: counted in in_flight */
 };
 
 /* ---- responses ---- */
@@ -83,19 +84,11 @@ static enum MHD_Result send_json(struct ms_server *s, struct MHD_Connection *c, 
 	return send_text(s, c, k, status, "application/json", body, strlen(body));
 }
 
-/* The OpenAI error envelope. */
-static enum MHD_Result send_error(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
-				  int status, const char *type, const char *param, const char *fmt, ...)
-	__attribute__((format(printf, 7, 8)));
-
-static enum MHD_Result send_error(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
-				  int status, const char *type, const char *param, const char *fmt, ...)
+/* The OpenAI error envelope; allow: the Allow header of a 405, or NULL. */
+static enum MHD_Result error_response(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
+				      int status, const char *type, const char *param, const char *allow,
+				      const char *msg)
 {
-	char msg[1024];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
 	cJSON *j = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(j, "error");
 	cJSON_AddStringToObject(e, "message", msg);
 	cJSON_AddStringToObject(e, "type", type);
@@ -113,10 +106,27 @@ static enum MHD_Result send_error(struct ms_server *s, struct MHD_Connection *c,
 		MHD_add_response_header(r, "Retry-After", "1");
 	if (status == 401)
 		MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+	if (allow)
+		MHD_add_response_header(r, "Allow", allow);
 	k->status = status;
 	enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
 	MHD_destroy_response(r);
 	return ret;
+}
+
+static enum MHD_Result send_error(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
+				  int status, const char *type, const char *param, const char *fmt, ...)
+	__attribute__((format(printf, 7, 8)));
+
+static enum MHD_Result send_error(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
+				  int status, const char *type, const char *param, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	return error_response(s, c, k, status, type, param, NULL, msg);
 }
 
 #define BAD(param, ...) send_error(s, c, k, 400, "invalid_request_error", param, __VA_ARGS__)
@@ -305,11 +315,18 @@ static int gen_submit(struct gen *g, int32_t *const *prompts, const int64_t *n_p
 {
 	for (int i = 0; i < g->n; i++) {
 		struct call *cl = &g->calls[i];
+		/* with a seed, choice j of a prompt (n > 1) draws with seed + j: the
+		 * n choices differ, and the response is reproducible as a whole (the
+		 * engine copies the parameters) */
+		struct ms_request_params pc = *p;
+		if (p->sampling.has_seed)
+			for (int q = 0; q < i; q++)
+				pc.sampling.seed += g->calls[q].prompt == cl->prompt;
 		pthread_mutex_lock(&g->mu);
 		g->refs++; /* the engine's reference, dropped at FINISH */
 		pthread_mutex_unlock(&g->mu);
 		atomic_fetch_add(&g->s->in_flight, 1);
-		int rc = ms_engine_submit(g->s->engine, prompts[cl->prompt], n_prompt[cl->prompt], p,
+		int rc = ms_engine_submit(g->s->engine, prompts[cl->prompt], n_prompt[cl->prompt], &pc,
 					  on_engine_event, cl, &cl->id, err);
 		if (rc) {
 			atomic_fetch_sub(&g->s->in_flight, 1);
@@ -367,6 +384,8 @@ struct sb {
 
 static void sb_add(struct sb *b, const char *s, size_t n)
 {
+	if (n > ((size_t)1 << 40) - b->len)
+		return; /* (no text is that long; this also tells the compiler so) */
 	if (b->len + n + 1 > b->cap) {
 		size_t c = b->cap ? b->cap : 256;
 		while (c < b->len + n + 1)
@@ -1149,6 +1168,11 @@ static void stream_free(void *cls)
 static enum MHD_Result respond(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
 			       struct job *jb)
 {
+	/* in_flight counts the response too, until it has been sent
+	 * (on_completed): a SIGTERM drain that waits for in_flight to reach 0
+	 * never cuts an answer whose generation just finished */
+	k->responding = true;
+	atomic_fetch_add(&s->in_flight, 1);
 	if (jb->stream) {
 		struct stream *st = calloc(1, sizeof(*st));
 		if (!st) {
@@ -1888,15 +1912,12 @@ static enum MHD_Result dispatch(struct ms_server *s, struct MHD_Connection *c, s
 	return h_chat(s, c, k, req);
 method:
 	{
-		struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-		MHD_add_response_header(r, "Allow", !strncmp(u, "/v1/models", 10) || !strcmp(u, "/health") ||
-							   !strcmp(u, "/live") || !strcmp(u, "/metrics")
-						      ? "GET" : "POST");
-		add_common_headers(s, r);
-		k->status = 405;
-		enum MHD_Result ret = MHD_queue_response(c, 405, r);
-		MHD_destroy_response(r);
-		return ret;
+		/* the error envelope like every other error, plus Allow */
+		const char *allow = !strncmp(u, "/v1/models", 10) || !strcmp(u, "/health") ||
+				    !strcmp(u, "/live") || !strcmp(u, "/metrics") ? "GET" : "POST";
+		char msg[512];
+		snprintf(msg, sizeof(msg), "method %s not allowed on %s (allowed: %s)", m, u, allow);
+		return error_response(s, c, k, 405, "invalid_request_error", NULL, allow, msg);
 	}
 }
 
@@ -1969,6 +1990,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	else
 		fprintf(stderr, "%s %s %d prompt=%lld completion=%lld %.1fms\n", k->method, k->path,
 			status, (long long)k->prompt_tokens, (long long)k->gen_tokens, ms);
+	if (k->responding)
+		atomic_fetch_sub(&s->in_flight, 1);
 	free(k->body);
 	free(k);
 	*con_cls = NULL;
@@ -2033,8 +2056,15 @@ void ms_server_quiesce(struct ms_server *s)
 {
 	snprintf(s->reason, sizeof(s->reason), "shutting down");
 	atomic_store(&s->state, MS_SERVER_DRAINING);
-	if (s->daemon)
-		MHD_quiesce_daemon(s->daemon);
+	if (s->daemon) {
+		/* MHD stops accepting but leaves the socket listening: connections
+		 * would wait in its backlog, unanswered, until the exit. Shut it
+		 * down so that they are refused at once; it stays open (MHD's
+		 * threads may still hold it) and goes with the process. */
+		MHD_socket fd = MHD_quiesce_daemon(s->daemon);
+		if (fd != MHD_INVALID_SOCKET)
+			shutdown(fd, SHUT_RDWR);
+	}
 }
 
 void ms_server_stop(struct ms_server *s)
