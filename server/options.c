@@ -92,7 +92,7 @@ static const struct opt_def serve_opts[] = {
 	{"kv-cache-bytes", 0, T_SIZE, F(kv_cache_bytes), 0, 1024 * 1024 * GIB, NULL, "0",
 	 "0 (four full contexts)", "SIZE", "KV-cache size, e.g. 8G"},
 	{"max-queue", 0, T_INT, F(max_queue), 1, 1000000, NULL, "256", NULL, "N",
-	 "waiting requests beyond which new ones get 503"},
+	 "waiting requests beyond which new ones get 429"},
 	{"max-running", 0, T_INT, F(max_running), 1, 4096, NULL, "64", NULL, "N",
 	 "requests decoding together"},
 	{"max-batch-tokens", 0, T_I64, F(max_batch_tokens), 1, 1 << 20, NULL, "256", NULL, "N",

@@ -63,7 +63,7 @@ struct ms_serve_options {
 	enum ms_numa_mode numa;    /* auto */
 	/* engine (0: the engine's default, see ms_engine_config_defaults) */
 	uint64_t kv_cache_bytes;   /* KV-cache pool size */
-	int max_queue;             /* waiting requests beyond which submit is refused (503); 256 */
+	int max_queue;             /* waiting requests beyond which submit is refused (429); 256 */
 	int max_running;           /* sequences decoding together; 64 */
 	int64_t max_batch_tokens;  /* tokens per forward pass; 256 */
 	int64_t ctx_size;          /* context per request (prompt + generated) */

@@ -131,9 +131,12 @@ int ms_cmd_serve(int argc, char **argv, const char *default_model)
 	double deadline = now_s() + o.shutdown_timeout_s;
 	while (atomic_load(&srv.in_flight) > 0 && now_s() < deadline)
 		usleep(20000);
-	/* what is left is cancelled: its clients get the end of their stream */
+	/* what is left is cancelled: its clients get the end of their stream,
+	 * so give the connections a moment to write it before closing them */
 	if (eng)
 		ms_engine_free(eng);
+	for (double end = now_s() + 1.0; atomic_load(&srv.in_flight) > 0 && now_s() < end;)
+		usleep(10000);
 	ms_server_stop(&srv);
 	ms_tokenizer_free(tok);
 	if (have_m)
