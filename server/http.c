@@ -723,6 +723,18 @@ static cJSON *chunk_head(struct job *jb)
 	return j;
 }
 
+/* Close a chunk's choice (finish_reason, null while running) and queue the
+ * chunk. */
+static void send_choice_chunk(struct job *jb, cJSON *j, cJSON *choices, cJSON *ch, const char *fin)
+{
+	if (fin)
+		cJSON_AddStringToObject(ch, "finish_reason", fin);
+	else
+		cJSON_AddNullToObject(ch, "finish_reason");
+	cJSON_AddItemToArray(choices, ch);
+	sse_json(jb, j);
+}
+
 /* ---- completions: one event ---- */
 
 static void lp_append(struct job *jb, int i, int32_t tok, const struct ms_token_logprobs *lp,
@@ -808,12 +820,7 @@ static void cmpl_event(struct job *jb, struct call *cl, const struct ev *e)
 		} else {
 			cJSON_AddNullToObject(ch, "logprobs");
 		}
-		if (e->kind == MS_EV_FINISH)
-			cJSON_AddStringToObject(ch, "finish_reason", jb->fin[i]);
-		else
-			cJSON_AddNullToObject(ch, "finish_reason");
-		cJSON_AddItemToArray(chs, ch);
-		sse_json(jb, j);
+		send_choice_chunk(jb, j, chs, ch, e->kind == MS_EV_FINISH ? jb->fin[i] : NULL);
 	}
 	cJSON_Delete(dt), cJSON_Delete(dv), cJSON_Delete(dtop), cJSON_Delete(doff);
 	free(delta.p);
@@ -1002,12 +1009,7 @@ static void chat_event(struct job *jb, struct call *cl, const struct ev *e, stru
 			} else {
 				cJSON_AddNullToObject(ch, "logprobs");
 			}
-			if (e->kind == MS_EV_FINISH)
-				cJSON_AddStringToObject(ch, "finish_reason", jb->fin[i]);
-			else
-				cJSON_AddNullToObject(ch, "finish_reason");
-			cJSON_AddItemToArray(chs, ch);
-			sse_json(jb, j);
+			send_choice_chunk(jb, j, chs, ch, e->kind == MS_EV_FINISH ? jb->fin[i] : NULL);
 		}
 	}
 	cJSON_Delete(h.tool_delta);
