@@ -20,13 +20,15 @@ struct kernel_set {
 	const struct ms_kernel *table; /* [MS_WFMT_COUNT], entries may be empty */
 };
 
-/* Most specific first; "ref" last. Issue 7 adds avx2/avx512/amx here. */
+/* Most specific first; "ref" last. */
 static const struct kernel_set kernel_sets[] = {
+	{"avx512", ms_kernels_avx512},
+	{"avx2", ms_kernels_avx2},
 	{"ref", ms_kernels_ref},
 };
 #define N_SETS (sizeof(kernel_sets) / sizeof(kernel_sets[0]))
 
-const char ms_backend_kernel_sets[] = "auto, ref";
+const char ms_backend_kernel_sets[] = "auto, avx512, avx2, ref";
 
 static uint64_t xgetbv0(void)
 {

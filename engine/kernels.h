@@ -88,6 +88,9 @@ struct ms_kernel {
 
 /* Portable reference kernels: the definition of correctness. */
 extern const struct ms_kernel ms_kernels_ref[MS_WFMT_COUNT];
+/* ISA kernel sets (entries without .gemm fall back to ref). */
+extern const struct ms_kernel ms_kernels_avx512[MS_WFMT_COUNT];
+extern const struct ms_kernel ms_kernels_avx2[MS_WFMT_COUNT];
 
 /* ---- scalar format helpers, shared by kernels, loaders and tests ---- */
 

@@ -1,0 +1,98 @@
+/*
+ * kernels-avx2.c: AVX2 + FMA + F16C kernels for the float formats, built
+ * with their own flags; see kernels-avx512.c for the scheme (one pass over
+ * each row for up to four tokens, each token's accumulation independent of
+ * the others). MXFP4, INTQ and FP8 fall back to the reference kernels.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels.h"
+
+#define TB 4
+
+static inline float hsum8(__m256 v)
+{
+	__m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+	a = _mm_add_ss(a, _mm_movehdup_ps(a));
+	return _mm_cvtss_f32(a);
+}
+
+static inline __m256 load_bf16(const uint16_t *p)
+{
+	__m128i h = _mm_loadu_si128((const __m128i *)p);
+	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+static inline __m256 load_f16(const uint16_t *p)
+{
+	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+/* A row (decoded by DEC for the vector part, by SCALAR for the tail). */
+#define DOT_ROW(VLOAD, SCALAR)                                                            \
+	do {                                                                              \
+		__m256 acc[TB];                                                           \
+		float tail[TB] = {0};                                                     \
+		for (int t = 0; t < nt; t++)                                              \
+			acc[t] = _mm256_setzero_ps();                                     \
+		int64_t k = 0;                                                            \
+		for (; k + 8 <= K; k += 8) {                                              \
+			__m256 wv = VLOAD;                                                \
+			for (int t = 0; t < nt; t++)                                      \
+				acc[t] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (t0 + t) * ldx + k), acc[t]); \
+		}                                                                         \
+		for (; k < K; k++)                                                        \
+			for (int t = 0; t < nt; t++)                                      \
+				tail[t] += (SCALAR) * x[(t0 + t) * ldx + k];              \
+		for (int t = 0; t < nt; t++)                                              \
+			y[(t0 + t) * ldy + r] = hsum8(acc[t]) + tail[t];                  \
+	} while (0)
+
+static void gemm_bf16(const struct ms_wmat *w, int64_t r0, int64_t r1, const float *x, int64_t ldx,
+		      int64_t n, float *y, int64_t ldy)
+{
+	int64_t K = w->cols;
+	for (int64_t r = r0; r < r1; r++) {
+		const uint16_t *row = (const uint16_t *)(w->w + (size_t)r * w->row_bytes);
+		for (int64_t t0 = 0; t0 < n; t0 += TB) {
+			int nt = (int)(n - t0 < TB ? n - t0 : TB);
+			DOT_ROW(load_bf16(row + k), ms_bf16_to_f32(row[k]));
+		}
+	}
+}
+
+static void gemm_f16(const struct ms_wmat *w, int64_t r0, int64_t r1, const float *x, int64_t ldx,
+		     int64_t n, float *y, int64_t ldy)
+{
+	int64_t K = w->cols;
+	for (int64_t r = r0; r < r1; r++) {
+		const uint16_t *row = (const uint16_t *)(w->w + (size_t)r * w->row_bytes);
+		for (int64_t t0 = 0; t0 < n; t0 += TB) {
+			int nt = (int)(n - t0 < TB ? n - t0 : TB);
+			DOT_ROW(load_f16(row + k), ms_f16_to_f32(row[k]));
+		}
+	}
+}
+
+static void gemm_f32(const struct ms_wmat *w, int64_t r0, int64_t r1, const float *x, int64_t ldx,
+		     int64_t n, float *y, int64_t ldy)
+{
+	int64_t K = w->cols;
+	for (int64_t r = r0; r < r1; r++) {
+		const float *row = (const float *)(w->w + (size_t)r * w->row_bytes);
+		for (int64_t t0 = 0; t0 < n; t0 += TB) {
+			int nt = (int)(n - t0 < TB ? n - t0 : TB);
+			DOT_ROW(_mm256_loadu_ps(row + k), row[k]);
+		}
+	}
+}
+
+#define AVX2_FLAGS (MS_CPU_AVX2 | MS_CPU_FMA | MS_CPU_F16C)
+
+const struct ms_kernel ms_kernels_avx2[MS_WFMT_COUNT] = {
+	[MS_WFMT_F32] = {"avx2-f32", "avx2", MS_WFMT_F32, AVX2_FLAGS, gemm_f32},
+	[MS_WFMT_F16] = {"avx2-f16", "avx2", MS_WFMT_F16, AVX2_FLAGS, gemm_f16},
+	[MS_WFMT_BF16] = {"avx2-bf16", "avx2", MS_WFMT_BF16, AVX2_FLAGS, gemm_bf16},
+};

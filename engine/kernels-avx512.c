@@ -1,0 +1,160 @@
+/*
+ * kernels-avx512.c: AVX-512 (F, BW, VL) + FMA + F16C kernels, compiled with
+ * their own flags (engine/meson.build) and chosen at start-up only when the
+ * CPU and the OS support them (backend.c).
+ *
+ * Each row of W is streamed once per call and applied to up to four tokens
+ * at a time; every token keeps its own accumulators in a fixed order, so a
+ * token's result does not depend on how many others share the call (batch
+ * invariance, tested). Formats without a kernel here (INTQ, FP8) fall back
+ * to the reference kernel.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels.h"
+
+#define TB 4 /* tokens per pass over a row */
+
+static inline __m512 load_bf16(const uint16_t *p, __mmask16 m)
+{
+	__m256i h = _mm256_maskz_loadu_epi16(m, p);
+	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+static inline __m512 load_f16(const uint16_t *p, __mmask16 m)
+{
+	return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+}
+
+static inline __m512 load_f32(const float *p, __mmask16 m)
+{
+	return _mm512_maskz_loadu_ps(m, p);
+}
+
+/* One row against tokens t0..t0+nt-1 (nt <= TB), for a 16-wide loader. */
+#define DOT_ROW(LOADW, WPTR)                                                                   \
+	do {                                                                                   \
+		__m512 acc[TB];                                                                \
+		for (int t = 0; t < nt; t++)                                                   \
+			acc[t] = _mm512_setzero_ps();                                          \
+		int64_t k = 0;                                                                 \
+		for (; k + 16 <= K; k += 16) {                                                 \
+			__m512 wv = LOADW((WPTR) + k, 0xFFFF);                                 \
+			for (int t = 0; t < nt; t++)                                           \
+				acc[t] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + (t0 + t) * ldx + k), \
+							 acc[t]);                              \
+		}                                                                              \
+		if (k < K) {                                                                   \
+			__mmask16 m = (__mmask16)((1u << (K - k)) - 1);                        \
+			__m512 wv = LOADW((WPTR) + k, m);                                      \
+			for (int t = 0; t < nt; t++)                                           \
+				acc[t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + (t0 + t) * ldx + k), \
+							 acc[t]);                              \
+		}                                                                              \
+		for (int t = 0; t < nt; t++)                                                   \
+			y[(t0 + t) * ldy + r] = _mm512_reduce_add_ps(acc[t]);                  \
+	} while (0)
+
+static void gemm_bf16(const struct ms_wmat *w, int64_t r0, int64_t r1, const float *x, int64_t ldx,
+		      int64_t n, float *y, int64_t ldy)
+{
+	int64_t K = w->cols;
+	for (int64_t r = r0; r < r1; r++) {
+		const uint16_t *row = (const uint16_t *)(w->w + (size_t)r * w->row_bytes);
+		for (int64_t t0 = 0; t0 < n; t0 += TB) {
+			int nt = (int)(n - t0 < TB ? n - t0 : TB);
+			DOT_ROW(load_bf16, row);
+		}
+	}
+}
+
+static void gemm_f16(const struct ms_wmat *w, int64_t r0, int64_t r1, const float *x, int64_t ldx,
+		     int64_t n, float *y, int64_t ldy)
+{
+	int64_t K = w->cols;
+	for (int64_t r = r0; r < r1; r++) {
+		const uint16_t *row = (const uint16_t *)(w->w + (size_t)r * w->row_bytes);
+		for (int64_t t0 = 0; t0 < n; t0 += TB) {
+			int nt = (int)(n - t0 < TB ? n - t0 : TB);
+			DOT_ROW(load_f16, row);
+		}
+	}
+}
+
+static void gemm_f32(const struct ms_wmat *w, int64_t r0, int64_t r1, const float *x, int64_t ldx,
+		     int64_t n, float *y, int64_t ldy)
+{
+	int64_t K = w->cols;
+	for (int64_t r = r0; r < r1; r++) {
+		const float *row = (const float *)(w->w + (size_t)r * w->row_bytes);
+		for (int64_t t0 = 0; t0 < n; t0 += TB) {
+			int nt = (int)(n - t0 < TB ? n - t0 : TB);
+			DOT_ROW(load_f32, row);
+		}
+	}
+}
+
+/* MXFP4: per 32-column group, the 16 bytes give the even columns (low
+ * nibbles) and the odd ones (high nibbles); the e2m1 values come from a
+ * 16-entry table by permutation, the token's even and odd columns by a
+ * two-source permutation; the group's sum is scaled by 2^(e-127) once. */
+static void gemm_mxfp4(const struct ms_wmat *w, int64_t r0, int64_t r1, const float *x, int64_t ldx,
+		       int64_t n, float *y, int64_t ldy)
+{
+	int64_t K = w->cols, full = K / 32;
+	const __m512 lut = _mm512_loadu_ps(ms_e2m1_lut);
+	const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+	const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+	float tail_w[32];
+	for (int64_t r = r0; r < r1; r++) {
+		const uint8_t *row = w->w + (size_t)r * w->row_bytes;
+		const uint8_t *sc = w->scales + (size_t)r * w->scale_row_bytes;
+		for (int64_t t0 = 0; t0 < n; t0 += TB) {
+			int nt = (int)(n - t0 < TB ? n - t0 : TB);
+			__m512 acc[TB];
+			for (int t = 0; t < nt; t++)
+				acc[t] = _mm512_setzero_ps();
+			for (int64_t g = 0; g < full; g++) {
+				__m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + g * 16)));
+				__m512 we = _mm512_permutexvar_ps(_mm512_and_si512(b, _mm512_set1_epi32(15)), lut);
+				__m512 wo = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), lut);
+				__m512 s = _mm512_set1_ps(ms_e8m0_to_f32(sc[g]));
+				for (int t = 0; t < nt; t++) {
+					const float *xp = x + (t0 + t) * ldx + g * 32;
+					__m512 a = _mm512_loadu_ps(xp), c = _mm512_loadu_ps(xp + 16);
+					__m512 xe = _mm512_permutex2var_ps(a, even, c);
+					__m512 xo = _mm512_permutex2var_ps(a, odd, c);
+					__m512 gs = _mm512_fmadd_ps(wo, xo, _mm512_mul_ps(we, xe));
+					acc[t] = _mm512_fmadd_ps(gs, s, acc[t]);
+				}
+			}
+			for (int t = 0; t < nt; t++)
+				y[(t0 + t) * ldy + r] = _mm512_reduce_add_ps(acc[t]);
+			if (full * 32 < K) { /* a partial last group: scalar */
+				int64_t c0 = full * 32, m = K - c0;
+				float s = ms_e8m0_to_f32(sc[full]);
+				for (int64_t k = 0; k < m; k++) {
+					uint8_t byte = row[(c0 + k) / 2];
+					tail_w[k] = ms_e2m1_lut[(k & 1) ? byte >> 4 : byte & 15];
+				}
+				for (int t = 0; t < nt; t++) {
+					const float *xp = x + (t0 + t) * ldx + c0;
+					float sum = 0;
+					for (int64_t k = 0; k < m; k++)
+						sum += tail_w[k] * xp[k];
+					y[(t0 + t) * ldy + r] += sum * s;
+				}
+			}
+		}
+	}
+}
+
+#define AVX512_FLAGS (MS_CPU_AVX512F | MS_CPU_AVX512BW | MS_CPU_AVX512VL | MS_CPU_FMA | MS_CPU_F16C)
+
+const struct ms_kernel ms_kernels_avx512[MS_WFMT_COUNT] = {
+	[MS_WFMT_F32] = {"avx512-f32", "avx512", MS_WFMT_F32, AVX512_FLAGS, gemm_f32},
+	[MS_WFMT_F16] = {"avx512-f16", "avx512", MS_WFMT_F16, AVX512_FLAGS, gemm_f16},
+	[MS_WFMT_BF16] = {"avx512-bf16", "avx512", MS_WFMT_BF16, AVX512_FLAGS, gemm_bf16},
+	[MS_WFMT_MXFP4] = {"avx512-mxfp4", "avx512", MS_WFMT_MXFP4, AVX512_FLAGS, gemm_mxfp4},
+};
