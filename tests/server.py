@@ -1106,6 +1106,14 @@ def chat_cases(d, model_name, sdk):
 def broken_cases(d):
     def stays_503():
         d.wait_listening()
+        # the load fails within milliseconds, but a first probe may still
+        # come before it: wait (bounded) until the daemon is past "loading"
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            st, hd, j = d.json("GET", "/health")
+            if isinstance(j, dict) and j.get("status") != "loading":
+                break
+            time.sleep(0.05)
         for i in range(5):
             st, hd, j = d.json("GET", "/health")
             check(st == 503, f"/health of a broken model: {st} {j}")
