@@ -50,44 +50,26 @@ static inline __m256 load_f16(const uint16_t *p)
 			y[(t0 + t) * ldy + r] = hsum8(acc[t]) + tail[t];                  \
 	} while (0)
 
-static void gemm_bf16(const struct ms_wmat *w, int64_t r0, int64_t r1, const float *x, int64_t ldx,
-		      int64_t n, float *y, int64_t ldy)
-{
-	int64_t K = w->cols;
-	for (int64_t r = r0; r < r1; r++) {
-		const uint16_t *row = (const uint16_t *)(w->w + (size_t)r * w->row_bytes);
-		for (int64_t t0 = 0; t0 < n; t0 += TB) {
-			int nt = (int)(n - t0 < TB ? n - t0 : TB);
-			DOT_ROW(load_bf16(row + k), ms_bf16_to_f32(row[k]));
-		}
+/* gemm over rows r0..r1 for one element type: VLOAD(row + k) loads eight
+ * weights as floats, SCALAR(row[k]) one, for the tail. */
+#define DEF_GEMM(NAME, ELEM, VLOAD, SCALAR)                                                    \
+	static void NAME(const struct ms_wmat *w, int64_t r0, int64_t r1, const float *x,     \
+			 int64_t ldx, int64_t n, float *y, int64_t ldy)                       \
+	{                                                                                      \
+		int64_t K = w->cols;                                                           \
+		for (int64_t r = r0; r < r1; r++) {                                            \
+			const ELEM *row = (const ELEM *)(w->w + (size_t)r * w->row_bytes);     \
+			for (int64_t t0 = 0; t0 < n; t0 += TB) {                               \
+				int nt = (int)(n - t0 < TB ? n - t0 : TB);                     \
+				DOT_ROW(VLOAD(row + k), SCALAR(row[k]));                       \
+			}                                                                      \
+		}                                                                              \
 	}
-}
 
-static void gemm_f16(const struct ms_wmat *w, int64_t r0, int64_t r1, const float *x, int64_t ldx,
-		     int64_t n, float *y, int64_t ldy)
-{
-	int64_t K = w->cols;
-	for (int64_t r = r0; r < r1; r++) {
-		const uint16_t *row = (const uint16_t *)(w->w + (size_t)r * w->row_bytes);
-		for (int64_t t0 = 0; t0 < n; t0 += TB) {
-			int nt = (int)(n - t0 < TB ? n - t0 : TB);
-			DOT_ROW(load_f16(row + k), ms_f16_to_f32(row[k]));
-		}
-	}
-}
-
-static void gemm_f32(const struct ms_wmat *w, int64_t r0, int64_t r1, const float *x, int64_t ldx,
-		     int64_t n, float *y, int64_t ldy)
-{
-	int64_t K = w->cols;
-	for (int64_t r = r0; r < r1; r++) {
-		const float *row = (const float *)(w->w + (size_t)r * w->row_bytes);
-		for (int64_t t0 = 0; t0 < n; t0 += TB) {
-			int nt = (int)(n - t0 < TB ? n - t0 : TB);
-			DOT_ROW(_mm256_loadu_ps(row + k), row[k]);
-		}
-	}
-}
+#define AS_F32(v) (v)
+DEF_GEMM(gemm_bf16, uint16_t, load_bf16, ms_bf16_to_f32)
+DEF_GEMM(gemm_f16, uint16_t, load_f16, ms_f16_to_f32)
+DEF_GEMM(gemm_f32, float, _mm256_loadu_ps, AS_F32)
 
 #define AVX2_FLAGS (MS_CPU_AVX2 | MS_CPU_FMA | MS_CPU_F16C)
 

@@ -56,44 +56,24 @@ static inline __m512 load_f32(const float *p, __mmask16 m)
 			y[(t0 + t) * ldy + r] = _mm512_reduce_add_ps(acc[t]);                  \
 	} while (0)
 
-static void gemm_bf16(const struct ms_wmat *w, int64_t r0, int64_t r1, const float *x, int64_t ldx,
-		      int64_t n, float *y, int64_t ldy)
-{
-	int64_t K = w->cols;
-	for (int64_t r = r0; r < r1; r++) {
-		const uint16_t *row = (const uint16_t *)(w->w + (size_t)r * w->row_bytes);
-		for (int64_t t0 = 0; t0 < n; t0 += TB) {
-			int nt = (int)(n - t0 < TB ? n - t0 : TB);
-			DOT_ROW(load_bf16, row);
-		}
+/* gemm over rows r0..r1 for one element type and 16-wide loader. */
+#define DEF_GEMM(NAME, ELEM, LOADW)                                                            \
+	static void NAME(const struct ms_wmat *w, int64_t r0, int64_t r1, const float *x,     \
+			 int64_t ldx, int64_t n, float *y, int64_t ldy)                       \
+	{                                                                                      \
+		int64_t K = w->cols;                                                           \
+		for (int64_t r = r0; r < r1; r++) {                                            \
+			const ELEM *row = (const ELEM *)(w->w + (size_t)r * w->row_bytes);     \
+			for (int64_t t0 = 0; t0 < n; t0 += TB) {                               \
+				int nt = (int)(n - t0 < TB ? n - t0 : TB);                     \
+				DOT_ROW(LOADW, row);                                           \
+			}                                                                      \
+		}                                                                              \
 	}
-}
 
-static void gemm_f16(const struct ms_wmat *w, int64_t r0, int64_t r1, const float *x, int64_t ldx,
-		     int64_t n, float *y, int64_t ldy)
-{
-	int64_t K = w->cols;
-	for (int64_t r = r0; r < r1; r++) {
-		const uint16_t *row = (const uint16_t *)(w->w + (size_t)r * w->row_bytes);
-		for (int64_t t0 = 0; t0 < n; t0 += TB) {
-			int nt = (int)(n - t0 < TB ? n - t0 : TB);
-			DOT_ROW(load_f16, row);
-		}
-	}
-}
-
-static void gemm_f32(const struct ms_wmat *w, int64_t r0, int64_t r1, const float *x, int64_t ldx,
-		     int64_t n, float *y, int64_t ldy)
-{
-	int64_t K = w->cols;
-	for (int64_t r = r0; r < r1; r++) {
-		const float *row = (const float *)(w->w + (size_t)r * w->row_bytes);
-		for (int64_t t0 = 0; t0 < n; t0 += TB) {
-			int nt = (int)(n - t0 < TB ? n - t0 : TB);
-			DOT_ROW(load_f32, row);
-		}
-	}
-}
+DEF_GEMM(gemm_bf16, uint16_t, load_bf16)
+DEF_GEMM(gemm_f16, uint16_t, load_f16)
+DEF_GEMM(gemm_f32, float, load_f32)
 
 /* MXFP4: per 32-column group, the 16 bytes give the even columns (low
  * nibbles) and the odd ones (high nibbles); the e2m1 values come from a
