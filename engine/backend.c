@@ -9,6 +9,8 @@
 #include "backend.h"
 
 #include <cpuid.h>
+#include <errno.h>
+#include <stdlib.h>
 #include <numa.h>
 #include <sys/mman.h>
 #include <stdio.h>
@@ -17,7 +19,7 @@
 
 struct kernel_set {
 	const char *name;
-	const struct ms_kernel *table; /* [MS_WFMT_COUNT], entries may be empty */
+	const struct ms_kernel *list; /* preference order, ends with {0} */
 };
 
 /* Most specific first; "ref" last. */
@@ -97,49 +99,82 @@ const char *ms_cpu_flags_str(unsigned flags, char *buf, size_t len)
 
 int ms_backend_init(struct ms_backend *be, const char *kernels, int threads, struct ms_err *err)
 {
+	struct ms_backend_opts o = {.kernels = kernels, .threads = threads};
+	return ms_backend_init_opts(be, &o, err);
+}
+
+static bool kernel_usable(const struct ms_backend *be, const struct ms_kernel *k)
+{
+	return (be->cpu_flags & k->cpu_flags) == k->cpu_flags && !(be->exact && k->rounds_acts);
+}
+
+int ms_backend_init_opts(struct ms_backend *be, const struct ms_backend_opts *o,
+			 struct ms_err *err)
+{
 	memset(be, 0, sizeof(*be));
 	be->name = "cpu";
 	be->cpu_flags = ms_cpu_detect();
+	be->exact = o->exact;
+	const char *kernels = o->kernels;
 	bool any = !kernels || !strcmp(kernels, "auto");
-	const struct kernel_set *chosen = NULL;
-	for (size_t s = 0; s < N_SETS; s++) {
-		if (!any && strcmp(kernels, kernel_sets[s].name))
-			continue;
-		const struct kernel_set *ks = &kernel_sets[s];
-		unsigned need = 0;
-		for (int f = 0; f < MS_WFMT_COUNT; f++)
-			need |= ks->table[f].gemm ? ks->table[f].cpu_flags : 0;
-		if ((be->cpu_flags & need) != need) {
-			if (!any) {
-				char buf[256];
-				return ms_err_set(err, -ENOTSUP,
-						  "--kernels %s: this CPU lacks %s", kernels,
-						  ms_cpu_flags_str(need & ~be->cpu_flags, buf, sizeof(buf)));
-			}
-			continue;
+	size_t first = N_SETS;
+	for (size_t s = 0; s < N_SETS; s++)
+		if (any || !strcmp(kernels, kernel_sets[s].name)) {
+			first = s;
+			break;
 		}
-		chosen = ks;
-		break;
-	}
-	if (!chosen)
+	if (first == N_SETS)
 		return ms_err_set(err, -EINVAL, "--kernels: unknown kernel set \"%s\" (known: %s)",
 				  kernels, ms_backend_kernel_sets);
-	be->isa = chosen->name;
+	if (!any) {
+		/* A forced set must run here: its baseline kernels at least. */
+		unsigned need = ~0u;
+		for (const struct ms_kernel *k = kernel_sets[first].list; k->name; k++)
+			need &= k->cpu_flags;
+		if (!kernel_sets[first].list[0].name)
+			need = 0;
+		if ((be->cpu_flags & need) != need) {
+			char buf[256];
+			return ms_err_set(err, -ENOTSUP, "--kernels %s: this CPU lacks %s", kernels,
+					  ms_cpu_flags_str(need & ~be->cpu_flags, buf, sizeof(buf)));
+		}
+	}
+	/* auto: the first set with any kernel this CPU runs names the backend. */
+	be->isa = NULL;
+	for (size_t s = first; s < N_SETS && !be->isa; s++)
+		for (const struct ms_kernel *k = kernel_sets[s].list; k->name; k++)
+			if (kernel_usable(be, k)) {
+				be->isa = kernel_sets[s].name;
+				break;
+			}
+	if (!be->isa)
+		be->isa = "ref";
+	/* Candidates per format: the chosen set's usable kernels in order, then
+	 * the lower sets' (a set may lack a format, or a CPU one of its
+	 * kernels' extensions), the reference always last. */
 	for (int f = 0; f < MS_WFMT_COUNT; f++) {
-		bool has = chosen->table[f].gemm != NULL;
-		be->kernels[f] = has ? &chosen->table[f] : &ms_kernels_ref[f];
-		if (has)
-			snprintf(be->reasons[f], sizeof(be->reasons[f]), "%s set %s",
-				 any ? "auto: best" : "forced:", chosen->name);
-		else
+		int n = 0;
+		for (size_t s = first; s + 1 < N_SETS; s++)
+			for (const struct ms_kernel *k = kernel_sets[s].list; k->name; k++)
+				if (k->fmt == (enum ms_wfmt)f && kernel_usable(be, k) &&
+				    n < MS_KERNEL_CANDIDATES - 1)
+					be->kernels[f][n++] = k;
+		be->kernels[f][n++] = &ms_kernels_ref[f];
+		be->n_kernels[f] = n;
+		const struct ms_kernel *k0 = be->kernels[f][0];
+		if (strcmp(k0->isa, be->isa))
 			snprintf(be->reasons[f], sizeof(be->reasons[f]),
-				 "set %s has no %s kernel: reference", chosen->name,
-				 ms_wfmt_name((enum ms_wfmt)f));
+				 "set %s has no usable %s kernel: %s", be->isa,
+				 ms_wfmt_name((enum ms_wfmt)f), k0->isa);
+		else
+			snprintf(be->reasons[f], sizeof(be->reasons[f]), "%s set %s%s",
+				 any ? "auto: best" : "forced:", be->isa,
+				 k0->rounds_acts ? " (rounds activations)" : "");
 	}
 	be->numa_nodes = numa_available() >= 0 ? numa_num_configured_nodes() : 1;
 	be->numa_nodes = be->numa_nodes > 0 ? be->numa_nodes : 1;
 	ms_backend_set_numa(be, MS_NUMA_AUTO);
-	return ms_pool_init(&be->pool, threads, true, err);
+	return ms_pool_init(&be->pool, o->threads, true, err);
 }
 
 void ms_backend_set_numa(struct ms_backend *be, enum ms_numa_mode mode)
@@ -184,7 +219,45 @@ const char *ms_backend_kernel_reason(const struct ms_backend *be, enum ms_wfmt f
 
 const struct ms_kernel *ms_backend_find_kernel(const struct ms_backend *be, enum ms_wfmt f)
 {
-	return (f >= 0 && f < MS_WFMT_COUNT) ? be->kernels[f] : NULL;
+	return (f >= 0 && f < MS_WFMT_COUNT) ? be->kernels[f][0] : NULL;
+}
+
+int ms_backend_bind(struct ms_backend *be, struct ms_wmat *w, const struct ms_kernel **k,
+		    void **owned, char *why, size_t why_len, struct ms_err *err)
+{
+	*owned = NULL;
+	*k = NULL;
+	if (w->fmt < 0 || w->fmt >= MS_WFMT_COUNT)
+		return ms_err_set(err, -ENOTSUP, "no kernel computes format %d", (int)w->fmt);
+	size_t n = (size_t)snprintf(why, why_len, "%s", be->reasons[w->fmt]);
+	for (int i = 0; i < be->n_kernels[w->fmt]; i++) {
+		const struct ms_kernel *c = be->kernels[w->fmt][i];
+		if (c->pack) {
+			struct ms_err e2 = {0};
+			int rc = c->pack(w, owned, &e2);
+			if (rc == -ENOTSUP) {
+				/* say why, then try the next candidate */
+				if (n < why_len)
+					n += (size_t)snprintf(why + n, why_len - n, "; %s declined: %s",
+							      c->name, e2.msg);
+				continue;
+			}
+			if (rc)
+				return ms_err_set(err, rc, "%s: %s", c->name, e2.msg);
+		}
+		*k = c;
+		return 0;
+	}
+	return ms_err_set(err, -ENOTSUP, "no kernel computes %s weights", ms_wfmt_name(w->fmt));
+}
+
+void ms_kernel_run(const struct ms_kernel *k, const struct ms_wmat *w, int64_t r0, int64_t r1,
+		   const void *xq, const float *x, int64_t ldx, int64_t n, float *y, int64_t ldy)
+{
+	if (k->gemmq)
+		k->gemmq(w, r0, r1, xq, n, y, ldy);
+	else
+		k->gemm(w, r0, r1, x, ldx, n, y, ldy);
 }
 
 /* ---- parallel gemm over row blocks ---- */
@@ -193,6 +266,7 @@ struct gemm_job {
 	const struct ms_kernel *k;
 	const struct ms_wmat *w;
 	const float *x, *bias;
+	const void *xq;
 	float *y;
 	int64_t n, rows_per_task;
 };
@@ -203,11 +277,19 @@ static void gemm_task(void *ctx, int task, int worker)
 	const struct gemm_job *j = ctx;
 	int64_t r0 = (int64_t)task * j->rows_per_task;
 	int64_t r1 = r0 + j->rows_per_task < j->w->rows ? r0 + j->rows_per_task : j->w->rows;
-	j->k->gemm(j->w, r0, r1, j->x, j->w->cols, j->n, j->y, j->w->rows);
+	ms_kernel_run(j->k, j->w, r0, r1, j->xq, j->x, j->w->cols, j->n, j->y, j->w->rows);
 	if (j->bias)
 		for (int64_t t = 0; t < j->n; t++)
 			for (int64_t r = r0; r < r1; r++)
 				j->y[t * j->w->rows + r] += j->bias[r];
+}
+
+int64_t ms_kernel_rows_per_task(const struct ms_kernel *k, int64_t rows, int64_t tasks)
+{
+	int64_t per = (rows + tasks - 1) / tasks, a = k->row_align > 16 ? k->row_align : 16;
+	if (per < a)
+		per = a;
+	return (per + a - 1) / a * a;
 }
 
 void ms_backend_gemm(struct ms_backend *be, const struct ms_kernel *k, const struct ms_wmat *w,
@@ -216,9 +298,16 @@ void ms_backend_gemm(struct ms_backend *be, const struct ms_kernel *k, const str
 	/* About four tasks per thread balances uneven progress; 16-row
 	 * minimum keeps per-task overhead small. The split does not affect
 	 * results: each row is computed by exactly one task. */
-	int64_t per = (w->rows + 4 * be->pool.n_threads - 1) / (4 * be->pool.n_threads);
-	if (per < 16)
-		per = 16;
-	struct gemm_job j = {k, w, x, bias, y, n, per};
+	int64_t per = ms_kernel_rows_per_task(k, w->rows, 4 * (int64_t)be->pool.n_threads);
+	void *xq = NULL;
+	if (k->prep) {
+		xq = malloc(k->prep_size(w, n));
+		if (!xq)
+			abort(); /* out of memory mid-forward: fail loud, never compute garbage */
+		k->prep(w, x, w->cols, n, xq);
+	}
+	struct gemm_job j = {k, w, x, bias, xq, y, n, per};
 	ms_pool_run(&be->pool, (int)((w->rows + per - 1) / per), gemm_task, &j);
+	ms_backend_count_bytes(be, ms_wmat_bytes(w));
+	free(xq);
 }

@@ -12,13 +12,21 @@
 #include "ms-error.h"
 #include "pool.h"
 
+#define MS_KERNEL_CANDIDATES 6
+
 struct ms_backend {
 	const char *name;          /* "cpu" */
 	const char *isa;           /* kernel set in use: "ref", ... */
 	unsigned cpu_flags;        /* what the CPU and OS support */
+	bool exact;                /* only kernels that keep fp32 activations */
 	struct ms_pool pool;
-	const struct ms_kernel *kernels[MS_WFMT_COUNT];
-	char reasons[MS_WFMT_COUNT][96];   /* why each kernel was chosen */
+	/* Per format, the kernels to try in order (a packed kernel may decline
+	 * a matrix it cannot take); the last is always the reference. */
+	const struct ms_kernel *kernels[MS_WFMT_COUNT][MS_KERNEL_CANDIDATES];
+	int n_kernels[MS_WFMT_COUNT];
+	char reasons[MS_WFMT_COUNT][96];   /* why the first candidate was chosen */
+	uint64_t bytes_streamed;   /* weight bytes read by gemms so far (bench) */
+	int no_pack;               /* > 0 while loading parts of a spliced matrix */
 	int numa_nodes;            /* memory nodes (libnuma), 1 without NUMA */
 	bool numa_interleave;      /* weights interleaved over the nodes */
 };
@@ -34,6 +42,14 @@ enum ms_numa_mode {
  * unsupported name is an error. threads <= 0: one per available CPU. */
 int ms_backend_init(struct ms_backend *be, const char *kernels, int threads, struct ms_err *err);
 
+struct ms_backend_opts {
+	const char *kernels;  /* as above */
+	int threads;
+	bool exact;           /* skip kernels that round activations (int8/bf16) */
+};
+int ms_backend_init_opts(struct ms_backend *be, const struct ms_backend_opts *o,
+			 struct ms_err *err);
+
 /* NUMA placement, chosen before the model loads (--numa). On one node every
  * mode is a plain pool. */
 void ms_backend_set_numa(struct ms_backend *be, enum ms_numa_mode mode);
@@ -45,8 +61,36 @@ void ms_backend_weights_begin(struct ms_backend *be);
 void ms_backend_weights_end(struct ms_backend *be, void *const *maps, const size_t *sizes, int n);
 void ms_backend_free(struct ms_backend *be);
 
-/* The kernel for format f, or NULL when no kernel computes it. */
+/* The preferred kernel for format f, or NULL when no kernel computes it. */
 const struct ms_kernel *ms_backend_find_kernel(const struct ms_backend *be, enum ms_wfmt f);
+
+/* Choose the kernel for one matrix: the first candidate for its format that
+ * takes it. A packed kernel packs w here (w->pack set, *owned the buffer to
+ * free with the matrix). why gets the reason (with any declines). */
+int ms_backend_bind(struct ms_backend *be, struct ms_wmat *w, const struct ms_kernel **k,
+		    void **owned, char *why, size_t why_len, struct ms_err *err);
+
+/* Rows per task for about `tasks` tasks over `rows`, a multiple of the
+ * kernel's row_align and at least 16. */
+int64_t ms_kernel_rows_per_task(const struct ms_kernel *k, int64_t rows, int64_t tasks);
+
+/* Weight bytes every gemm has streamed so far (a packed matrix counts its
+ * packed size). */
+static inline uint64_t ms_backend_bytes_streamed(const struct ms_backend *be)
+{
+	return __atomic_load_n(&be->bytes_streamed, __ATOMIC_RELAXED);
+}
+static inline void ms_backend_count_bytes(struct ms_backend *be, uint64_t b)
+{
+	__atomic_fetch_add(&be->bytes_streamed, b, __ATOMIC_RELAXED);
+}
+
+/* Run k over rows [r0, r1) of w on n activation rows: prepares the
+ * activations when the kernel wants them prepared (into scratch, of
+ * k->prep_size bytes, or allocates), then calls it. For callers that split
+ * rows themselves (moe.c). */
+void ms_kernel_run(const struct ms_kernel *k, const struct ms_wmat *w, int64_t r0, int64_t r1,
+		   const void *xq, const float *x, int64_t ldx, int64_t n, float *y, int64_t ldy);
 
 /* Why the kernel for f was chosen (for inspect). */
 const char *ms_backend_kernel_reason(const struct ms_backend *be, enum ms_wfmt f);

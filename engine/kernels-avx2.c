@@ -73,8 +73,9 @@ DEF_GEMM(gemm_f32, float, _mm256_loadu_ps, AS_F32)
 
 #define AVX2_FLAGS (MS_CPU_AVX2 | MS_CPU_FMA | MS_CPU_F16C)
 
-const struct ms_kernel ms_kernels_avx2[MS_WFMT_COUNT] = {
-	[MS_WFMT_F32] = {"avx2-f32", "avx2", MS_WFMT_F32, AVX2_FLAGS, gemm_f32},
-	[MS_WFMT_F16] = {"avx2-f16", "avx2", MS_WFMT_F16, AVX2_FLAGS, gemm_f16},
-	[MS_WFMT_BF16] = {"avx2-bf16", "avx2", MS_WFMT_BF16, AVX2_FLAGS, gemm_bf16},
+const struct ms_kernel ms_kernels_avx2[] = {
+	{.name = "avx2-f32", .isa = "avx2", .fmt = MS_WFMT_F32, .cpu_flags = AVX2_FLAGS, .gemm = gemm_f32},
+	{.name = "avx2-f16", .isa = "avx2", .fmt = MS_WFMT_F16, .cpu_flags = AVX2_FLAGS, .gemm = gemm_f16},
+	{.name = "avx2-bf16", .isa = "avx2", .fmt = MS_WFMT_BF16, .cpu_flags = AVX2_FLAGS, .gemm = gemm_bf16},
+	{0},
 };

@@ -132,9 +132,10 @@ static void gemm_mxfp4(const struct ms_wmat *w, int64_t r0, int64_t r1, const fl
 
 #define AVX512_FLAGS (MS_CPU_AVX512F | MS_CPU_AVX512BW | MS_CPU_AVX512VL | MS_CPU_FMA | MS_CPU_F16C)
 
-const struct ms_kernel ms_kernels_avx512[MS_WFMT_COUNT] = {
-	[MS_WFMT_F32] = {"avx512-f32", "avx512", MS_WFMT_F32, AVX512_FLAGS, gemm_f32},
-	[MS_WFMT_F16] = {"avx512-f16", "avx512", MS_WFMT_F16, AVX512_FLAGS, gemm_f16},
-	[MS_WFMT_BF16] = {"avx512-bf16", "avx512", MS_WFMT_BF16, AVX512_FLAGS, gemm_bf16},
-	[MS_WFMT_MXFP4] = {"avx512-mxfp4", "avx512", MS_WFMT_MXFP4, AVX512_FLAGS, gemm_mxfp4},
+const struct ms_kernel ms_kernels_avx512[] = {
+	{.name = "avx512-f32", .isa = "avx512", .fmt = MS_WFMT_F32, .cpu_flags = AVX512_FLAGS, .gemm = gemm_f32},
+	{.name = "avx512-f16", .isa = "avx512", .fmt = MS_WFMT_F16, .cpu_flags = AVX512_FLAGS, .gemm = gemm_f16},
+	{.name = "avx512-bf16", .isa = "avx512", .fmt = MS_WFMT_BF16, .cpu_flags = AVX512_FLAGS, .gemm = gemm_bf16},
+	{.name = "avx512-mxfp4", .isa = "avx512", .fmt = MS_WFMT_MXFP4, .cpu_flags = AVX512_FLAGS, .gemm = gemm_mxfp4},
+	{0},
 };

@@ -23,6 +23,8 @@ const char *ms_wfmt_name(enum ms_wfmt f)
 
 uint64_t ms_wmat_bytes(const struct ms_wmat *m)
 {
+	if (m->pack)
+		return m->pack_bytes;
 	uint64_t b = (uint64_t)m->rows * m->row_bytes;
 	if (m->fmt == MS_WFMT_MXFP4)
 		b += (uint64_t)m->rows * m->scale_row_bytes;
@@ -201,11 +203,12 @@ static void gemm_f32(const struct ms_wmat *w, int64_t r0, int64_t r1, const floa
 	}
 }
 
-const struct ms_kernel ms_kernels_ref[MS_WFMT_COUNT] = {
-	[MS_WFMT_F32] = {"ref-f32", "ref", MS_WFMT_F32, 0, gemm_f32},
-	[MS_WFMT_F16] = {"ref-f16", "ref", MS_WFMT_F16, 0, gemm_decode_rows},
-	[MS_WFMT_BF16] = {"ref-bf16", "ref", MS_WFMT_BF16, 0, gemm_decode_rows},
-	[MS_WFMT_MXFP4] = {"ref-mxfp4", "ref", MS_WFMT_MXFP4, 0, gemm_decode_rows},
-	[MS_WFMT_INTQ] = {"ref-intq", "ref", MS_WFMT_INTQ, 0, gemm_decode_rows},
-	[MS_WFMT_FP8] = {"ref-fp8", "ref", MS_WFMT_FP8, 0, gemm_decode_rows},
+const struct ms_kernel ms_kernels_ref[MS_WFMT_COUNT + 1] = {
+	{.name = "ref-f32", .isa = "ref", .fmt = MS_WFMT_F32, .cpu_flags = 0, .gemm = gemm_f32},
+	{.name = "ref-f16", .isa = "ref", .fmt = MS_WFMT_F16, .cpu_flags = 0, .gemm = gemm_decode_rows},
+	{.name = "ref-bf16", .isa = "ref", .fmt = MS_WFMT_BF16, .cpu_flags = 0, .gemm = gemm_decode_rows},
+	{.name = "ref-mxfp4", .isa = "ref", .fmt = MS_WFMT_MXFP4, .cpu_flags = 0, .gemm = gemm_decode_rows},
+	{.name = "ref-intq", .isa = "ref", .fmt = MS_WFMT_INTQ, .cpu_flags = 0, .gemm = gemm_decode_rows},
+	{.name = "ref-fp8", .isa = "ref", .fmt = MS_WFMT_FP8, .cpu_flags = 0, .gemm = gemm_decode_rows},
+	{0},
 };

@@ -10,6 +10,7 @@
 #ifndef MS_KERNELS_H
 #define MS_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,6 +47,11 @@ struct ms_wmat {
 	const float *fzero;       /* INTQ: [rows][n_groups], the zero point as a float */
 	const int32_t *const *row_g_idx; /* INTQ: row r's group of column k is
 					  * row_g_idx[r][k]; NULL: k / group_size */
+	/* A kernel's own copy of the matrix, made once at load by its pack
+	 * function (blocked, scales inline); NULL for kernels that read the
+	 * rows above directly. The rows above stay valid either way. */
+	const void *pack;
+	size_t pack_bytes;        /* bytes a packed kernel streams per pass */
 };
 
 /* Bits a stored INTQ code occupies (3-bit codes are kept in nibbles). */
@@ -63,6 +69,23 @@ uint64_t ms_wmat_bytes(const struct ms_wmat *m);
 typedef void (*ms_gemm_fn)(const struct ms_wmat *w, int64_t r0, int64_t r1, const float *x,
 			   int64_t ldx, int64_t n, float *y, int64_t ldy);
 
+/* Kernels that read their own packed layout also read activations in their
+ * own form (int8 blocks, bf16, ...): prep converts x once per call into a
+ * buffer of prep_size bytes that every row task then shares. */
+typedef size_t (*ms_prep_size_fn)(const struct ms_wmat *w, int64_t n);
+typedef void (*ms_prep_fn)(const struct ms_wmat *w, const float *x, int64_t ldx, int64_t n,
+			   void *xq);
+/* y[t * ldy + r] for r in [r0, r1), t < n, from prepared activations; r0
+ * is a multiple of the kernel's row_align, r1 too unless it is w->rows. */
+typedef void (*ms_gemmq_fn)(const struct ms_wmat *w, int64_t r0, int64_t r1, const void *xq,
+			    int64_t n, float *y, int64_t ldy);
+
+struct ms_err;
+/* Build w->pack from w's rows; the buffer is the caller's to free() (one
+ * allocation). -ENOTSUP with a reason when this kernel cannot take the
+ * matrix (the backend then tries the next kernel for the format). */
+typedef int (*ms_pack_fn)(struct ms_wmat *w, void **owned, struct ms_err *err);
+
 /* CPU feature bits (backend.c detects them; a kernel lists what it needs). */
 enum ms_cpu_flag {
 	MS_CPU_AVX2 = 1u << 0,
@@ -78,19 +101,33 @@ enum ms_cpu_flag {
 	MS_CPU_AMX_BF16 = 1u << 10,
 };
 
+/* A kernel is either a plain one (gemm on fp32 activations and the rows of
+ * the matrix) or a packed one (pack at load, prep per call, gemmq per row
+ * task). */
 struct ms_kernel {
 	const char *name;      /* "ref-bf16", ... shown by inspect */
 	const char *isa;       /* "ref", "avx2", "avx512", "amx": the --kernels set */
 	enum ms_wfmt fmt;
 	unsigned cpu_flags;    /* all must be present */
 	ms_gemm_fn gemm;
+	ms_pack_fn pack;
+	ms_prep_size_fn prep_size;
+	ms_prep_fn prep;
+	ms_gemmq_fn gemmq;
+	int row_align;         /* packed kernels: rows per panel (0: any) */
+	/* Rounds activations (to int8, bf16, ...) before the product: results
+	 * differ from the reference by more than fp32 summation order (each
+	 * such kernel states its error in engine/README.md). --exact skips it. */
+	bool rounds_acts;
 };
 
-/* Portable reference kernels: the definition of correctness. */
-extern const struct ms_kernel ms_kernels_ref[MS_WFMT_COUNT];
-/* ISA kernel sets (entries without .gemm fall back to ref). */
-extern const struct ms_kernel ms_kernels_avx512[MS_WFMT_COUNT];
-extern const struct ms_kernel ms_kernels_avx2[MS_WFMT_COUNT];
+/* Kernel sets: lists in order of preference, several kernels per format
+ * allowed, ended by an entry without a name. */
+/* Portable reference kernels, one per format in enum order: the definition
+ * of correctness. */
+extern const struct ms_kernel ms_kernels_ref[MS_WFMT_COUNT + 1];
+extern const struct ms_kernel ms_kernels_avx512[];
+extern const struct ms_kernel ms_kernels_avx2[];
 
 /* ---- scalar format helpers, shared by kernels, loaders and tests ---- */
 

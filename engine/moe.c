@@ -51,7 +51,9 @@ struct moe_job {
 	float *a;              /* [n*k, I] activations (quantized in place when asked) */
 	float *rs;             /* [n*k] per-row output scale of the current stage */
 	float *ys;             /* [n*k, H] weighted expert outputs by slot */
+	void **xq;             /* [E] prepared inputs of the current stage, or NULL */
 	int stage;             /* 0: gate_up inputs, 1: down inputs (for quant_task) */
+	bool failed;           /* a prep buffer could not be allocated */
 };
 
 /* Quantize the inputs of expert e for its projection of the current stage
@@ -59,12 +61,32 @@ struct moe_job {
 static void quant_task(void *ctx, int e, int worker)
 {
 	(void)worker;
-	const struct moe_job *j = ctx;
+	struct moe_job *j = ctx;
 	const struct ms_qlinear *L = j->stage ? &j->m->down[e] : &j->m->gate_up[e];
 	int64_t o = j->off[e], ne = j->off[e + 1] - o, K = L->w.cols;
 	float *x = (j->stage ? j->a : j->xg) + o * K;
-	if (ne && L->act.kind != MS_ACTQ_NONE)
+	if (!ne)
+		return;
+	if (L->act.kind != MS_ACTQ_NONE)
 		ms_actq_apply(&L->act, x, K, ne, K, x, j->rs + o);
+	/* Kernels that read activations in their own form get them converted
+	 * once per expert here, not once per row block. */
+	if (L->kernel->prep) {
+		j->xq[e] = malloc(L->kernel->prep_size(&L->w, ne));
+		if (!j->xq[e]) {
+			__atomic_store_n(&j->failed, true, __ATOMIC_RELAXED);
+			return;
+		}
+		L->kernel->prep(&L->w, x, K, ne, j->xq[e]);
+	}
+}
+
+static void free_prep(struct moe_job *j, int64_t E)
+{
+	for (int64_t e = 0; e < E; e++) {
+		free(j->xq[e]);
+		j->xq[e] = NULL;
+	}
 }
 
 static void gate_up_task(void *ctx, int it, int worker)
@@ -77,7 +99,8 @@ static void gate_up_task(void *ctx, int it, int worker)
 	int64_t e = item->e, I2 = 2 * m->inter, r0 = item->r0, r1 = item->r1;
 	int64_t o = j->off[e], ne = j->off[e + 1] - o;
 	float *g = j->g + o * I2;
-	L->kernel->gemm(&L->w, r0, r1, j->xg + o * m->hidden, m->hidden, ne, g, I2);
+	ms_kernel_run(L->kernel, &L->w, r0, r1, j->xq[e], j->xg + o * m->hidden, m->hidden, ne, g,
+		      I2);
 	const float *b = L->bias;
 	bool scaled = L->act.kind != MS_ACTQ_NONE;
 	/* Blocks start and end on even rows: each holds whole (gate, up) pairs,
@@ -103,7 +126,7 @@ static void down_task(void *ctx, int it, int worker)
 	int64_t e = item->e, H = m->hidden, r0 = item->r0, r1 = item->r1;
 	int64_t o = j->off[e], ne = j->off[e + 1] - o;
 	float *y = j->g + o * H; /* g is free again: reuse it for [ne, H] */
-	L->kernel->gemm(&L->w, r0, r1, j->a + o * m->inter, m->inter, ne, y, H);
+	ms_kernel_run(L->kernel, &L->w, r0, r1, j->xq[e], j->a + o * m->inter, m->inter, ne, y, H);
 	const float *b = L->bias;
 	bool scaled = L->act.kind != MS_ACTQ_NONE;
 	for (int64_t t = 0; t < ne; t++) {
@@ -114,10 +137,11 @@ static void down_task(void *ctx, int it, int worker)
 	}
 }
 
-/* Split every active expert's rows into blocks (even-sized when pairs
- * matter); about four blocks per thread overall. */
+/* Split every active expert's rows into blocks (a multiple of 16 rows and
+ * of every kernel's panel: even, so gate/up pairs stay together); about
+ * four blocks per thread overall. */
 static int64_t make_items(struct moe_item *items, const int64_t *off, int64_t E, int64_t rows,
-			  int threads, bool even)
+			  int threads, int64_t align)
 {
 	int64_t active = 0;
 	for (int64_t e = 0; e < E; e++)
@@ -125,10 +149,7 @@ static int64_t make_items(struct moe_item *items, const int64_t *off, int64_t E,
 	if (!active)
 		return 0;
 	int64_t per = (active * rows + 4 * threads - 1) / (4 * threads);
-	if (per < 16)
-		per = 16;
-	if (even)
-		per += per & 1;
+	per = (per + align - 1) / align * align;
 	int64_t n = 0;
 	for (int64_t e = 0; e < E; e++) {
 		if (off[e + 1] == off[e])
@@ -145,7 +166,7 @@ int ms_moe_forward(struct ms_backend *be, const struct ms_qmoe *m, struct ms_swi
 {
 	int64_t E = m->n_experts, H = m->hidden, I = m->inter, nk = n * k;
 	int64_t maxrows = (2 * I > H ? 2 * I : H);
-	int64_t max_items = E * ((maxrows + 15) / 16 + 1);
+	int64_t max_items = E * ((maxrows + 15) / 16 + 1); /* blocks are >= 16 rows */
 	int64_t *off = calloc((size_t)E + 1, sizeof(*off));
 	int64_t *fill = calloc((size_t)E, sizeof(*fill));
 	int32_t *slot = malloc((size_t)nk * sizeof(*slot));
@@ -155,8 +176,9 @@ int ms_moe_forward(struct ms_backend *be, const struct ms_qmoe *m, struct ms_swi
 	float *a = malloc((size_t)(nk * I) * sizeof(float));
 	float *ys = malloc((size_t)(nk * H) * sizeof(float));
 	float *rs = malloc((size_t)nk * sizeof(float));
+	void **xqs = calloc((size_t)E, sizeof(*xqs));
 	int rc = 0;
-	if (!off || !fill || !slot || !items || !xg || !g || !a || !ys || !rs) {
+	if (!off || !fill || !slot || !items || !xg || !g || !a || !ys || !rs || !xqs) {
 		rc = ms_err_set(err, -ENOMEM, "MoE: out of memory for %lld tokens", (long long)n);
 		goto out;
 	}
@@ -170,21 +192,38 @@ int ms_moe_forward(struct ms_backend *be, const struct ms_qmoe *m, struct ms_swi
 		slot[row] = (int32_t)s;
 		memcpy(xg + row * H, h + (s / k) * H, (size_t)H * sizeof(float));
 	}
-	struct moe_job job = {m, act, items, off, slot, w, xg, g, a, rs, ys, 0};
+	struct moe_job job = {m, act, items, off, slot, w, xg, g, a, rs, ys, xqs, 0, false};
 	bool quant_in = false, quant_mid = false;
+	int64_t align = 16;
+	uint64_t bytes = 0;
 	for (int64_t e = 0; e < E; e++) {
-		quant_in |= m->gate_up[e].act.kind != MS_ACTQ_NONE;
-		quant_mid |= m->down[e].act.kind != MS_ACTQ_NONE;
+		const struct ms_qlinear *gu = &m->gate_up[e], *dn = &m->down[e];
+		quant_in |= gu->act.kind != MS_ACTQ_NONE || gu->kernel->prep;
+		quant_mid |= dn->act.kind != MS_ACTQ_NONE || dn->kernel->prep;
+		align = gu->kernel->row_align > align ? gu->kernel->row_align : align;
+		align = dn->kernel->row_align > align ? dn->kernel->row_align : align;
+		if (off[e + 1] > off[e])
+			bytes += ms_wmat_bytes(&gu->w) + ms_wmat_bytes(&dn->w);
 	}
+	ms_backend_count_bytes(be, bytes);
 	if (quant_in)
 		ms_pool_run(&be->pool, (int)E, quant_task, &job);
-	int64_t ni = make_items(items, off, E, 2 * I, be->pool.n_threads, true);
+	if (job.failed) {
+		rc = ms_err_set(err, -ENOMEM, "MoE: out of memory for prepared inputs");
+		goto out;
+	}
+	int64_t ni = make_items(items, off, E, 2 * I, be->pool.n_threads, align);
 	ms_pool_run(&be->pool, (int)ni, gate_up_task, &job);
+	free_prep(&job, E);
 	if (quant_mid) {
 		job.stage = 1;
 		ms_pool_run(&be->pool, (int)E, quant_task, &job);
 	}
-	ni = make_items(items, off, E, H, be->pool.n_threads, false);
+	if (job.failed) {
+		rc = ms_err_set(err, -ENOMEM, "MoE: out of memory for prepared inputs");
+		goto out;
+	}
+	ni = make_items(items, off, E, H, be->pool.n_threads, align);
 	ms_pool_run(&be->pool, (int)ni, down_task, &job);
 	/* Fixed-order reduction over the k experts of each token. */
 	for (int64_t t = 0; t < n; t++) {
@@ -195,6 +234,10 @@ int ms_moe_forward(struct ms_backend *be, const struct ms_qmoe *m, struct ms_swi
 				o[r] += ys[(t * k + j) * H + r];
 	}
 out:
+	if (xqs)
+		for (int64_t e = 0; e < E; e++)
+			free(xqs[e]);
+	free(xqs);
 	free(off);
 	free(fill);
 	free(slot);

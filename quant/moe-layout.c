@@ -116,12 +116,15 @@ static int load_split(const struct ms_quant_config *qc, const struct ms_checkpoi
 	int64_t *map = malloc((size_t)(2 * I) * sizeof(int64_t));
 	if (!map)
 		return ms_err_set(err, -ENOMEM, "out of memory");
+	/* The parts only live until they are spliced: pack the result, not them. */
+	be->no_pack++;
 	int rc = ms_quant_load_linear(qc, ck, a_name, MS_QKIND_LINEAR, I, H, true, be, &a, err);
 	if (!rc) {
 		rc = ms_quant_load_linear(qc, ck, b_name, MS_QKIND_LINEAR, I, H, true, be, &b, err);
 		if (rc)
 			ms_qlinear_free(&a);
 	}
+	be->no_pack--;
 	if (rc) {
 		free(map);
 		return rc;
@@ -133,6 +136,8 @@ static int load_split(const struct ms_quant_config *qc, const struct ms_checkpoi
 			map[i] = i < I ? i : -(i - I) - 1;
 	}
 	rc = ms_qlinear_splice_rows(gu, &a, &b, map, 2 * I, a_name, err);
+	if (!rc && (rc = ms_qlinear_set_kernel(gu, be, a_name, err)))
+		ms_qlinear_free(gu);
 	ms_qlinear_free(&a);
 	ms_qlinear_free(&b);
 	free(map);

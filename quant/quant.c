@@ -292,11 +292,20 @@ int ms_quant_load_linear(const struct ms_quant_config *qc, const struct ms_check
 int ms_qlinear_set_kernel(struct ms_qlinear *l, struct ms_backend *be, const char *prefix,
 			  struct ms_err *err)
 {
-	l->kernel = ms_backend_find_kernel(be, l->w.fmt);
-	if (!l->kernel)
-		return ms_err_set(err, -ENOTSUP, "%s: no kernel computes %s weights", prefix,
-				  ms_wfmt_name(l->w.fmt));
-	l->why = ms_backend_kernel_reason(be, l->w.fmt);
+	free(l->pack_owned);
+	l->pack_owned = NULL;
+	l->w.pack = NULL;
+	l->w.pack_bytes = 0;
+	if (be->no_pack) {
+		/* a part about to be spliced into another matrix: that one packs */
+		l->kernel = &ms_kernels_ref[l->w.fmt < MS_WFMT_COUNT ? l->w.fmt : 0];
+		snprintf(l->why, sizeof(l->why), "part of a spliced matrix");
+		return 0;
+	}
+	struct ms_err e2 = {0};
+	int rc = ms_backend_bind(be, &l->w, &l->kernel, &l->pack_owned, l->why, sizeof(l->why), &e2);
+	if (rc)
+		return ms_err_set(err, rc, "%s: %s", prefix, e2.msg);
 	return 0;
 }
 
@@ -343,6 +352,7 @@ void ms_qlinear_free(struct ms_qlinear *l)
 	if (!l)
 		return;
 	free(l->bias);
+	free(l->pack_owned);
 	for (int i = 0; i < MS_QLINEAR_OWNED; i++)
 		free(l->owned[i]);
 	memset(l, 0, sizeof(*l));
@@ -474,8 +484,10 @@ int ms_qlinear_splice_rows(struct ms_qlinear *dst, const struct ms_qlinear *a,
 	dst->w.fscale = fs;
 	dst->w.fzero = fz;
 	dst->w.row_g_idx = maps ? (const int32_t *const *)rg : NULL;
+	dst->w.pack = NULL; /* the caller binds a kernel to the new matrix */
+	dst->w.pack_bytes = 0;
 	dst->kernel = a->kernel;
-	dst->why = a->why;
+	snprintf(dst->why, sizeof(dst->why), "%s", a->why);
 	dst->act = a->act;
 	dst->scheme = a->scheme;
 	return 0;

@@ -36,10 +36,11 @@ struct ms_qlinear {
 	const char *scheme;             /* scheme that loaded it */
 	struct ms_wmat w;
 	const struct ms_kernel *kernel; /* chosen when loading */
-	const char *why;                /* why that kernel (inspect) */
+	char why[160];                  /* why that kernel (inspect) */
 	float *bias;                    /* [out] fp32, owned; NULL when none */
 	struct ms_actq act;             /* input quantization (NONE for most) */
 	void *owned[MS_QLINEAR_OWNED];  /* buffers this layer owns (repacked data) */
+	void *pack_owned;               /* the kernel's packed copy (w.pack), or NULL */
 };
 
 /* The experts of one MoE layer in the one layout the kernels use: per
@@ -128,8 +129,9 @@ void ms_qmoe_free(struct ms_qmoe *m);
 void ms_qlinear_apply(struct ms_backend *be, const struct ms_qlinear *l, const float *x,
 		      int64_t n, float *y);
 
-/* Give l the backend's kernel for its format (and the reason); an error
- * when none exists. */
+/* Give l the backend's kernel for its format (and the reason), packing the
+ * weights into that kernel's layout when it has one; an error when none
+ * exists. Called again after l->w changes (it drops an old packed copy). */
 int ms_qlinear_set_kernel(struct ms_qlinear *l, struct ms_backend *be, const char *prefix,
 			  struct ms_err *err);
 

@@ -136,15 +136,23 @@ struct common_opts {
 	const char *kernels;
 	long threads;
 	const char *numa;   /* auto, off, interleave */
+	bool exact;         /* kernels keep fp32 activations */
 };
 
-enum { OPT_KERNELS = 1000, OPT_THREADS, OPT_LOGITS, OPT_IGNORE_EOS, OPT_PROMPT, OPT_NUMA };
+enum { OPT_KERNELS = 1000, OPT_THREADS, OPT_LOGITS, OPT_IGNORE_EOS, OPT_PROMPT, OPT_NUMA, OPT_EXACT };
 
 static int load(const struct common_opts *o, struct ms_backend *be, struct ms_model *m)
 {
 	struct ms_err err = {0};
-	int rc = ms_backend_init(be, o->kernels ? o->kernels : getenv("MOESERVE_KERNELS"),
-				 (int)o->threads, &err);
+	/* --exact, or MOESERVE_EXACT=1 (tests that compare logits with the
+	 * float64 reference set it for every subcommand). */
+	const char *ex = getenv("MOESERVE_EXACT");
+	struct ms_backend_opts bo = {
+		.kernels = o->kernels ? o->kernels : getenv("MOESERVE_KERNELS"),
+		.threads = (int)o->threads,
+		.exact = o->exact || (ex && *ex && strcmp(ex, "0") && strcmp(ex, "false")),
+	};
+	int rc = ms_backend_init_opts(be, &bo, &err);
 	if (rc) {
 		/* An unknown kernel set is the caller's mistake, not the model's. */
 		fprintf(stderr, "moeserve: error: %s\n", err.msg);
@@ -186,6 +194,8 @@ static void generate_help(void)
 	       "  --threads N        worker threads (default: available CPUs)\n"
 	       "  --kernels SET      kernel set: %s (default auto,\n"
 	       "                     or $MOESERVE_KERNELS)\n"
+	       "  --exact            only kernels that keep fp32 activations: logits match\n"
+	       "                     the reference to fp32 rounding (or $MOESERVE_EXACT=1)\n"
 	       "  --numa MODE        auto (interleave weights when there are several NUMA\n"
 	       "                     nodes), off, interleave (default auto, or $MOESERVE_NUMA)\n"
 	       "  -h, --help         this help\n",
@@ -221,10 +231,11 @@ static int cmd_generate(int argc, char **argv)
 		{"threads", required_argument, NULL, OPT_THREADS},
 		{"kernels", required_argument, NULL, OPT_KERNELS},
 		{"numa", required_argument, NULL, OPT_NUMA},
+		{"exact", no_argument, NULL, OPT_EXACT},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	struct common_opts co = {default_model(), NULL, 0, NULL};
+	struct common_opts co = {default_model(), NULL, 0, NULL, false};
 	const char *tokens = NULL, *logits_out = NULL, *text = NULL;
 	long max_tokens = 16;
 	bool ignore_eos = false;
@@ -246,6 +257,7 @@ static int cmd_generate(int argc, char **argv)
 			break;
 		case OPT_KERNELS: co.kernels = optarg; break;
 		case OPT_NUMA: co.numa = optarg; break;
+		case OPT_EXACT: co.exact = true; break;
 		case OPT_PROMPT: text = optarg; break;
 		case 'h': generate_help(); return EX_OK;
 		default: return usage_error("generate", "%s", "invalid option");
@@ -398,16 +410,18 @@ static int cmd_inspect(int argc, char **argv)
 		{"threads", required_argument, NULL, OPT_THREADS},
 		{"kernels", required_argument, NULL, OPT_KERNELS},
 		{"numa", required_argument, NULL, OPT_NUMA},
+		{"exact", no_argument, NULL, OPT_EXACT},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	struct common_opts co = {default_model(), NULL, 0, NULL};
+	struct common_opts co = {default_model(), NULL, 0, NULL, false};
 	int c;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'm': co.model = optarg; break;
 		case OPT_NUMA: co.numa = optarg; break;
+		case OPT_EXACT: co.exact = true; break;
 		case OPT_THREADS:
 			if (!parse_long(optarg, 1, 1024, &co.threads))
 				return usage_error("inspect", "--threads: \"%s\" is not in [1, 1024]", optarg);
@@ -497,7 +511,7 @@ static int cmd_dequant(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	struct common_opts co = {default_model(), NULL, 1, NULL};
+	struct common_opts co = {default_model(), NULL, 1, NULL, false};
 	const char *module = NULL, *out = NULL;
 	int c;
 	optind = 1;
@@ -856,12 +870,13 @@ static int cmd_bench(int argc, char **argv)
 		{"kernels", required_argument, NULL, OPT_KERNELS},
 		{"prompt-tokens", required_argument, NULL, 'p'},
 		{"numa", required_argument, NULL, OPT_NUMA},
+		{"exact", no_argument, NULL, OPT_EXACT},
 		{"decode-tokens", required_argument, NULL, 'n'},
 		{"json", no_argument, NULL, 'j'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	struct common_opts co = {default_model(), NULL, 0, NULL};
+	struct common_opts co = {default_model(), NULL, 0, NULL, false};
 	struct ms_bench_opts bo = {.prompt_tokens = 512, .decode_tokens = 32};
 	long v;
 	int c;
@@ -886,6 +901,7 @@ static int cmd_bench(int argc, char **argv)
 			break;
 		case 'j': bo.json_only = true; break;
 		case OPT_NUMA: co.numa = optarg; break;
+		case OPT_EXACT: co.exact = true; break;
 		case 'h':
 			printf("Usage: moeserve bench [--model DIR] [--threads N] [--kernels SET]\n"
 			       "                      [--prompt-tokens N] [--decode-tokens N] [--json]\n"
