@@ -307,7 +307,12 @@ void ms_backend_gemm(struct ms_backend *be, const struct ms_kernel *k, const str
 		k->prep(w, x, w->cols, n, xq);
 	}
 	struct gemm_job j = {k, w, x, bias, xq, y, n, per};
-	ms_pool_run(&be->pool, (int)((w->rows + per - 1) / per), gemm_task, &j);
+	if (k->whole && k->whole(w, n)) {
+		j.rows_per_task = w->rows;
+		gemm_task(&j, 0, 0);
+	} else {
+		ms_pool_run(&be->pool, (int)((w->rows + per - 1) / per), gemm_task, &j);
+	}
 	ms_backend_count_bytes(be, ms_wmat_bytes(w));
 	free(xq);
 }

@@ -115,6 +115,14 @@ struct ms_kernel {
 	ms_prep_fn prep;
 	ms_gemmq_fn gemmq;
 	int row_align;         /* packed kernels: rows per panel (0: any) */
+	/* Packed copies that are not one malloc'd buffer (a library's objects)
+	 * are released with this; NULL: free(). */
+	void (*pack_free)(void *owned);
+	/* When it returns true for this matrix and n, the backend calls gemmq
+	 * once for all rows from the calling thread instead of splitting rows
+	 * over its pool (a library kernel with its own threading, such as
+	 * oneDNN above a batch size it measured at pack time). */
+	bool (*whole)(const struct ms_wmat *w, int64_t n);
 	/* Rounds activations (to int8, bf16, ...) before the product: results
 	 * differ from the reference by more than fp32 summation order (each
 	 * such kernel states its error in engine/README.md). --exact skips it. */

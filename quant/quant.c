@@ -289,11 +289,21 @@ int ms_quant_load_linear(const struct ms_quant_config *qc, const struct ms_check
 	return 0;
 }
 
+void ms_qlinear_drop_pack(struct ms_qlinear *l)
+{
+	if (l->pack_owned) {
+		if (l->kernel && l->kernel->pack_free)
+			l->kernel->pack_free(l->pack_owned);
+		else
+			free(l->pack_owned);
+	}
+	l->pack_owned = NULL;
+}
+
 int ms_qlinear_set_kernel(struct ms_qlinear *l, struct ms_backend *be, const char *prefix,
 			  struct ms_err *err)
 {
-	free(l->pack_owned);
-	l->pack_owned = NULL;
+	ms_qlinear_drop_pack(l);
 	l->w.pack = NULL;
 	l->w.pack_bytes = 0;
 	if (be->no_pack) {
@@ -352,7 +362,7 @@ void ms_qlinear_free(struct ms_qlinear *l)
 	if (!l)
 		return;
 	free(l->bias);
-	free(l->pack_owned);
+	ms_qlinear_drop_pack(l);
 	for (int i = 0; i < MS_QLINEAR_OWNED; i++)
 		free(l->owned[i]);
 	memset(l, 0, sizeof(*l));

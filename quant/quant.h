@@ -122,6 +122,8 @@ int ms_quant_load_moe(const struct ms_quant_config *qc, const struct ms_checkpoi
 		      struct ms_backend *be, struct ms_qmoe *m, struct ms_err *err);
 
 void ms_qlinear_free(struct ms_qlinear *l);
+/* Release l's packed copy (with its kernel's pack_free). */
+void ms_qlinear_drop_pack(struct ms_qlinear *l);
 void ms_qmoe_free(struct ms_qmoe *m);
 
 /* y[n, out] = x[n, in] W^T + b on the backend's pool, with the layer's
