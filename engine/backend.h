@@ -27,6 +27,7 @@ struct ms_backend {
 	char reasons[MS_WFMT_COUNT][96];   /* why the first candidate was chosen */
 	uint64_t bytes_streamed;   /* weight bytes read by gemms so far (bench) */
 	int no_pack;               /* > 0 while loading parts of a spliced matrix */
+	void *bind_defer;          /* quant/: layers waiting for the parallel bind pass */
 	int numa_nodes;            /* memory nodes (libnuma), 1 without NUMA */
 	bool numa_interleave;      /* weights interleaved over the nodes */
 };

@@ -156,6 +156,11 @@ static void row_range_f32(const struct ms_wmat *m, int64_t r, int64_t c0, int64_
 
 void ms_wmat_row_f32(const struct ms_wmat *m, int64_t r, float *out)
 {
+	if (!m->w && m->pack_row) {
+		/* the rows were released after packing */
+		m->pack_row(m->pack, r, out);
+		return;
+	}
 	row_range_f32(m, r, 0, m->cols, out);
 }
 

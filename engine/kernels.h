@@ -52,6 +52,9 @@ struct ms_wmat {
 	 * rows above directly. The rows above stay valid either way. */
 	const void *pack;
 	size_t pack_bytes;        /* bytes a packed kernel streams per pass */
+	/* Decode row r from the packed copy (set by pack functions that can):
+	 * once it is set, the loader may release the rows above (w = NULL). */
+	void (*pack_row)(const void *pack, int64_t r, float *out);
 };
 
 /* Bits a stored INTQ code occupies (3-bit codes are kept in nibbles). */
@@ -123,6 +126,9 @@ struct ms_kernel {
 	 * over its pool (a library kernel with its own threading, such as
 	 * oneDNN above a batch size it measured at pack time). */
 	bool (*whole)(const struct ms_wmat *w, int64_t n);
+	/* A packed kernel whose gemmq still reads the rows of the matrix (for
+	 * some n): the loader must keep them resident. */
+	bool keeps_rows;
 	/* Rounds activations (to int8, bf16, ...) before the product: results
 	 * differ from the reference by more than fp32 summation order (each
 	 * such kernel states its error in engine/README.md). --exact skips it. */

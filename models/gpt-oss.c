@@ -128,10 +128,8 @@ static int load_linear(struct ms_model *m, const char *group, const char *prefix
 		       enum ms_qkind kind, int64_t out, int64_t in, bool bias, struct ms_qlinear *l,
 		       struct ms_err *err)
 {
-	int rc = ms_quant_load_linear(&m->qcfg, &m->ck, prefix, kind, out, in, bias, m->be, l, err);
-	if (!rc)
-		add_group(m, group, l);
-	return rc;
+	(void)group; /* groups are added once kernels are bound (add_groups) */
+	return ms_quant_load_linear(&m->qcfg, &m->ck, prefix, kind, out, in, bias, m->be, l, err);
 }
 
 static void gptoss_unload(struct ms_model *m)
@@ -200,12 +198,28 @@ static int load_layer(struct ms_model *m, int64_t i, struct gptoss_layer *L, str
 	if ((rc = ms_quant_load_moe(&m->qcfg, &m->ck, name, c->n_experts, H, c->intermediate, m->be,
 				    &L->moe, err)))
 		return rc;
-	for (int64_t e = 0; e < c->n_experts; e++) {
-		add_group(m, "experts gate_up", &L->moe.gate_up[e]);
-		add_group(m, "experts down", &L->moe.down[e]);
-	}
 	m->moe_layout = L->moe.layout;
 	return 0;
+}
+
+/* Inspect groups, in load order. */
+static void add_groups(struct ms_model *m, const struct gptoss *g)
+{
+	const struct ms_model_config *c = &m->cfg;
+	add_group(m, "embedding", &g->embed);
+	for (int64_t i = 0; i < c->n_layers; i++) {
+		const struct gptoss_layer *L = &g->layers[i];
+		const struct ms_qlinear *att[] = {&L->q, &L->k, &L->v, &L->o};
+		for (int j = 0; j < 4; j++)
+			add_group(m, "attention q/k/v/o", att[j]);
+		add_group(m, "router", &L->router);
+		for (int64_t e = 0; e < c->n_experts; e++) {
+			add_group(m, "experts gate_up", &L->moe.gate_up[e]);
+			add_group(m, "experts down", &L->moe.down[e]);
+		}
+	}
+	if (!g->tied)
+		add_group(m, "lm_head", &g->lm_head);
 }
 
 static int gptoss_load(struct ms_model *m, struct ms_err *err)
@@ -223,8 +237,13 @@ static int gptoss_load(struct ms_model *m, struct ms_err *err)
 	if (!g->layers || !g->inv_freq)
 		return ms_err_set(err, -ENOMEM, "out of memory");
 	ms_gptoss_rope_freqs(c, g->inv_freq, &g->rope_scale);
-	int rc = load_linear(m, "embedding", "model.embed_tokens", MS_QKIND_EMBEDDING, c->vocab,
-			     c->hidden, false, &g->embed, err);
+	/* Schemes check and map every tensor first; the kernels' repacking then
+	 * runs as one parallel pass over all matrices (ms_quant_bind_end). */
+	int rc = ms_quant_bind_begin(m->be, err);
+	if (rc)
+		return rc;
+	rc = load_linear(m, "embedding", "model.embed_tokens", MS_QKIND_EMBEDDING, c->vocab,
+			 c->hidden, false, &g->embed, err);
 	for (int64_t i = 0; !rc && i < c->n_layers; i++)
 		rc = load_layer(m, i, &g->layers[i], err);
 	if (!rc)
@@ -237,6 +256,13 @@ static int gptoss_load(struct ms_model *m, struct ms_err *err)
 			rc = load_linear(m, "lm_head", "lm_head", MS_QKIND_LINEAR, c->vocab,
 					 c->hidden, false, &g->lm_head, err);
 	}
+	/* end the deferred pass even after a failure: it owns the list */
+	struct ms_err e2 = {0};
+	int rc2 = ms_quant_bind_end(m->be, &m->pack_stats, &e2);
+	if (!rc && rc2)
+		rc = ms_err_set(err, rc2, "%s", e2.msg);
+	if (!rc)
+		add_groups(m, g);
 	return rc; /* on failure the caller's ms_model_free() unloads */
 }
 

@@ -74,6 +74,7 @@ struct ms_model {
 	int n_groups;
 	const char *moe_layout;       /* expert layout family found on disk */
 	double load_seconds;
+	struct ms_bind_stats pack_stats; /* the parallel kernel-binding/repacking pass */
 	void *impl;                   /* the architecture's weights */
 };
 

@@ -8,6 +8,9 @@
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "model-config.h" /* ms_read_file */
@@ -279,8 +282,11 @@ int ms_quant_load_linear(const struct ms_quant_config *qc, const struct ms_check
 	if (!rc && !s->load_linear)
 		rc = ms_err_set(err, -ENOTSUP, "%s: scheme %s cannot load a linear layer", prefix,
 				s->name);
+	/* embeddings are looked up by row: never packed */
+	be->no_pack += kind == MS_QKIND_EMBEDDING;
 	if (!rc)
 		rc = s->load_linear(qc, ck, prefix, out, in, has_bias, be, l, err);
+	be->no_pack -= kind == MS_QKIND_EMBEDDING;
 	if (rc) {
 		ms_qlinear_free(l);
 		return rc;
@@ -300,23 +306,161 @@ void ms_qlinear_drop_pack(struct ms_qlinear *l)
 	l->pack_owned = NULL;
 }
 
+/* After packing, the rows the scheme produced are dead weight: free the
+ * copies it owns, or let the kernel drop the checkpoint pages it read (they
+ * stay in the page cache; touching them again just faults them back in). */
+static void release_rows(struct ms_qlinear *l)
+{
+	struct ms_wmat *w = &l->w;
+	if (!w->pack || l->kernel->keeps_rows || !w->pack_row)
+		return;
+	bool owned = false;
+	for (int i = 0; i < MS_QLINEAR_OWNED; i++)
+		owned |= l->owned[i] != NULL;
+	if (owned) {
+		for (int i = 0; i < MS_QLINEAR_OWNED; i++) {
+			free(l->owned[i]);
+			l->owned[i] = NULL;
+		}
+	} else {
+		long pg = sysconf(_SC_PAGESIZE);
+		const uint8_t *ranges[2][2] = {
+			{w->w, w->w ? w->w + (size_t)w->rows * w->row_bytes : NULL},
+			{w->scales, w->scales ? w->scales + (size_t)w->rows * w->scale_row_bytes : NULL},
+		};
+		for (int i = 0; i < 2; i++) {
+			if (!ranges[i][0])
+				continue;
+			uintptr_t a = ((uintptr_t)ranges[i][0] + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
+			uintptr_t b = (uintptr_t)ranges[i][1] & ~((uintptr_t)pg - 1);
+			if (b > a)
+				madvise((void *)a, b - a, MADV_DONTNEED);
+		}
+	}
+	w->w = NULL;
+	w->scales = NULL;
+	w->fscale = NULL;
+	w->fzero = NULL;
+	w->row_g_idx = NULL;
+}
+
+static int bind_now(struct ms_qlinear *l, struct ms_backend *be, const char *prefix,
+		    struct ms_err *err)
+{
+	struct ms_err e2 = {0};
+	int rc = ms_backend_bind(be, &l->w, &l->kernel, &l->pack_owned, l->why, sizeof(l->why), &e2);
+	if (rc)
+		return ms_err_set(err, rc, "%s: %s", prefix, e2.msg);
+	release_rows(l);
+	return 0;
+}
+
+/* Binding deferred to a parallel pass (ms_quant_bind_begin/end). */
+struct bind_item {
+	struct ms_qlinear *l;
+	char prefix[192];
+	int rc;
+	struct ms_err err;
+};
+
+struct ms_bind_defer {
+	struct bind_item *items;
+	size_t n, cap;
+	struct ms_backend *be;
+};
+
 int ms_qlinear_set_kernel(struct ms_qlinear *l, struct ms_backend *be, const char *prefix,
 			  struct ms_err *err)
 {
 	ms_qlinear_drop_pack(l);
 	l->w.pack = NULL;
 	l->w.pack_bytes = 0;
-	if (be->no_pack) {
-		/* a part about to be spliced into another matrix: that one packs */
-		l->kernel = &ms_kernels_ref[l->w.fmt < MS_WFMT_COUNT ? l->w.fmt : 0];
-		snprintf(l->why, sizeof(l->why), "part of a spliced matrix");
+	l->w.pack_row = NULL;
+	const struct ms_kernel *plain = NULL;
+	if (l->w.fmt >= 0 && l->w.fmt < MS_WFMT_COUNT)
+		for (int i = 0; i < be->n_kernels[l->w.fmt] && !plain; i++)
+			if (!be->kernels[l->w.fmt][i]->pack)
+				plain = be->kernels[l->w.fmt][i];
+	/* Something to be spliced into another matrix, or an embedding: the
+	 * rows are read as they are, so a plain kernel, no packed copy. */
+	if (be->no_pack || !plain) {
+		if (!plain)
+			return ms_err_set(err, -ENOTSUP, "%s: no kernel computes %s weights", prefix,
+					  ms_wfmt_name(l->w.fmt));
+		l->kernel = plain;
+		snprintf(l->why, sizeof(l->why), "%s (rows read in place, not packed)",
+			 be->reasons[l->w.fmt]);
 		return 0;
 	}
-	struct ms_err e2 = {0};
-	int rc = ms_backend_bind(be, &l->w, &l->kernel, &l->pack_owned, l->why, sizeof(l->why), &e2);
-	if (rc)
-		return ms_err_set(err, rc, "%s: %s", prefix, e2.msg);
+	l->kernel = plain; /* until the deferred pass binds it */
+	struct ms_bind_defer *d = be->bind_defer;
+	if (d) {
+		if (d->n == d->cap) {
+			size_t cap = d->cap ? 2 * d->cap : 256;
+			struct bind_item *it = realloc(d->items, cap * sizeof(*it));
+			if (!it)
+				return ms_err_set(err, -ENOMEM, "%s: out of memory", prefix);
+			d->items = it;
+			d->cap = cap;
+		}
+		struct bind_item *it = &d->items[d->n++];
+		memset(it, 0, sizeof(*it));
+		it->l = l;
+		snprintf(it->prefix, sizeof(it->prefix), "%s", prefix);
+		return 0;
+	}
+	return bind_now(l, be, prefix, err);
+}
+
+int ms_quant_bind_begin(struct ms_backend *be, struct ms_err *err)
+{
+	struct ms_bind_defer *d = calloc(1, sizeof(*d));
+	if (!d)
+		return ms_err_set(err, -ENOMEM, "out of memory");
+	d->be = be;
+	be->bind_defer = d;
 	return 0;
+}
+
+static void bind_task(void *ctx, int i, int worker)
+{
+	(void)worker;
+	struct ms_bind_defer *d = ctx;
+	struct bind_item *it = &d->items[i];
+	it->rc = bind_now(it->l, d->be, it->prefix, &it->err);
+}
+
+int ms_quant_bind_end(struct ms_backend *be, struct ms_bind_stats *st, struct ms_err *err)
+{
+	struct ms_bind_defer *d = be->bind_defer;
+	int rc = 0;
+	if (!d)
+		return 0;
+	be->bind_defer = NULL;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	/* One matrix per task, largest variety of sizes: the pool balances. */
+	ms_pool_run(&be->pool, (int)d->n, bind_task, d);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	if (st) {
+		memset(st, 0, sizeof(*st));
+		st->seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+		st->threads = be->pool.n_threads;
+	}
+	for (size_t i = 0; i < d->n; i++) {
+		if (d->items[i].rc && !rc)
+			rc = ms_err_set(err, d->items[i].rc, "%s", d->items[i].err.msg);
+		if (st && !d->items[i].rc) {
+			st->matrices++;
+			if (d->items[i].l->w.pack) {
+				st->packed++;
+				st->packed_bytes += d->items[i].l->w.pack_bytes;
+			}
+		}
+	}
+	free(d->items);
+	free(d);
+	return rc;
 }
 
 int ms_qlinear_load_bias(struct ms_qlinear *l, const struct ms_checkpoint *ck, const char *prefix,

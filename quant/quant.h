@@ -137,6 +137,19 @@ void ms_qlinear_apply(struct ms_backend *be, const struct ms_qlinear *l, const f
 int ms_qlinear_set_kernel(struct ms_qlinear *l, struct ms_backend *be, const char *prefix,
 			  struct ms_err *err);
 
+/* Bind kernels (and pack) in one parallel pass: between begin and end,
+ * ms_qlinear_set_kernel only records the layer (with a plain kernel until
+ * then); end binds them all on the backend's pool and says how it went.
+ * The layers must not move in memory in between. */
+struct ms_bind_stats {
+	double seconds;
+	int threads;
+	int64_t matrices, packed;
+	uint64_t packed_bytes;
+};
+int ms_quant_bind_begin(struct ms_backend *be, struct ms_err *err);
+int ms_quant_bind_end(struct ms_backend *be, struct ms_bind_stats *st, struct ms_err *err);
+
 /* A new matrix made of rows of a and b: row i of dst is row map[i] of a
  * when map[i] >= 0, else row (-map[i] - 1) of b. Formats, widths, groups and
  * activation quantization of a and b must agree. dst owns copies of

@@ -302,8 +302,10 @@ static int cmd_generate(int argc, char **argv)
 		ms_tokenizer_free(tok);
 		return rc;
 	}
-	fprintf(stderr, "moeserve: loaded %s in %.2f s (%s kernels, %d threads)\n", co.model,
-		m.load_seconds, be.isa, be.pool.n_threads);
+	fprintf(stderr, "moeserve: loaded %s in %.2f s (%s kernels, %d threads; repacked %lld of "
+		"%lld matrices, %.1f MiB, in %.2f s)\n", co.model, m.load_seconds, be.isa,
+		be.pool.n_threads, (long long)m.pack_stats.packed, (long long)m.pack_stats.matrices,
+		(double)m.pack_stats.packed_bytes / 1048576.0, m.pack_stats.seconds);
 	int64_t V = m.cfg.vocab, cap = n_prompt + max_tokens;
 	if (cap > m.cfg.max_pos)
 		cap = m.cfg.max_pos;

@@ -121,8 +121,11 @@ int ms_cmd_serve(int argc, char **argv, const char *default_model)
 		/* the context the server advertises is the engine's */
 		srv.max_model_len = o.ctx_size && o.ctx_size < m.cfg.max_pos ? o.ctx_size
 					: (m.cfg.max_pos < 8192 ? m.cfg.max_pos : 8192);
-		fprintf(stderr, "moeserve: ready in %.2f s: %s (%s kernels, %d threads)\n", now_s() - t0,
-			name, be.isa, be.pool.n_threads);
+		fprintf(stderr, "moeserve: ready in %.2f s: %s (%s kernels, %d threads; repacked %lld "
+			"of %lld matrices, %.1f MiB, in %.2f s)\n", now_s() - t0, name, be.isa,
+			be.pool.n_threads, (long long)m.pack_stats.packed,
+			(long long)m.pack_stats.matrices,
+			(double)m.pack_stats.packed_bytes / 1048576.0, m.pack_stats.seconds);
 	}
 	int sig = 0;
 	sigwait(&sigs, &sig);
