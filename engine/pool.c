@@ -31,26 +31,51 @@ struct helper_arg {
 	int worker;
 };
 
+/* ~50-80 us of polling (a pause is 25-40 ns on Zen 4): longer than the
+ * gaps inside a forward pass, short enough not to starve other processes. */
+#define SPIN_ITERS 2000
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
 static void *helper_main(void *argp)
 {
 	struct helper_arg a = *(struct helper_arg *)argp;
 	free(argp);
 	struct ms_pool *p = a.pool;
 	unsigned long seen = 0;
-	pthread_mutex_lock(&p->mu);
 	for (;;) {
-		while (!p->stop && p->generation == seen)
-			pthread_cond_wait(&p->cv_start, &p->mu);
-		if (p->stop)
+		unsigned long g = seen;
+		for (int i = 0; i < SPIN_ITERS && !atomic_load(&p->stop); i++) {
+			if ((g = atomic_load(&p->generation)) != seen)
+				break;
+			cpu_relax();
+		}
+		if (g == seen) {
+			/* Sleep. sleepers goes up before generation is re-read, and
+			 * ms_pool_run bumps generation before it reads sleepers (both
+			 * sequentially consistent), so one of the two sees the other. */
+			pthread_mutex_lock(&p->mu);
+			atomic_fetch_add(&p->sleepers, 1);
+			while (!atomic_load(&p->stop) && (g = atomic_load(&p->generation)) == seen)
+				pthread_cond_wait(&p->cv_start, &p->mu);
+			atomic_fetch_sub(&p->sleepers, 1);
+			pthread_mutex_unlock(&p->mu);
+		}
+		if (atomic_load(&p->stop))
 			break;
-		seen = p->generation;
-		pthread_mutex_unlock(&p->mu);
+		seen = g;
 		run_tasks(p, a.worker);
-		pthread_mutex_lock(&p->mu);
-		if (--p->n_busy == 0)
+		if (atomic_fetch_sub(&p->n_busy, 1) == 1 && atomic_load(&p->caller_asleep)) {
+			pthread_mutex_lock(&p->mu);
 			pthread_cond_signal(&p->cv_done);
+			pthread_mutex_unlock(&p->mu);
+		}
 	}
-	pthread_mutex_unlock(&p->mu);
 	return NULL;
 }
 
@@ -112,20 +137,28 @@ void ms_pool_run(struct ms_pool *p, int n_tasks, ms_pool_fn fn, void *ctx)
 			fn(ctx, t, 0);
 		return;
 	}
-	pthread_mutex_lock(&p->mu);
 	p->fn = fn;
 	p->ctx = ctx;
 	p->n_tasks = n_tasks;
 	atomic_store(&p->next, 0);
-	p->n_busy = p->n_threads - 1;
-	p->generation++;
-	pthread_cond_broadcast(&p->cv_start);
-	pthread_mutex_unlock(&p->mu);
+	atomic_store(&p->n_busy, p->n_threads - 1);
+	atomic_fetch_add(&p->generation, 1); /* publishes the job (seq_cst) */
+	if (atomic_load(&p->sleepers) > 0) {
+		pthread_mutex_lock(&p->mu);
+		pthread_cond_broadcast(&p->cv_start);
+		pthread_mutex_unlock(&p->mu);
+	}
 	run_tasks(p, 0);
-	pthread_mutex_lock(&p->mu);
-	while (p->n_busy > 0)
-		pthread_cond_wait(&p->cv_done, &p->mu);
-	pthread_mutex_unlock(&p->mu);
+	for (int i = 0; i < SPIN_ITERS && atomic_load(&p->n_busy) > 0; i++)
+		cpu_relax();
+	if (atomic_load(&p->n_busy) > 0) {
+		pthread_mutex_lock(&p->mu);
+		atomic_store(&p->caller_asleep, true);
+		while (atomic_load(&p->n_busy) > 0)
+			pthread_cond_wait(&p->cv_done, &p->mu);
+		atomic_store(&p->caller_asleep, false);
+		pthread_mutex_unlock(&p->mu);
+	}
 }
 
 void ms_pool_free(struct ms_pool *p)
@@ -133,7 +166,7 @@ void ms_pool_free(struct ms_pool *p)
 	if (!p || !p->n_threads)
 		return;
 	pthread_mutex_lock(&p->mu);
-	p->stop = true;
+	atomic_store(&p->stop, true);
 	pthread_cond_broadcast(&p->cv_start);
 	pthread_mutex_unlock(&p->mu);
 	for (int i = 0; i < p->n_threads - 1; i++)

@@ -24,9 +24,15 @@ struct ms_pool {
 	pthread_t *threads;     /* n_threads - 1 helpers */
 	pthread_mutex_t mu;
 	pthread_cond_t cv_start, cv_done;
-	unsigned long generation;  /* bumped per job; helpers wait for a change */
-	int n_busy;                /* helpers still inside the current job */
-	bool stop;
+	/* Jobs come in bursts (a decode step runs ~10 per layer, microseconds
+	 * apart): a helper spins on generation for a short while before it
+	 * sleeps on cv_start, and the caller spins on n_busy before cv_done, so
+	 * a job costs no futex round trip while the pool is hot. */
+	atomic_ulong generation;   /* bumped per job; helpers wait for a change */
+	atomic_int n_busy;         /* helpers still inside the current job */
+	atomic_int sleepers;       /* helpers asleep (or going to sleep) on cv_start */
+	atomic_bool caller_asleep; /* the caller waits on cv_done */
+	atomic_bool stop;
 	/* current job */
 	ms_pool_fn fn;
 	void *ctx;
