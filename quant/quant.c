@@ -430,21 +430,19 @@ static void bind_task(void *ctx, int i, int worker)
 	it->rc = bind_now(it->l, d->be, it->prefix, &it->err);
 }
 
-int ms_quant_bind_end(struct ms_backend *be, struct ms_bind_stats *st, struct ms_err *err)
+int ms_quant_bind_flush(struct ms_backend *be, struct ms_bind_stats *st, struct ms_err *err)
 {
 	struct ms_bind_defer *d = be->bind_defer;
 	int rc = 0;
-	if (!d)
+	if (!d || !d->n)
 		return 0;
-	be->bind_defer = NULL;
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	/* One matrix per task, largest variety of sizes: the pool balances. */
+	/* One matrix per task; the pool balances uneven sizes. */
 	ms_pool_run(&be->pool, (int)d->n, bind_task, d);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	if (st) {
-		memset(st, 0, sizeof(*st));
-		st->seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+		st->seconds += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
 		st->threads = be->pool.n_threads;
 	}
 	for (size_t i = 0; i < d->n; i++) {
@@ -458,6 +456,17 @@ int ms_quant_bind_end(struct ms_backend *be, struct ms_bind_stats *st, struct ms
 			}
 		}
 	}
+	d->n = 0;
+	return rc;
+}
+
+int ms_quant_bind_end(struct ms_backend *be, struct ms_bind_stats *st, struct ms_err *err)
+{
+	struct ms_bind_defer *d = be->bind_defer;
+	if (!d)
+		return 0;
+	int rc = ms_quant_bind_flush(be, st, err);
+	be->bind_defer = NULL;
 	free(d->items);
 	free(d);
 	return rc;

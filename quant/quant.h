@@ -137,10 +137,10 @@ void ms_qlinear_apply(struct ms_backend *be, const struct ms_qlinear *l, const f
 int ms_qlinear_set_kernel(struct ms_qlinear *l, struct ms_backend *be, const char *prefix,
 			  struct ms_err *err);
 
-/* Bind kernels (and pack) in one parallel pass: between begin and end,
+/* Bind kernels (and pack) in parallel passes: between begin and end,
  * ms_qlinear_set_kernel only records the layer (with a plain kernel until
- * then); end binds them all on the backend's pool and says how it went.
- * The layers must not move in memory in between. */
+ * then); flush and end bind what is recorded on the backend's pool and say
+ * how it went. The layers must not move in memory in between. */
 struct ms_bind_stats {
 	double seconds;
 	int threads;
@@ -148,6 +148,10 @@ struct ms_bind_stats {
 	uint64_t packed_bytes;
 };
 int ms_quant_bind_begin(struct ms_backend *be, struct ms_err *err);
+/* Bind what is pending now and keep deferring (a loader flushes after each
+ * layer so that the copies schemes make before packing never pile up);
+ * stats accumulate into st. */
+int ms_quant_bind_flush(struct ms_backend *be, struct ms_bind_stats *st, struct ms_err *err);
 int ms_quant_bind_end(struct ms_backend *be, struct ms_bind_stats *st, struct ms_err *err);
 
 /* A new matrix made of rows of a and b: row i of dst is row map[i] of a
