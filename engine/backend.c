@@ -7,6 +7,7 @@
  * format, falling back to ref for formats a set does not cover.
  */
 #include "backend.h"
+#include "dense-onednn.h"
 
 #include <cpuid.h>
 #include <errno.h>
@@ -20,17 +21,54 @@
 struct kernel_set {
 	const char *name;
 	const struct ms_kernel *list; /* preference order, ends with {0} */
+	bool forced_only;             /* only when named: never auto, nor a fallback */
 };
+
+/* kernels-amx.c, built for real tiles and on the tile model (amx-sim.h). */
+extern const struct ms_kernel ms_kernels_amx[], ms_kernels_amx_sim[];
+int ms_amx_request_perm(void);
 
 /* Most specific first; "ref" last. */
 static const struct kernel_set kernel_sets[] = {
-	{"avx512", ms_kernels_avx512},
-	{"avx2", ms_kernels_avx2},
-	{"ref", ms_kernels_ref},
+	{"amx", ms_kernels_amx, false},
+	/* the AMX kernels on the software tile model: slow, exact to the SDM's
+	 * semantics; lets tests run the tile code paths on CPUs without AMX */
+	{"amx-sim", ms_kernels_amx_sim, true},
+	{"avx512", ms_kernels_avx512, false},
+	{"avx2", ms_kernels_avx2, false},
+	{"ref", ms_kernels_ref, false},
 };
 #define N_SETS (sizeof(kernel_sets) / sizeof(kernel_sets[0]))
 
-const char ms_backend_kernel_sets[] = "auto, avx512, avx2, ref";
+const char ms_backend_kernel_sets[] = "auto, amx, amx-sim, avx512, avx2, ref";
+
+/* A set the search starting at set `first` may draw kernels from. */
+static bool set_in_search(size_t s, size_t first)
+{
+	return !kernel_sets[s].forced_only || s == first;
+}
+
+/* Linux hands out the tile data state only on request: once per process,
+ * from the first backend (before its pool's threads exist). Refused, the
+ * AMX flags are cleared: no tile instruction may run. */
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+static int amx_perm_rc;
+
+static void amx_perm_request(void)
+{
+	amx_perm_rc = ms_amx_request_perm();
+}
+
+static int amx_permission(unsigned *flags)
+{
+	const unsigned amx = MS_CPU_AMX_TILE | MS_CPU_AMX_INT8 | MS_CPU_AMX_BF16;
+	if (!(*flags & amx))
+		return 0;
+	pthread_once(&amx_once, amx_perm_request);
+	if (amx_perm_rc)
+		*flags &= ~amx;
+	return amx_perm_rc;
+}
 
 static uint64_t xgetbv0(void)
 {
@@ -114,7 +152,13 @@ int ms_backend_init_opts(struct ms_backend *be, const struct ms_backend_opts *o,
 	memset(be, 0, sizeof(*be));
 	be->name = "cpu";
 	be->cpu_flags = ms_cpu_detect();
+	int amx_rc = amx_permission(&be->cpu_flags);
+	char amx_why[96] = "";
+	if (amx_rc)
+		snprintf(amx_why, sizeof(amx_why), " (AMX present, but Linux refused tile state: %s)",
+			 strerror(-amx_rc));
 	be->exact = o->exact;
+	be->dense_int8 = o->dense_int8;
 	const char *kernels = o->kernels;
 	bool any = !kernels || !strcmp(kernels, "auto");
 	size_t first = N_SETS;
@@ -135,14 +179,16 @@ int ms_backend_init_opts(struct ms_backend *be, const struct ms_backend_opts *o,
 			need = 0;
 		if ((be->cpu_flags & need) != need) {
 			char buf[256];
-			return ms_err_set(err, -ENOTSUP, "--kernels %s: this CPU lacks %s", kernels,
-					  ms_cpu_flags_str(need & ~be->cpu_flags, buf, sizeof(buf)));
+			return ms_err_set(err, -ENOTSUP, "--kernels %s: this CPU lacks %s%s", kernels,
+					  ms_cpu_flags_str(need & ~be->cpu_flags, buf, sizeof(buf)),
+					  amx_why);
 		}
 	}
 	/* auto: the first set with any kernel this CPU runs names the backend. */
 	be->isa = NULL;
 	for (size_t s = first; s < N_SETS && !be->isa; s++)
-		for (const struct ms_kernel *k = kernel_sets[s].list; k->name; k++)
+		for (const struct ms_kernel *k = kernel_sets[s].list; k->name && set_in_search(s, first);
+		     k++)
 			if (kernel_usable(be, k)) {
 				be->isa = kernel_sets[s].name;
 				break;
@@ -154,15 +200,30 @@ int ms_backend_init_opts(struct ms_backend *be, const struct ms_backend_opts *o,
 	 * kernels' extensions), the reference always last. */
 	for (int f = 0; f < MS_WFMT_COUNT; f++) {
 		int n = 0;
+		/* oneDNN's bf16 matmul (dense-onednn.c) goes first for bf16 in the
+		 * avx512 and amx sets where the CPU multiplies bf16 natively; its
+		 * pack measures it against avx512-bf16 and declines a shape where
+		 * it never wins. */
+		bool onednn = f == MS_WFMT_BF16 &&
+			      (!strcmp(be->isa, "avx512") || !strcmp(be->isa, "amx")) &&
+			      kernel_usable(be, &ms_kernel_onednn_bf16) &&
+			      ms_dense_onednn_usable(be->cpu_flags);
+		if (onednn)
+			be->kernels[f][n++] = &ms_kernel_onednn_bf16;
 		for (size_t s = first; s + 1 < N_SETS; s++)
 			for (const struct ms_kernel *k = kernel_sets[s].list; k->name; k++)
 				if (k->fmt == (enum ms_wfmt)f && kernel_usable(be, k) &&
-				    n < MS_KERNEL_CANDIDATES - 1)
+				    set_in_search(s, first) && n < MS_KERNEL_CANDIDATES - 1)
 					be->kernels[f][n++] = k;
 		be->kernels[f][n++] = &ms_kernels_ref[f];
 		be->n_kernels[f] = n;
 		const struct ms_kernel *k0 = be->kernels[f][0];
-		if (strcmp(k0->isa, be->isa))
+		if (onednn)
+			snprintf(be->reasons[f], sizeof(be->reasons[f]),
+				 "%s set %s (oneDNN where measured faster, else %s; "
+				 "bf16 activations)", any ? "auto: best" : "forced:", be->isa,
+				 be->kernels[f][1]->name);
+		else if (strcmp(k0->isa, be->isa))
 			snprintf(be->reasons[f], sizeof(be->reasons[f]),
 				 "set %s has no usable %s kernel: %s", be->isa,
 				 ms_wfmt_name((enum ms_wfmt)f), k0->isa);
@@ -170,6 +231,11 @@ int ms_backend_init_opts(struct ms_backend *be, const struct ms_backend_opts *o,
 			snprintf(be->reasons[f], sizeof(be->reasons[f]), "%s set %s%s",
 				 any ? "auto: best" : "forced:", be->isa,
 				 k0->rounds_acts ? " (rounds activations)" : "");
+		if (amx_rc) { /* the CPU has AMX: say why it is not used */
+			size_t l = strlen(be->reasons[f]);
+			snprintf(be->reasons[f] + l, sizeof(be->reasons[f]) - l,
+				 "; amx off: tile state refused");
+		}
 	}
 	be->numa_nodes = numa_available() >= 0 ? numa_num_configured_nodes() : 1;
 	be->numa_nodes = be->numa_nodes > 0 ? be->numa_nodes : 1;

@@ -19,6 +19,7 @@ struct ms_backend {
 	const char *isa;           /* kernel set in use: "ref", ... */
 	unsigned cpu_flags;        /* what the CPU and OS support */
 	bool exact;                /* only kernels that keep fp32 activations */
+	bool dense_int8;           /* requantize dense bf16 projections to int8 at load */
 	struct ms_pool pool;
 	/* Per format, the kernels to try in order (a packed kernel may decline
 	 * a matrix it cannot take); the last is always the reference. */
@@ -47,6 +48,8 @@ struct ms_backend_opts {
 	const char *kernels;  /* as above */
 	int threads;
 	bool exact;           /* skip kernels that round activations (int8/bf16) */
+	bool dense_int8;      /* attention projections and lm_head to int8 per channel at
+			       * load (quant/unquant.c) */
 };
 int ms_backend_init_opts(struct ms_backend *be, const struct ms_backend_opts *o,
 			 struct ms_err *err);

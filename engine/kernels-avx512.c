@@ -6,13 +6,18 @@
  * Each row of W is streamed once per call and applied to up to four tokens
  * at a time; every token keeps its own accumulators in a fixed order, so a
  * token's result does not depend on how many others share the call (batch
- * invariance, tested). Formats without a kernel here (INTQ, FP8) fall back
- * to the reference kernel.
+ * invariance, tested).
+ *
+ * For MXFP4 and INTQ the int8-activation kernels of kernels-q8-avx512.c
+ * (VNNI) come first; the fp32 kernels here stay behind them for --exact and
+ * for matrices the q8 packer declines.
  */
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "kernels.h"
+#include "kernels-q8.h"
 
 #define TB 4 /* tokens per pass over a row */
 
@@ -130,12 +135,149 @@ static void gemm_mxfp4(const struct ms_wmat *w, int64_t r0, int64_t r1, const fl
 	}
 }
 
+/* ---- fp32 kernels for INTQ and FP8: a row is decoded to fp32 in chunks
+ * (each weight rounded exactly as ms_wmat_row_f32 rounds it), then applied
+ * to up to TB tokens at a time ---- */
+
+#define DEC_CHUNK 1024 /* columns decoded at once (a multiple of 16) */
+
+static inline __mmask16 mask_first(int64_t m)
+{
+	return m >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << m) - 1);
+}
+
+/* INTQ columns [c0, c1) of row r (c0 a multiple of 16): W = s * (q - z),
+ * the subtraction and the product rounded separately, as the reference. */
+static void intq_chunk(const struct ms_wmat *w, int64_t r, int64_t c0, int64_t c1, float *out)
+{
+	const int sb = ms_intq_storage_bits(w->bits);
+	const uint8_t *row = w->w + (size_t)r * w->row_bytes;
+	const float *s = w->fscale + (size_t)r * (size_t)w->n_groups;
+	const float *z = w->fzero + (size_t)r * (size_t)w->n_groups;
+	const int32_t *gi = w->row_g_idx ? w->row_g_idx[r] : NULL;
+	const int64_t gs = w->group_size;
+	/* element e of 16 consecutive codes: byte e * sb / 8, bit (e * sb) % 8 */
+	int32_t bi[16], sh[16];
+	for (int e = 0; e < 16; e++) {
+		bi[e] = e * sb / 8;
+		sh[e] = (e * sb) % 8;
+	}
+	const __m512i vbi = _mm512_loadu_si512(bi), vsh = _mm512_loadu_si512(sh);
+	const __m512i cmask = _mm512_set1_epi32((1 << w->bits) - 1);
+	for (int64_t k = c0; k < c1; k += 16) {
+		__mmask16 m = mask_first(c1 - k);
+		int64_t nbytes = ((c1 - k < 16 ? c1 - k : 16) * sb + 7) / 8;
+		__m128i raw = _mm_maskz_loadu_epi8(mask_first(nbytes), row + k * sb / 8);
+		__m512i codes = _mm512_and_si512(
+			_mm512_srlv_epi32(_mm512_permutexvar_epi32(vbi, _mm512_cvtepu8_epi32(raw)), vsh),
+			cmask);
+		__m512 sv, zv;
+		if (!gi && k / gs == (k + 15) / gs) {
+			sv = _mm512_set1_ps(s[k / gs]);
+			zv = _mm512_set1_ps(z[k / gs]);
+		} else {
+			__m512i g;
+			if (gi) {
+				g = _mm512_maskz_loadu_epi32(m, gi + k);
+			} else {
+				int32_t gg[16];
+				for (int e = 0; e < 16; e++)
+					gg[e] = (int32_t)((k + e) / gs);
+				g = _mm512_maskz_mov_epi32(m, _mm512_loadu_si512(gg));
+			}
+			sv = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, g, s, 4);
+			zv = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, g, z, 4);
+		}
+		__m512 v = _mm512_mul_ps(sv, _mm512_sub_ps(_mm512_cvtepi32_ps(codes), zv));
+		_mm512_mask_storeu_ps(out + (k - c0), m, v);
+	}
+}
+
+/* FP8 e4m3fn columns [c0, c1) of row r: exponent and mantissa placed in an
+ * fp16 (bias 15 instead of 7: a factor 2^-8 for normals and subnormals
+ * alike), converted, times 2^8, the sign from bit 7; 0x7F / 0xFF are NaN;
+ * then times the row scale (one rounding, as the reference). */
+static void fp8_chunk(const struct ms_wmat *w, int64_t r, int64_t c0, int64_t c1, float *out)
+{
+	const uint8_t *row = w->w + (size_t)r * w->row_bytes;
+	const __m512 sc = _mm512_set1_ps(w->fscale[r]), two8 = _mm512_set1_ps(256.0f);
+	const __m512 qnan = _mm512_set1_ps(NAN);
+	for (int64_t k = c0; k < c1; k += 16) {
+		__mmask16 m = mask_first(c1 - k);
+		__m128i raw = _mm_maskz_loadu_epi8(m, row + k);
+		__m256i h = _mm256_and_si256(_mm256_cvtepu8_epi16(raw), _mm256_set1_epi16(0x7F));
+		__mmask16 isnan = _mm256_cmpeq_epi16_mask(h, _mm256_set1_epi16(0x7F));
+		__m512 v = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_slli_epi16(h, 7)), two8);
+		__m512i sign = _mm512_slli_epi32(_mm512_and_si512(_mm512_cvtepu8_epi32(raw), _mm512_set1_epi32(0x80)), 24);
+		v = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
+		v = _mm512_mask_mov_ps(v, isnan, qnan);
+		_mm512_mask_storeu_ps(out + (k - c0), m, _mm512_mul_ps(v, sc));
+	}
+}
+
+typedef void (*chunk_fn)(const struct ms_wmat *w, int64_t r, int64_t c0, int64_t c1, float *out);
+
+static inline void gemm_chunked(const struct ms_wmat *w, int64_t r0, int64_t r1, const float *x,
+				int64_t ldx, int64_t n, float *y, int64_t ldy, chunk_fn dec)
+{
+	_Alignas(64) float buf[DEC_CHUNK];
+	int64_t K = w->cols;
+	for (int64_t r = r0; r < r1; r++) {
+		for (int64_t c0 = 0; c0 < K; c0 += DEC_CHUNK) {
+			int64_t c1 = c0 + DEC_CHUNK < K ? c0 + DEC_CHUNK : K, L = c1 - c0;
+			dec(w, r, c0, c1, buf);
+			for (int64_t t0 = 0; t0 < n; t0 += TB) {
+				int nt = (int)(n - t0 < TB ? n - t0 : TB);
+				__m512 acc[TB];
+				for (int t = 0; t < nt; t++)
+					acc[t] = _mm512_setzero_ps();
+				for (int64_t k = 0; k < L; k += 16) {
+					__mmask16 m = mask_first(L - k);
+					__m512 wv = _mm512_maskz_loadu_ps(m, buf + k);
+					for (int t = 0; t < nt; t++)
+						acc[t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + (t0 + t) * ldx + c0 + k),
+									 acc[t]);
+				}
+				for (int t = 0; t < nt; t++) {
+					float v = _mm512_reduce_add_ps(acc[t]);
+					float *o = &y[(t0 + t) * ldy + r];
+					*o = c0 ? *o + v : v;
+				}
+			}
+		}
+	}
+}
+
+static void gemm_intq(const struct ms_wmat *w, int64_t r0, int64_t r1, const float *x, int64_t ldx,
+		      int64_t n, float *y, int64_t ldy)
+{
+	gemm_chunked(w, r0, r1, x, ldx, n, y, ldy, intq_chunk);
+}
+
+static void gemm_fp8(const struct ms_wmat *w, int64_t r0, int64_t r1, const float *x, int64_t ldx,
+		     int64_t n, float *y, int64_t ldy)
+{
+	gemm_chunked(w, r0, r1, x, ldx, n, y, ldy, fp8_chunk);
+}
+
 #define AVX512_FLAGS (MS_CPU_AVX512F | MS_CPU_AVX512BW | MS_CPU_AVX512VL | MS_CPU_FMA | MS_CPU_F16C)
 
 const struct ms_kernel ms_kernels_avx512[] = {
+	/* int8 activations (kernels-q8.h states their error); first for their
+	 * formats, the fp32 kernels below take what they decline */
+	{.name = "avx512vnni-q8-mxfp4", .isa = "avx512", .fmt = MS_WFMT_MXFP4,
+	 .cpu_flags = AVX512_FLAGS | MS_CPU_AVX512VNNI, .pack = ms_q8_pack,
+	 .prep_size = ms_q8_prep_size, .prep = ms_q8_prep_avx512, .gemmq = ms_q8_gemmq_avx512vnni,
+	 .row_align = MS_Q8_PANEL, .rounds_acts = true},
+	{.name = "avx512vnni-q8-intq", .isa = "avx512", .fmt = MS_WFMT_INTQ,
+	 .cpu_flags = AVX512_FLAGS | MS_CPU_AVX512VNNI, .pack = ms_q8_pack,
+	 .prep_size = ms_q8_prep_size, .prep = ms_q8_prep_avx512, .gemmq = ms_q8_gemmq_avx512vnni,
+	 .row_align = MS_Q8_PANEL, .rounds_acts = true},
 	{.name = "avx512-f32", .isa = "avx512", .fmt = MS_WFMT_F32, .cpu_flags = AVX512_FLAGS, .gemm = gemm_f32},
 	{.name = "avx512-f16", .isa = "avx512", .fmt = MS_WFMT_F16, .cpu_flags = AVX512_FLAGS, .gemm = gemm_f16},
 	{.name = "avx512-bf16", .isa = "avx512", .fmt = MS_WFMT_BF16, .cpu_flags = AVX512_FLAGS, .gemm = gemm_bf16},
 	{.name = "avx512-mxfp4", .isa = "avx512", .fmt = MS_WFMT_MXFP4, .cpu_flags = AVX512_FLAGS, .gemm = gemm_mxfp4},
+	{.name = "avx512-intq", .isa = "avx512", .fmt = MS_WFMT_INTQ, .cpu_flags = AVX512_FLAGS, .gemm = gemm_intq},
+	{.name = "avx512-fp8", .isa = "avx512", .fmt = MS_WFMT_FP8, .cpu_flags = AVX512_FLAGS, .gemm = gemm_fp8},
 	{0},
 };

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention.h"
 #include "gpt-oss.h"
 #include "moe.h"
 
@@ -38,6 +39,7 @@ struct gptoss {
 	float *final_norm;          /* [H] */
 	double *inv_freq;           /* [d/2] RoPE frequencies, kept in double */
 	float rope_scale;           /* YaRN attention factor, applied to cos and sin */
+	const struct ms_attn_kernel *attn; /* chosen once at load, for the backend's set */
 };
 
 /* ---- RoPE ---- */
@@ -237,6 +239,7 @@ static int gptoss_load(struct ms_model *m, struct ms_err *err)
 	if (!g->layers || !g->inv_freq)
 		return ms_err_set(err, -ENOMEM, "out of memory");
 	ms_gptoss_rope_freqs(c, g->inv_freq, &g->rope_scale);
+	g->attn = ms_attn_select(m->be->isa, m->be->cpu_flags);
 	/* Schemes check and map every tensor first; the kernels' repacking then
 	 * runs as one parallel pass over all matrices (ms_quant_bind_end). */
 	int rc = ms_quant_bind_begin(m->be, err);
@@ -244,8 +247,12 @@ static int gptoss_load(struct ms_model *m, struct ms_err *err)
 		return rc;
 	rc = load_linear(m, "embedding", "model.embed_tokens", MS_QKIND_EMBEDDING, c->vocab,
 			 c->hidden, false, &g->embed, err);
-	for (int64_t i = 0; !rc && i < c->n_layers; i++)
+	for (int64_t i = 0; !rc && i < c->n_layers; i++) {
 		rc = load_layer(m, i, &g->layers[i], err);
+		/* pack layer by layer: peak memory stays near the final size */
+		if (!rc)
+			rc = ms_quant_bind_flush(m->be, &m->pack_stats, err);
+	}
 	if (!rc)
 		rc = load_vec(m, "model.norm.weight", c->hidden, &g->final_norm, err);
 	if (!rc) {
@@ -268,77 +275,23 @@ static int gptoss_load(struct ms_model *m, struct ms_err *err)
 
 /* ---- attention ---- */
 
-void ms_sink_softmax(float *s, int64_t n, float sink)
-{
-	float mx = sink;
-	for (int64_t i = 0; i < n; i++)
-		mx = s[i] > mx ? s[i] : mx;
-	float sum = expf(sink - mx);
-	for (int64_t i = 0; i < n; i++)
-		sum += (s[i] = expf(s[i] - mx));
-	float inv = 1.0f / sum;
-	for (int64_t i = 0; i < n; i++)
-		s[i] *= inv;
-}
-
-struct attn_job {
-	const struct ms_model_config *c;
-	const struct gptoss_layer *L;
-	const struct ms_batch *b;
-	int64_t layer, slots;
-	const float *q;   /* [n, nH*d] after RoPE */
-	float *out;       /* [n, nH*d] */
-	float *scratch;   /* [threads, slots] */
-};
-
-/* One (token, head): softmax over the keys its position may see, in its own
- * sequence's pages, plus the head's sink logit, whose probability mass is
- * dropped (it has no value vector). */
-static void attn_task(void *ctx, int task, int worker)
-{
-	const struct attn_job *j = ctx;
-	const struct ms_model_config *c = j->c;
-	const struct ms_kv_pool *pool = j->b->pool;
-	int64_t d = c->head_dim, nH = c->n_heads, P = pool->page_tokens;
-	int64_t t = task / nH, h = task % nH, kvo = (h / (nH / c->n_kv_heads)) * d;
-	int64_t pos = j->b->pos[t];
-	const int32_t *pages = j->b->kv[j->b->seq[t]]->pages[j->layer];
-	int64_t lo = 0;
-	if (j->L->sliding && pos - c->sliding_window + 1 > 0)
-		lo = pos - c->sliding_window + 1;
-	const float *q = j->q + t * nH * d;
-	float *sc = j->scratch + (int64_t)worker * j->slots;
-	float scale = 1.0f / sqrtf((float)d);
-	q += h * d;
-	for (int64_t p = lo; p <= pos; p++) {
-		const float *k = ms_kv_k(pool, pages[p / P], p % P) + kvo;
-		float dot = 0;
-		for (int64_t i = 0; i < d; i++)
-			dot += q[i] * k[i];
-		sc[p - lo] = dot * scale;
-	}
-	ms_sink_softmax(sc, pos - lo + 1, j->L->sinks[h]);
-	float *o = j->out + t * nH * d + h * d;
-	memset(o, 0, (size_t)d * sizeof(float));
-	for (int64_t p = lo; p <= pos; p++) {
-		const float *v = ms_kv_v(pool, pages[p / P], p % P) + kvo;
-		float pr = sc[p - lo];
-		for (int64_t i = 0; i < d; i++)
-			o[i] += pr * v[i];
-	}
-}
+/* engine/attention.c: per (block of tokens, kv head), every query head of
+ * the group over the token's own pages, the sink in the softmax. */
 
 /* ---- forward ---- */
 
 struct bufs {
-	float *x, *h, *q, *k, *v, *att, *o, *rl, *rw, *moe, *scratch;
+	float *x, *h, *q, *k, *v, *att, *o, *rl, *rw, *moe;
 	int32_t *sel;
+	const int32_t **pages;     /* [n] each token's page table, per layer */
+	struct ms_attn_ws ws;
 };
 
 static void bufs_free(struct bufs *b)
 {
 	free(b->x), free(b->h), free(b->q), free(b->k), free(b->v), free(b->att);
-	free(b->o), free(b->rl), free(b->rw), free(b->moe), free(b->scratch), free(b->sel);
+	free(b->o), free(b->rl), free(b->rw), free(b->moe), free(b->sel), free(b->pages);
+	ms_attn_ws_free(&b->ws);
 }
 
 /* Tokens of any number of sequences at their own positions, in one pass:
@@ -358,9 +311,6 @@ static int gptoss_forward_batch(struct ms_model *m, const struct ms_batch *bt, f
 	if (kvd != pool->kv_dim)
 		return ms_err_set(err, -EINVAL, "forward: the KV pool holds %lld floats per position, "
 				  "the model needs %lld", (long long)pool->kv_dim, (long long)kvd);
-	int64_t max_keys = 1;
-	for (int64_t t = 0; t < n; t++)
-		max_keys = bt->pos[t] + 1 > max_keys ? bt->pos[t] + 1 : max_keys;
 	struct bufs b = {0};
 	size_t fs = sizeof(float);
 	int64_t nl = bt->n_logits;
@@ -375,10 +325,10 @@ static int gptoss_forward_batch(struct ms_model *m, const struct ms_batch *bt, f
 	b.rw = malloc((size_t)(n * k) * fs);
 	b.moe = malloc((size_t)(n * H) * fs);
 	b.sel = malloc((size_t)(n * k) * sizeof(int32_t));
-	b.scratch = malloc((size_t)(be->pool.n_threads * max_keys) * fs);
+	b.pages = malloc((size_t)n * sizeof(*b.pages));
 	int rc = 0;
 	if (!b.x || !b.h || !b.q || !b.k || !b.v || !b.att || !b.o || !b.rl || !b.rw || !b.moe ||
-	    !b.sel || !b.scratch) {
+	    !b.sel || !b.pages) {
 		rc = ms_err_set(err, -ENOMEM, "forward: out of memory for %lld tokens", (long long)n);
 		goto out;
 	}
@@ -399,8 +349,15 @@ static int gptoss_forward_batch(struct ms_model *m, const struct ms_batch *bt, f
 			memcpy(ms_kv_k(pool, page, pos % P), b.k + t * kvd, (size_t)kvd * fs);
 			memcpy(ms_kv_v(pool, page, pos % P), b.v + t * kvd, (size_t)kvd * fs);
 		}
-		struct attn_job aj = {c, L, bt, li, max_keys, b.q, b.att, b.scratch};
-		ms_pool_run(&be->pool, (int)(n * nH), attn_task, &aj);
+		for (int64_t t = 0; t < n; t++)
+			b.pages[t] = bt->kv[bt->seq[t]]->pages[li];
+		struct ms_attn_args aa = {
+			.n_heads = nH, .n_kv_heads = nKV, .head_dim = d,
+			.window = L->sliding ? c->sliding_window : 0, .sinks = L->sinks,
+			.pool = pool, .n = n, .pos = bt->pos, .pages = b.pages, .q = b.q, .out = b.att,
+		};
+		if ((rc = ms_attn_run(g->attn, &be->pool, &aa, &b.ws, err)))
+			goto out;
 		ms_qlinear_apply(be, &L->o, b.att, n, b.o);
 		for (int64_t i = 0; i < n * H; i++)
 			b.x[i] += b.o[i];

@@ -348,7 +348,10 @@ static int bind_now(struct ms_qlinear *l, struct ms_backend *be, const char *pre
 		    struct ms_err *err)
 {
 	struct ms_err e2 = {0};
-	int rc = ms_backend_bind(be, &l->w, &l->kernel, &l->pack_owned, l->why, sizeof(l->why), &e2);
+	size_t o = strlen(l->origin);
+	snprintf(l->why, sizeof(l->why), "%s", l->origin);
+	int rc = ms_backend_bind(be, &l->w, &l->kernel, &l->pack_owned, l->why + o,
+				 sizeof(l->why) - o, &e2);
 	if (rc)
 		return ms_err_set(err, rc, "%s: %s", prefix, e2.msg);
 	release_rows(l);
@@ -388,7 +391,7 @@ int ms_qlinear_set_kernel(struct ms_qlinear *l, struct ms_backend *be, const cha
 			return ms_err_set(err, -ENOTSUP, "%s: no kernel computes %s weights", prefix,
 					  ms_wfmt_name(l->w.fmt));
 		l->kernel = plain;
-		snprintf(l->why, sizeof(l->why), "%s (rows read in place, not packed)",
+		snprintf(l->why, sizeof(l->why), "%s%s (rows read in place, not packed)", l->origin,
 			 be->reasons[l->w.fmt]);
 		return 0;
 	}
@@ -403,9 +406,12 @@ int ms_qlinear_set_kernel(struct ms_qlinear *l, struct ms_backend *be, const cha
 			d->items = it;
 			d->cap = cap;
 		}
-		struct bind_item *it = &d->items[d->n++];
+		struct bind_item *it = &d->items[d->n];
 		memset(it, 0, sizeof(*it));
 		it->l = l;
+		/* so that freeing l (a load failing later) takes it off the list */
+		l->bind_list = d;
+		l->bind_idx = (int64_t)d->n++;
 		snprintf(it->prefix, sizeof(it->prefix), "%s", prefix);
 		return 0;
 	}
@@ -427,7 +433,10 @@ static void bind_task(void *ctx, int i, int worker)
 	(void)worker;
 	struct ms_bind_defer *d = ctx;
 	struct bind_item *it = &d->items[i];
-	it->rc = bind_now(it->l, d->be, it->prefix, &it->err);
+	if (it->l) {
+		it->l->bind_list = NULL;
+		it->rc = bind_now(it->l, d->be, it->prefix, &it->err);
+	}
 }
 
 int ms_quant_bind_flush(struct ms_backend *be, struct ms_bind_stats *st, struct ms_err *err)
@@ -448,7 +457,7 @@ int ms_quant_bind_flush(struct ms_backend *be, struct ms_bind_stats *st, struct 
 	for (size_t i = 0; i < d->n; i++) {
 		if (d->items[i].rc && !rc)
 			rc = ms_err_set(err, d->items[i].rc, "%s", d->items[i].err.msg);
-		if (st && !d->items[i].rc) {
+		if (st && !d->items[i].rc && d->items[i].l) {
 			st->matrices++;
 			if (d->items[i].l->w.pack) {
 				st->packed++;
@@ -514,6 +523,10 @@ void ms_qlinear_free(struct ms_qlinear *l)
 {
 	if (!l)
 		return;
+	if (l->bind_list) {
+		struct ms_bind_defer *d = l->bind_list;
+		d->items[l->bind_idx].l = NULL;
+	}
 	free(l->bias);
 	ms_qlinear_drop_pack(l);
 	for (int i = 0; i < MS_QLINEAR_OWNED; i++)

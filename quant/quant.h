@@ -36,11 +36,15 @@ struct ms_qlinear {
 	const char *scheme;             /* scheme that loaded it */
 	struct ms_wmat w;
 	const struct ms_kernel *kernel; /* chosen when loading */
-	char why[160];                  /* why that kernel (inspect) */
+	char why[224];                  /* why that kernel (inspect) */
+	char origin[64];                /* what the scheme did first ("requantized ..."),
+					 * put before the reason in why */
 	float *bias;                    /* [out] fp32, owned; NULL when none */
 	struct ms_actq act;             /* input quantization (NONE for most) */
 	void *owned[MS_QLINEAR_OWNED];  /* buffers this layer owns (repacked data) */
 	void *pack_owned;               /* the kernel's packed copy (w.pack), or NULL */
+	void *bind_list;                /* the deferred bind pass holding it, or NULL */
+	int64_t bind_idx;               /* its entry there */
 };
 
 /* The experts of one MoE layer in the one layout the kernels use: per

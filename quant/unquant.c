@@ -6,11 +6,20 @@
  * allows (zero-copy); the HF expert tensors are stored transposed
  * (gate_up_proj [E, H, 2I], down_proj [E, I, H]) and are repacked once, in
  * their own dtype, into the [out, in] rows the kernels stream.
+ *
+ * With --dense-int8 (be->dense_int8) the attention projections and lm_head
+ * are requantized at load to 8-bit INTQ, one group per row: on GPT-OSS-20B
+ * these bf16 matrices are two thirds of the bytes a decode step reads, and
+ * int8 halves them. Not the router (its logits pick the experts: a rounding
+ * there changes which experts run, not just how precisely), not the
+ * embedding (rows are looked up, not streamed per token).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "intq.h"
 #include "quant.h"
 
 static int get_float_tensor(const struct ms_checkpoint *ck, const char *name, int ndim,
@@ -22,6 +31,79 @@ static int get_float_tensor(const struct ms_checkpoint *ck, const char *name, in
 				"%s: tensor \"%s\" has dtype %s; an unquantized weight must be F32, F16 "
 				"or BF16 (is the quantization config missing?)",
 				ms_checkpoint_file_of(ck, *t), name, ms_dtype_name((*t)->dtype));
+	return rc;
+}
+
+/* The modules --dense-int8 requantizes: model.layers.N.self_attn.{q,k,v,o}_proj
+ * and lm_head. */
+static bool dense_int8_module(const char *prefix)
+{
+	if (!strcmp(prefix, "lm_head"))
+		return true;
+	const char *a = strstr(prefix, ".self_attn.");
+	if (!a)
+		return false;
+	a += strlen(".self_attn.");
+	return !strcmp(a, "q_proj") || !strcmp(a, "k_proj") || !strcmp(a, "v_proj") ||
+	       !strcmp(a, "o_proj");
+}
+
+/* Nearest fp16 value of a finite f >= 0 (ties to even), as an fp32; values
+ * past the fp16 range saturate to 65504. */
+static float round_to_f16(float f)
+{
+	if (f >= 65504.0f)
+		return 65504.0f;
+	if (f < 0x1p-14f) /* subnormal fp16: multiples of 2^-24 */
+		return rintf(f * 0x1p24f) * 0x1p-24f;
+	int e;
+	frexpf(f, &e); /* f in [2^(e-1), 2^e): 11 significant bits step 2^(e-11) */
+	float ulp = ldexpf(1.0f, e - 11);
+	return rintf(f / ulp) * ulp;
+}
+
+/* Replace l's float rows by 8-bit INTQ codes, per row symmetric:
+ * scale = amax / 127 rounded to fp16 first (the int8 kernels take fp16
+ * scales; the codes are then exact for the scale they will be used with),
+ * code = clamp(round(w / scale), -127, 127) + 128, zero point 128. The
+ * error per weight is at most scale / 2 ~ amax / 254 (where the fp16 scale
+ * rounded down and a code clamps, amax - 127 scale < scale / 2). */
+static int requantize_int8(struct ms_qlinear *l, const char *prefix, struct ms_err *err)
+{
+	struct ms_wmat src = l->w;
+	void *src_copy = l->owned[0]; /* a misaligned tensor's aligned copy, or NULL */
+	l->owned[0] = NULL;
+	int64_t N = src.rows, K = src.cols;
+	float *row = malloc((size_t)K * sizeof(float));
+	int rc = row ? ms_intq_alloc(l, N, K, 8, K, 1, prefix, err)
+		     : ms_err_set(err, -ENOMEM, "%s: out of memory", prefix);
+	for (int64_t r = 0; !rc && r < N; r++) {
+		ms_wmat_row_f32(&src, r, row);
+		float amax = 0.0f;
+		for (int64_t k = 0; k < K; k++) {
+			if (!isfinite(row[k])) {
+				rc = ms_err_set(err, -EBADMSG, "%s.weight: row %lld holds %g; "
+						"--dense-int8 needs finite weights", prefix,
+						(long long)r, (double)row[k]);
+				break;
+			}
+			amax = fmaxf(amax, fabsf(row[k]));
+		}
+		/* an all-zero row keeps scale 0 (codes 128); a tiny one the
+		 * smallest fp16 step rather than 0 */
+		float scale = amax > 0.0f ? fmaxf(round_to_f16(amax / 127.0f), 0x1p-24f) : 0.0f;
+		uint8_t *codes = (uint8_t *)l->owned[0] + (size_t)r * l->w.row_bytes;
+		for (int64_t k = 0; k < K && scale > 0.0f; k++) {
+			float q = rintf(row[k] / scale);
+			codes[k] = (uint8_t)(128 + (int)fminf(fmaxf(q, -127.0f), 127.0f));
+		}
+		if (scale == 0.0f)
+			memset(codes, 128, (size_t)K);
+		((float *)l->owned[1])[r] = scale;
+		((float *)l->owned[2])[r] = 128.0f;
+	}
+	free(row);
+	free(src_copy);
 	return rc;
 }
 
@@ -41,13 +123,27 @@ static int load_linear(const struct ms_quant_config *qc, const struct ms_checkpo
 				.w = t->data, .row_bytes = (size_t)in * es};
 	/* Kernels load whole elements: a misaligned tensor (legal in
 	 * safetensors) is copied once instead of read in place. */
+	bool released = false;
 	if ((uintptr_t)t->data % es) {
 		if (posix_memalign(&l->owned[0], 64, t->nbytes ? t->nbytes : 64))
 			return ms_err_set(err, -ENOMEM, "%s: out of memory", name);
 		memcpy(l->owned[0], t->data, t->nbytes);
 		l->w.w = l->owned[0];
 		ms_checkpoint_release(ck, t);
+		released = true;
 	}
+	bool int8 = be->dense_int8 && dense_int8_module(prefix);
+	enum ms_wfmt from = l->w.fmt;
+	if (int8) {
+		if ((rc = requantize_int8(l, prefix, err)))
+			return rc;
+		if (!released)
+			ms_checkpoint_release(ck, t);
+	}
+	/* inspect says where the int8 matrix came from, then why its kernel */
+	if (int8)
+		snprintf(l->origin, sizeof(l->origin), "requantized from %s to int8 per row "
+			 "(--dense-int8); ", ms_wfmt_name(from));
 	if ((rc = ms_qlinear_set_kernel(l, be, prefix, err)))
 		return rc;
 	return ms_qlinear_load_bias(l, ck, prefix, out, has_bias, err);

@@ -1,16 +1,34 @@
 /*
- * bench.c: `moeserve bench`, what the engine does on this machine: prefill
- * and decode speed, batching, time to first token, KV and memory use, and
- * decode against the memory-bandwidth roofline measured in the same run.
+ * bench.c: `moeserve bench`, what the engine does on this machine: load,
+ * prefill and decode speed, batching, time to first token, KV and memory
+ * use, each measured against a ceiling taken in the same run.
  *
- * Decode on a CPU streams weights: per token, every dense matrix, the
- * active experts and one embedding row. bytes_per_token / time_per_token,
- * over the bandwidth a plain parallel read achieves here, is the roofline
- * share.
+ * Decode on a CPU streams weights. Per step it reads every dense matrix
+ * (attention, router, lm_head), one embedding row per token and, per layer,
+ * every distinct expert the step's tokens route to. The backend counts the
+ * weight bytes its gemms and the MoE really stream (ms_backend_bytes_streamed);
+ * the counter's delta over the measured steps, plus the embedding rows (a
+ * lookup, not a gemm), over the step time and over the bandwidth a plain
+ * parallel read reaches here, is the roofline share. The static estimate
+ * from the tensor groups (uniform routing) is printed next to it.
+ *
+ * Prefill is compute: its FLOP, counted on the active parameters, per
+ * second, against the rate oneDNN's bf16 matmul reaches on the same threads
+ * for representative shapes.
+ *
+ * Order: the peak RSS of the load; warm-up; decode at 1, 4, 8 and 16
+ * sequences, each run between two bandwidth reads (a shared machine's
+ * bandwidth drifts; the buffer stays resident and is taken out of the RSS);
+ * prefill; the peak RSS of the runs; oneDNN right after the prefill; last
+ * the optional baseline model, so that it does not count in the RSS.
  */
+#include <dlfcn.h>
+#include <dnnl.h>
+#include <dnnl_debug.h>
 #include <errno.h>
-#include <getopt.h>
+#include <immintrin.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,73 +46,312 @@ static double now_s(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static double peak_rss_bytes(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)ru.ru_maxrss * 1024.0;
+}
+
 /* ---- memory bandwidth: every thread sums its share of a big buffer ---- */
 
 struct bw_job {
-	const uint64_t *buf;
-	size_t n, per;
+	uint64_t *buf;
+	size_t bytes, n, per;
+	bool avx2;
 	uint64_t sums[1024];
 };
+
+/* 32-byte loads, four independent accumulators (server/ is built for
+ * generic x86-64; this one function may use AVX2 when the CPU has it). */
+__attribute__((target("avx2"))) static uint64_t sum_avx2(const uint64_t *p, size_t n)
+{
+	__m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		a0 = _mm256_add_epi64(a0, _mm256_loadu_si256((const __m256i *)(p + i)));
+		a1 = _mm256_add_epi64(a1, _mm256_loadu_si256((const __m256i *)(p + i + 4)));
+		a2 = _mm256_add_epi64(a2, _mm256_loadu_si256((const __m256i *)(p + i + 8)));
+		a3 = _mm256_add_epi64(a3, _mm256_loadu_si256((const __m256i *)(p + i + 12)));
+	}
+	a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+	uint64_t s[4];
+	_mm256_storeu_si256((__m256i *)s, a0);
+	uint64_t t = s[0] + s[1] + s[2] + s[3];
+	for (; i < n; i++)
+		t += p[i];
+	return t;
+}
+
+static uint64_t sum_u64(const uint64_t *p, size_t n)
+{
+	uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+	size_t i = 0;
+	for (; i + 4 <= n; i += 4) {
+		s0 += p[i];
+		s1 += p[i + 1];
+		s2 += p[i + 2];
+		s3 += p[i + 3];
+	}
+	for (; i < n; i++)
+		s0 += p[i];
+	return s0 + s1 + s2 + s3;
+}
 
 static void bw_task(void *ctx, int task, int worker)
 {
 	(void)worker;
 	struct bw_job *j = ctx;
-	size_t b = (size_t)task * j->per, e = b + j->per < j->n ? b + j->per : j->n;
-	uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-	for (size_t i = b; i + 4 <= e; i += 4) {
-		s0 += j->buf[i];
-		s1 += j->buf[i + 1];
-		s2 += j->buf[i + 2];
-		s3 += j->buf[i + 3];
-	}
-	j->sums[task % 1024] += s0 + s1 + s2 + s3;
+	size_t b = (size_t)task * j->per;
+	if (b >= j->n)
+		return;
+	size_t len = b + j->per < j->n ? j->per : j->n - b;
+	j->sums[task % 1024] += j->avx2 ? sum_avx2(j->buf + b, len) : sum_u64(j->buf + b, len);
 }
 
-static double measure_bandwidth(struct ms_backend *be)
+/* The buffer: 512 MiB, 16x a 32 MiB last-level cache, filled (so resident)
+ * once and kept for every measurement. */
+static int bw_init(struct bw_job *j, const struct ms_backend *be)
 {
-	size_t bytes = 512u << 20; /* well past any last-level cache */
-	size_t n = bytes / sizeof(uint64_t);
-	uint64_t *buf = malloc(bytes);
-	if (!buf)
-		return 0;
-	for (size_t i = 0; i < n; i++)
-		buf[i] = i;
-	static struct bw_job j;
-	memset(&j, 0, sizeof(j));
-	j.buf = buf;
-	j.n = n;
+	memset(j, 0, sizeof(*j));
+	j->bytes = 512u << 20;
+	j->n = j->bytes / sizeof(uint64_t);
+	j->buf = malloc(j->bytes);
+	if (!j->buf)
+		return -ENOMEM;
+	for (size_t i = 0; i < j->n; i++)
+		j->buf[i] = i;
+	j->avx2 = (be->cpu_flags & MS_CPU_AVX2) != 0;
+	return 0;
+}
+
+/* Best of 8 parallel reads of the whole buffer, in bytes/s. */
+static double bw_measure(struct ms_backend *be, struct bw_job *j)
+{
 	int tasks = be->pool.n_threads * 8;
-	j.per = (n + (size_t)tasks - 1) / (size_t)tasks;
+	j->per = (j->n + (size_t)tasks - 1) / (size_t)tasks;
 	double best = 0;
-	for (int rep = 0; rep < 5; rep++) {
+	for (int rep = 0; rep < 8; rep++) {
 		double t0 = now_s();
-		ms_pool_run(&be->pool, tasks, bw_task, &j);
-		double bw = (double)bytes / (now_s() - t0);
+		ms_pool_run(&be->pool, tasks, bw_task, j);
+		double bw = (double)j->bytes / (now_s() - t0);
 		best = bw > best ? bw : best;
 	}
-	volatile uint64_t sink = j.sums[0];
+	volatile uint64_t sink = j->sums[0];
 	(void)sink;
-	free(buf);
 	return best;
 }
+
+/* ---- oneDNN's bf16 matmul: the prefill ceiling ---- */
+
+/* libdnnl (Debian's 2.x) runs on OpenMP. An OpenMP team would spin-wait
+ * against our pool for the cores (and collapse when the machine is
+ * oversubscribed), so the reference runs the way the engine runs oneDNN:
+ * each pool thread executes its own single-threaded matmul on a slice of
+ * the output columns, all at once. One thread per call is the calling
+ * thread's omp_set_num_threads(1). libgomp comes in with libdnnl; its
+ * symbols are looked up rather than linked (server/ is not built with
+ * -fopenmp). */
+static int (*omp_get_max_threads_p)(void);
+static void (*omp_set_num_threads_p)(int);
+
+static void omp_lookup(void)
+{
+	omp_get_max_threads_p = (int (*)(void))dlsym(RTLD_DEFAULT, "omp_get_max_threads");
+	omp_set_num_threads_p = (void (*)(int))dlsym(RTLD_DEFAULT, "omp_set_num_threads");
+}
+
+/* Set this thread's OpenMP thread count to n; returns the old one (0 when
+ * unknown). */
+static int omp_threads(int n)
+{
+	int old = omp_get_max_threads_p ? omp_get_max_threads_p() : 0;
+	if (omp_set_num_threads_p && n > 0)
+		omp_set_num_threads_p(n);
+	return old;
+}
+
+struct dnnl_rate {
+	double gflops;    /* 0 when it could not run; why says why */
+	char why[160];
+};
+
+#if DNNL_VERSION_MAJOR == 2
+#define DNNL_TRY(call)                                                                         \
+	do {                                                                                   \
+		dnnl_status_t st_ = (call);                                                    \
+		if (st_ != dnnl_success) {                                                     \
+			snprintf(r->why, sizeof(r->why), "oneDNN: %s: %s", #call,              \
+				 dnnl_status2str(st_));                                        \
+			goto out;                                                              \
+		}                                                                              \
+	} while (0)
+
+#define DNNL_MAX_SLICES 64
+
+struct dnnl_slice {
+	dnnl_primitive_t mm;
+	dnnl_stream_t st;
+	dnnl_memory_t w, dst;
+	dnnl_exec_arg_t args[3];
+	dnnl_status_t status;
+};
+
+struct dnnl_job {
+	struct dnnl_slice *s;
+};
+
+static void dnnl_task(void *ctx, int task, int worker)
+{
+	(void)worker;
+	struct dnnl_slice *s = &((struct dnnl_job *)ctx)->s[task];
+	int old = omp_threads(1);
+	s->status = dnnl_primitive_execute(s->mm, s->st, 3, s->args);
+	if (s->status == dnnl_success)
+		s->status = dnnl_stream_wait(s->st);
+	if (old > 0)
+		omp_threads(old);
+}
+
+static void fill_bf16(void *h, int64_t n, float scale, uint32_t seed)
+{
+	uint16_t *x = h;
+	for (int64_t i = 0; i < n; i++) {
+		seed = seed * 1664525u + 1013904223u;
+		union { float f; uint32_t u; } v = {.f = ((float)(seed >> 8) / 16777216.0f - 0.5f) * scale};
+		x[i] = (uint16_t)(v.u >> 16);
+	}
+}
+
+/* y[M, N] (f32) = x[M, K] (bf16) W^T with W [N, K] bf16 rows as moeserve
+ * keeps them, the N columns split over the pool's threads; each slice's
+ * weights reordered once into the layout its primitive prefers (format_tag
+ * any). Best of several runs of the whole split. */
+static void onednn_matmul(struct ms_backend *be, int64_t M, int64_t K, int64_t N,
+			  struct dnnl_rate *r)
+{
+	int ns = be->pool.n_threads;
+	ns = ns > DNNL_MAX_SLICES ? DNNL_MAX_SLICES : ns;
+	ns = (int64_t)ns > N / 16 ? (int)(N / 16 > 0 ? N / 16 : 1) : ns;
+	struct dnnl_slice sl[DNNL_MAX_SLICES];
+	memset(sl, 0, sizeof(sl));
+	dnnl_engine_t eng = NULL;
+	dnnl_memory_t src = NULL, wuser = NULL;
+	dnnl_primitive_desc_t pd = NULL, rpd = NULL;
+	dnnl_primitive_t ro = NULL;
+	dnnl_memory_desc_t src_md;
+	dnnl_dims_t sd = {M, K};
+	omp_lookup();
+	/* primitives are created for the one thread that will run each */
+	int old = omp_threads(1);
+	r->gflops = 0;
+	r->why[0] = 0;
+	DNNL_TRY(dnnl_engine_create(&eng, dnnl_cpu, 0));
+	DNNL_TRY(dnnl_memory_desc_init_by_tag(&src_md, 2, sd, dnnl_bf16, dnnl_ab));
+	DNNL_TRY(dnnl_memory_create(&src, &src_md, eng, DNNL_MEMORY_ALLOCATE));
+	void *h;
+	DNNL_TRY(dnnl_memory_get_data_handle(src, &h));
+	fill_bf16(h, M * K, 1.0f, 12345);
+	for (int i = 0; i < ns; i++) {
+		int64_t n0 = N * i / ns, n = N * (i + 1) / ns - n0;
+		dnnl_memory_desc_t wany_md, wuser_md, dst_md;
+		dnnl_dims_t wd = {K, n}, dd = {M, n};
+		dnnl_matmul_desc_t desc;
+		DNNL_TRY(dnnl_memory_desc_init_by_tag(&wany_md, 2, wd, dnnl_bf16, dnnl_format_tag_any));
+		/* [n, K] rows are the K x n weights in column-major order: tag ba */
+		DNNL_TRY(dnnl_memory_desc_init_by_tag(&wuser_md, 2, wd, dnnl_bf16, dnnl_ba));
+		DNNL_TRY(dnnl_memory_desc_init_by_tag(&dst_md, 2, dd, dnnl_f32, dnnl_ab));
+		DNNL_TRY(dnnl_matmul_desc_init(&desc, &src_md, &wany_md, NULL, &dst_md));
+		DNNL_TRY(dnnl_primitive_desc_create(&pd, &desc, NULL, eng, NULL));
+		const dnnl_memory_desc_t *wpk_md =
+			dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+		DNNL_TRY(dnnl_memory_create(&wuser, &wuser_md, eng, DNNL_MEMORY_ALLOCATE));
+		DNNL_TRY(dnnl_memory_create(&sl[i].w, wpk_md, eng, DNNL_MEMORY_ALLOCATE));
+		DNNL_TRY(dnnl_memory_create(&sl[i].dst, &dst_md, eng, DNNL_MEMORY_ALLOCATE));
+		DNNL_TRY(dnnl_memory_get_data_handle(wuser, &h));
+		fill_bf16(h, K * n, 1.0f / 32, 777 + (uint32_t)i);
+		DNNL_TRY(dnnl_stream_create(&sl[i].st, eng, dnnl_stream_default_flags));
+		DNNL_TRY(dnnl_reorder_primitive_desc_create(&rpd, &wuser_md, eng, wpk_md, eng, NULL));
+		DNNL_TRY(dnnl_primitive_create(&ro, rpd));
+		dnnl_exec_arg_t rargs[2] = {{DNNL_ARG_FROM, wuser}, {DNNL_ARG_TO, sl[i].w}};
+		DNNL_TRY(dnnl_primitive_execute(ro, sl[i].st, 2, rargs));
+		DNNL_TRY(dnnl_stream_wait(sl[i].st));
+		DNNL_TRY(dnnl_primitive_create(&sl[i].mm, pd));
+		dnnl_primitive_destroy(ro);
+		dnnl_primitive_desc_destroy(rpd);
+		dnnl_primitive_desc_destroy(pd);
+		dnnl_memory_destroy(wuser);
+		ro = NULL, rpd = NULL, pd = NULL, wuser = NULL;
+		sl[i].args[0] = (dnnl_exec_arg_t){DNNL_ARG_SRC, src};
+		sl[i].args[1] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, sl[i].w};
+		sl[i].args[2] = (dnnl_exec_arg_t){DNNL_ARG_DST, sl[i].dst};
+	}
+	struct dnnl_job job = {sl};
+	double best = 1e300, spent = 0;
+	for (int rep = 0; rep < 50 && (rep < 4 || spent < 1.0); rep++) {
+		double t0 = now_s();
+		ms_pool_run(&be->pool, ns, dnnl_task, &job);
+		double t = now_s() - t0;
+		for (int i = 0; i < ns; i++)
+			DNNL_TRY(sl[i].status);
+		spent += t;
+		if (rep > 0 && t < best) /* the first run warms up */
+			best = t;
+	}
+	r->gflops = 2.0 * (double)M * (double)K * (double)N / best / 1e9;
+	snprintf(r->why, sizeof(r->why), "oneDNN %d.%d, %s, %d x 1 thread", DNNL_VERSION_MAJOR,
+		 DNNL_VERSION_MINOR, dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa()), ns);
+out:
+	for (int i = 0; i < ns; i++) {
+		if (sl[i].mm)
+			dnnl_primitive_destroy(sl[i].mm);
+		if (sl[i].st)
+			dnnl_stream_destroy(sl[i].st);
+		if (sl[i].w)
+			dnnl_memory_destroy(sl[i].w);
+		if (sl[i].dst)
+			dnnl_memory_destroy(sl[i].dst);
+	}
+	if (ro)
+		dnnl_primitive_destroy(ro);
+	if (rpd)
+		dnnl_primitive_desc_destroy(rpd);
+	if (pd)
+		dnnl_primitive_desc_destroy(pd);
+	if (wuser)
+		dnnl_memory_destroy(wuser);
+	if (src)
+		dnnl_memory_destroy(src);
+	if (eng)
+		dnnl_engine_destroy(eng);
+	if (old > 0)
+		omp_threads(old);
+}
+#else
+static void onednn_matmul(struct ms_backend *be, int64_t M, int64_t K, int64_t N,
+			  struct dnnl_rate *r)
+{
+	(void)be, (void)M, (void)K, (void)N;
+	r->gflops = 0;
+	snprintf(r->why, sizeof(r->why), "oneDNN %d.x: the bench's matmul is written for 2.x",
+		 DNNL_VERSION_MAJOR);
+}
+#endif
 
 /* ---- engine runs ---- */
 
 struct counter {
 	int64_t tokens;
 	bool done;
-	double t_first, t_last;
+	double t_first;
 };
 
 static void count_cb(void *ctx, const struct ms_event *ev)
 {
 	struct counter *c = ctx;
 	if (ev->kind == MS_EV_TOKEN) {
-		double t = now_s();
 		if (!c->tokens)
-			c->t_first = t;
-		c->t_last = t;
+			c->t_first = now_s();
 		c->tokens++;
 	} else if (ev->kind == MS_EV_FINISH) {
 		c->done = true;
@@ -109,12 +366,22 @@ static void fill(int32_t *t, int64_t n, int64_t vocab, uint32_t seed)
 	}
 }
 
-/* n_seq requests of prompt_len tokens generating gen tokens each; returns
- * decode tokens/s over the span where all were decoding (aggregate) and the
- * first request's time to first token. */
-static int run(struct ms_model *m, int n_seq, int64_t prompt_len, int64_t gen, double *decode_tps,
-	       double *ttft, struct ms_err *err)
+struct run_stats {
+	double ttft;           /* first request: submit to its first token */
+	int64_t steps;         /* measured decode steps */
+	int64_t tokens;        /* tokens they made (steps x sequences) */
+	double secs;           /* their time */
+	double counted;        /* weight bytes the backend counted over them */
+};
+
+/* n_seq requests of prompt_len tokens generating gen tokens each, stepped by
+ * hand. Measured decode steps: those where every request was past its
+ * prompt and each made one token; the first is left out as warm-up when
+ * others follow. */
+static int run(struct ms_model *m, struct ms_backend *be, int n_seq, int64_t prompt_len,
+	       int64_t gen, struct run_stats *st, struct ms_err *err)
 {
+	memset(st, 0, sizeof(*st));
 	struct ms_engine_config cfg = {.max_running = n_seq, .no_prefix_cache = true,
 				       .max_context = prompt_len + gen + 1,
 				       .max_batch_tokens = prompt_len > 256 ? prompt_len : 256};
@@ -125,6 +392,8 @@ static int run(struct ms_model *m, int n_seq, int64_t prompt_len, int64_t gen, d
 		return rc;
 	struct counter *c = calloc((size_t)n_seq, sizeof(*c));
 	int32_t *prompt = malloc((size_t)prompt_len * sizeof(int32_t));
+	if (!c || !prompt)
+		rc = ms_err_set(err, -ENOMEM, "bench: out of memory");
 	struct ms_request_params p = {0};
 	ms_sampling_defaults(&p.sampling);
 	p.sampling.temperature = 0;
@@ -136,100 +405,448 @@ static int run(struct ms_model *m, int n_seq, int64_t prompt_len, int64_t gen, d
 		fill(prompt, prompt_len, m->cfg.vocab, 7 + (uint32_t)i);
 		rc = ms_engine_submit(e, prompt, prompt_len, &p, count_cb, &c[i], NULL, err);
 	}
+	int64_t decode_steps = 0;
 	bool all_done = false;
 	while (!rc && !all_done) {
+		bool decoding = true;
+		for (int i = 0; i < n_seq; i++)
+			decoding &= c[i].tokens > 0 && !c[i].done;
+		uint64_t b0 = ms_backend_bytes_streamed(be);
+		double s0 = now_s();
 		int64_t s = ms_engine_step(e, err);
-		if (s < 0)
+		double s1 = now_s();
+		uint64_t b1 = ms_backend_bytes_streamed(be);
+		if (s < 0) {
 			rc = (int)s;
+			break;
+		}
+		if (decoding && s == n_seq && (decode_steps++ > 0 || gen < 3)) {
+			st->steps++;
+			st->tokens += s;
+			st->secs += s1 - s0;
+			st->counted += (double)(b1 - b0);
+		}
 		all_done = true;
 		for (int i = 0; i < n_seq; i++)
 			all_done &= c[i].done;
 	}
-	if (!rc) {
-		/* decode span: from the last first-token to the first last-token */
-		double start = 0, end = 1e300;
-		int64_t toks = 0;
-		for (int i = 0; i < n_seq; i++) {
-			start = c[i].t_first > start ? c[i].t_first : start;
-			end = c[i].t_last < end ? c[i].t_last : end;
-		}
-		/* tokens each request made in that span ~ (gen - 1) for all */
-		toks = (int64_t)n_seq * (gen - 1);
-		*decode_tps = end > start ? (double)toks / (end - start) : 0;
-		*ttft = c[0].t_first - t0;
-	}
+	if (!rc)
+		st->ttft = c[0].t_first - t0;
 	free(c);
 	free(prompt);
 	ms_engine_free(e);
 	return rc;
 }
 
-/* Weight bytes one decode token streams. */
-static double bytes_per_token(const struct ms_model *m)
+/* ---- what the weights weigh ---- */
+
+struct wbytes {
+	double embed_row;   /* one embedding row (a lookup per token) */
+	double dense;       /* attention, router, lm_head: read once per step */
+	double expert;      /* one expert's gate_up + down in one layer */
+	double total;       /* every group: the resident weights after repacking */
+};
+
+static struct wbytes weight_bytes(const struct ms_model *m)
 {
-	double b = 0;
+	struct wbytes w = {0};
+	double experts = 0;
 	for (int i = 0; i < m->n_groups; i++) {
 		const struct ms_tensor_group *g = &m->groups[i];
+		w.total += (double)g->bytes;
 		if (!strcmp(g->name, "embedding"))
-			b += (double)g->bytes / (double)m->cfg.vocab; /* one row */
+			w.embed_row = (double)g->bytes / (double)m->cfg.vocab;
 		else if (!strncmp(g->name, "experts", 7))
-			b += (double)g->bytes * (double)m->cfg.top_k / (double)m->cfg.n_experts;
+			experts += (double)g->bytes;
 		else
-			b += (double)g->bytes;
+			w.dense += (double)g->bytes;
 	}
-	return b;
+	w.expert = experts / (double)(m->cfg.n_layers * m->cfg.n_experts);
+	return w;
 }
+
+/* Expected distinct experts per layer for n tokens routed uniformly. */
+static double distinct_experts(const struct ms_model *m, int64_t n)
+{
+	double E = (double)m->cfg.n_experts, k = (double)m->cfg.top_k;
+	return E * (1.0 - pow(1.0 - k / E, (double)n));
+}
+
+/* One decode measurement at batch n: rates, bytes and the roofline share. */
+struct decode {
+	int n;
+	double tps;            /* aggregate tokens/s */
+	double step_s;         /* time per step */
+	double bytes;          /* weight bytes per step: counted + embedding rows */
+	double bytes_static;   /* the groups' estimate, uniform routing */
+	double experts;        /* distinct experts per layer the bytes imply */
+	double share, share_static;
+	double bw;             /* the bandwidth they are measured against */
+	bool counted;          /* bytes come from the backend's counter */
+};
+
+static void decode_figures(const struct ms_model *m, const struct wbytes *w,
+			   const struct run_stats *st, int n, double bw, struct decode *d)
+{
+	memset(d, 0, sizeof(*d));
+	d->n = n;
+	d->bw = bw;
+	if (st->steps <= 0 || st->secs <= 0)
+		return;
+	d->tps = (double)st->tokens / st->secs;
+	d->step_s = st->secs / (double)st->steps;
+	double L = (double)m->cfg.n_layers;
+	d->bytes_static = w->dense + n * w->embed_row + L * distinct_experts(m, n) * w->expert;
+	d->counted = st->counted > 0;
+	d->bytes = d->counted ? st->counted / (double)st->steps + n * w->embed_row : d->bytes_static;
+	d->experts = w->expert > 0 ? (d->bytes - w->dense - n * w->embed_row) / (L * w->expert) : 0;
+	if (bw > 0) {
+		d->share = d->bytes / d->step_s / bw;
+		d->share_static = d->bytes_static / d->step_s / bw;
+	}
+}
+
+/* FLOP of one prompt token, counted on the active parameters, 2 per weight:
+ * the attention projections q, k, v, o, the router and the token's top_k
+ * experts (gate_up 2I x H, down H x I) in every layer:
+ *   2 * L * (2*H*nH*d + 2*H*nKV*d + E*H + top_k*3*H*I).
+ * The head (2 * V * H) runs only for the rows whose logits are wanted (the
+ * last prompt token) and is added once per prompt; attention scores, norms
+ * and activations are not counted. */
+static double flop_per_token(const struct ms_model *m)
+{
+	const struct ms_model_config *c = &m->cfg;
+	double H = (double)c->hidden, q = (double)(c->n_heads * c->head_dim);
+	double kv = (double)(c->n_kv_heads * c->head_dim), I = (double)c->intermediate;
+	return 2.0 * (double)c->n_layers *
+	       (2 * H * q + 2 * H * kv + (double)c->n_experts * H + (double)c->top_k * 3 * H * I);
+}
+
+/* Prompt of each sequence of a decode run: 16 tokens, fewer when the
+ * prefill prompt is shorter (slow kernels on a big model: the decode runs'
+ * prompts would take longer than their decode steps). */
+static int64_t decode_prompt(const struct ms_bench_opts *o)
+{
+	return o->prompt_tokens < 16 ? o->prompt_tokens : 16;
+}
+
+/* ---- the in-process baseline: same model, another kernel set ---- */
+
+struct baseline {
+	double load_s;
+	struct decode d1, d8;
+};
+
+static int run_baseline(const struct ms_bench_opts *o, struct ms_backend *be, double bw,
+			struct baseline *b, struct ms_err *err)
+{
+	struct ms_backend bb;
+	struct ms_backend_opts bo = {.kernels = o->baseline, .threads = be->pool.n_threads,
+				     .exact = be->exact};
+	int rc = ms_backend_init_opts(&bb, &bo, err);
+	if (rc)
+		return rc;
+	ms_backend_set_numa(&bb, be->numa_interleave ? MS_NUMA_INTERLEAVE : MS_NUMA_OFF);
+	struct ms_model bm;
+	double t0 = now_s();
+	rc = ms_model_load(&bm, o->model, &bb, err);
+	b->load_s = now_s() - t0;
+	if (!rc) {
+		int64_t gen = o->baseline_tokens > 0 ? o->baseline_tokens : o->decode_tokens / 2;
+		gen = gen < 3 ? 3 : gen;
+		struct wbytes w = weight_bytes(&bm);
+		struct run_stats st;
+		int64_t pl = decode_prompt(o);
+		rc = run(&bm, &bb, 1, pl, 2, &st, err); /* warm-up */
+		if (!rc && !(rc = run(&bm, &bb, 1, pl, gen, &st, err)))
+			decode_figures(&bm, &w, &st, 1, bw, &b->d1);
+		if (!rc && !(rc = run(&bm, &bb, 8, pl, gen, &st, err)))
+			decode_figures(&bm, &w, &st, 8, bw, &b->d8);
+		ms_model_free(&bm);
+	}
+	ms_backend_free(&bb);
+	return rc;
+}
+
+/* ---- output ---- */
+
+struct jbuf {
+	char s[8192];
+	size_t n;
+};
+
+__attribute__((format(printf, 2, 3))) static void jadd(struct jbuf *j, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	if (j->n < sizeof(j->s)) {
+		int k = vsnprintf(j->s + j->n, sizeof(j->s) - j->n, fmt, ap);
+		j->n += k > 0 ? (size_t)k : 0;
+	}
+	va_end(ap);
+}
+
+/* JSON has no NaN or infinity: such a figure (nothing measured) is 0. */
+static double fin(double x)
+{
+	return isfinite(x) ? x : 0;
+}
+
+static void jnum(struct jbuf *j, const char *key, double v, int decimals)
+{
+	jadd(j, "%s\"%s\":%.*f", j->n > 1 ? "," : "", key, decimals, fin(v));
+}
+
+static void jbool(struct jbuf *j, const char *key, bool v)
+{
+	jadd(j, "%s\"%s\":%s", j->n > 1 ? "," : "", key, v ? "true" : "false");
+}
+
+static void jstr(struct jbuf *j, const char *key, const char *v)
+{
+	jadd(j, "%s\"%s\":\"", j->n > 1 ? "," : "", key);
+	for (; *v; v++) {
+		if (*v == '"' || *v == '\\')
+			jadd(j, "\\%c", *v);
+		else
+			jadd(j, "%c", (unsigned char)*v < 0x20 ? '?' : *v);
+	}
+	jadd(j, "\"");
+}
+
+struct target {
+	const char *name, *json, *unit;
+	double value, threshold;
+	bool below_is_good;   /* value must stay under the threshold */
+	bool pass;
+};
 
 int ms_cmd_bench(struct ms_model *m, struct ms_backend *be, const struct ms_bench_opts *o)
 {
 	struct ms_err err = {0};
-	double prefill_tps = 0, ttft = 0, dec1 = 0, dummy = 0, b4 = 0, b8 = 0, b16 = 0;
-	int rc = run(m, 1, o->prompt_tokens, 2, &dummy, &ttft, &err);
-	if (!rc)
-		prefill_tps = (double)o->prompt_tokens / ttft;
-	if (!rc)
-		rc = run(m, 1, 16, o->decode_tokens, &dec1, &dummy, &err);
-	if (!rc)
-		rc = run(m, 4, 16, o->decode_tokens, &b4, &dummy, &err);
-	if (!rc)
-		rc = run(m, 8, 16, o->decode_tokens, &b8, &dummy, &err);
-	if (!rc)
-		rc = run(m, 16, 16, o->decode_tokens, &b16, &dummy, &err);
+	int threads = be->pool.n_threads;
+	/* nothing has run since the caller loaded the model */
+	double load_rss = peak_rss_bytes();
+	if (o->baseline) {
+		/* refuse an unknown or unsupported set now, not after the runs */
+		struct ms_backend tb;
+		struct ms_backend_opts tbo = {.kernels = o->baseline, .threads = 1};
+		int rc = ms_backend_init_opts(&tb, &tbo, &err);
+		if (rc) {
+			fprintf(stderr, "moeserve: error: bench --baseline: %s\n", err.msg);
+			return EX_USAGE;
+		}
+		ms_backend_free(&tb);
+	}
+	struct wbytes w = weight_bytes(m);
+	/* The bandwidth buffer stays resident through the runs, so that each
+	 * decode run is measured against reads taken right before and after it
+	 * (a shared machine's bandwidth drifts); its bytes are taken out of the
+	 * peak RSS below. */
+	static struct bw_job bwj;
+	if (bw_init(&bwj, be)) {
+		fprintf(stderr, "moeserve: error: bench: out of memory for the bandwidth buffer\n");
+		return EX_OSERR;
+	}
+	struct run_stats warm, pre, st[4];
+	static const int batch[4] = {1, 4, 8, 16};
+	double bws[5] = {0};
+	/* warm-up: fault in the weights a forward pass uses (a short prompt
+	 * routes to nearly every expert) and the scratch buffers */
+	int64_t warm_len = o->prompt_tokens < 32 ? o->prompt_tokens : 32;
+	int rc = run(m, be, 1, warm_len, 2, &warm, &err);
+	for (int i = 0; !rc && i < 4; i++) {
+		bws[i] = bw_measure(be, &bwj);
+		rc = run(m, be, batch[i], decode_prompt(o), o->decode_tokens, &st[i], &err);
+	}
+	if (!rc) {
+		bws[4] = bw_measure(be, &bwj);
+		rc = run(m, be, 1, o->prompt_tokens, 2, &pre, &err);
+	}
+	/* peak RSS of the model and the runs: from the load, or later less the
+	 * bandwidth buffer (resident since before the first run) */
+	double rss = peak_rss_bytes() - (double)bwj.bytes;
+	rss = rss > load_rss ? rss : load_rss;
+	free(bwj.buf);
 	if (rc) {
 		fprintf(stderr, "moeserve: error: bench: %s\n", err.msg);
 		return EX_SOFTWARE;
 	}
-	/* peak RSS of the model and the runs, before the bandwidth buffer */
-	struct rusage ru;
-	getrusage(RUSAGE_SELF, &ru);
-	double rss = (double)ru.ru_maxrss * 1024.0;
-	double bw = measure_bandwidth(be);
-	double bpt = bytes_per_token(m);
-	double share = bw > 0 ? bpt * dec1 / bw : 0;
+	double bw = 0, bw_min = 1e300;
+	for (int i = 0; i < 5; i++) {
+		bw = bws[i] > bw ? bws[i] : bw;
+		bw_min = bws[i] < bw_min ? bws[i] : bw_min;
+	}
+	struct decode d[4];
+	for (int i = 0; i < 4; i++)
+		decode_figures(m, &w, &st[i], batch[i], bws[i] > bws[i + 1] ? bws[i] : bws[i + 1],
+			       &d[i]);
+
+	double ttft = pre.ttft;
+	double prefill_tps = ttft > 0 ? (double)o->prompt_tokens / ttft : 0;
+	double fpt = flop_per_token(m);
+	double head_flop = 2.0 * (double)m->cfg.vocab * (double)m->cfg.hidden;
+	double prefill_gflops = ttft > 0 ? (fpt * (double)o->prompt_tokens + head_flop) / ttft / 1e9 : 0;
+	/* oneDNN on the prefill's shapes: M = 512 rows, K = hidden, N = hidden
+	 * (attention-like) and N = 2 x intermediate (gate_up); FLOP-weighted */
+	int64_t H = m->cfg.hidden, I2 = 2 * m->cfg.intermediate;
+	struct dnnl_rate dh, df;
+	onednn_matmul(be, 512, H, H, &dh);
+	onednn_matmul(be, 512, H, I2, &df);
+	double onednn = 0;
+	if (dh.gflops > 0 && df.gflops > 0) {
+		double fh = 2.0 * 512 * (double)H * (double)H, ff = 2.0 * 512 * (double)H * (double)I2;
+		onednn = (fh + ff) / 1e9 / (fh / 1e9 / dh.gflops + ff / 1e9 / df.gflops);
+	}
+	double prefill_ratio = onednn > 0 ? prefill_gflops / onednn : 0;
+
+	struct baseline base = {0};
+	int base_rc = 0;
+	if (o->baseline) {
+		base_rc = run_baseline(o, be, bw, &base, &err);
+		if (base_rc)
+			fprintf(stderr, "moeserve: error: bench --baseline %s: %s\n", o->baseline, err.msg);
+	}
+	bool have_base = o->baseline && !base_rc;
+	double sp1 = have_base && base.d1.tps > 0 ? d[0].tps / base.d1.tps : 0;
+	double sp8 = have_base && base.d8.tps > 0 ? d[2].tps / base.d8.tps : 0;
+
 	int64_t kvd = m->cfg.n_kv_heads * m->cfg.head_dim;
 	double kv_bpt = 2.0 * (double)kvd * sizeof(float) * (double)m->cfg.n_layers;
-	if (!o->json_only) {
-		printf("moeserve bench: %s (%s kernels, %d threads)\n", o->model, be->isa,
-		       be->pool.n_threads);
-		printf("  memory bandwidth (parallel read)   %10.2f GB/s\n", bw / 1e9);
-		printf("  prefill (%lld-token prompt)         %10.1f tokens/s\n",
-		       (long long)o->prompt_tokens, prefill_tps);
-		printf("  time to first token                %10.4f s\n", ttft);
-		printf("  decode, batch 1                    %10.1f tokens/s\n", dec1);
-		printf("  decode, 4 sequences (aggregate)    %10.1f tokens/s\n", b4);
-		printf("  decode, 8 sequences (aggregate)    %10.1f tokens/s\n", b8);
-		printf("  decode, 16 sequences (aggregate)   %10.1f tokens/s\n", b16);
-		printf("  weight bytes per decode token      %10.0f\n", bpt);
-		printf("  decode roofline share              %10.3f\n", share);
-		printf("  KV bytes per token (all layers)    %10.0f\n", kv_bpt);
-		printf("  peak RSS                           %10.1f MiB\n", rss / 1048576.0);
+	double rss_ratio = w.total > 0 ? rss / w.total : 0;
+
+	struct target tg[] = {
+		{"decode batch 1, roofline share", "decode_b1", "", d[0].share, 0.85, false, false},
+		{"decode batch 8, roofline share", "decode_b8", "", d[2].share, 0.75, false, false},
+		{"decode batch 16, roofline share", "decode_b16", "", d[3].share, 0.75, false, false},
+		{"prefill GFLOP/s over oneDNN's", "prefill", "", prefill_ratio, 0.50, false, false},
+		{"load time, repacking included", "load_time", " s", o->load_seconds, 10.0, true, false},
+		{"peak RSS over resident weights", "load_rss", "", rss_ratio, 1.2, true, false},
+	};
+	int n_tg = (int)(sizeof(tg) / sizeof(tg[0])), n_pass = 0;
+	for (int i = 0; i < n_tg; i++) {
+		tg[i].pass = tg[i].below_is_good ? tg[i].value < tg[i].threshold
+						 : tg[i].value >= tg[i].threshold;
+		n_pass += tg[i].pass;
 	}
-	printf("{\"prefill_tokens_per_s\":%.3f,\"decode_tokens_per_s\":%.3f,"
-	       "\"decode_roofline_share\":%.4f,\"batch4_tokens_per_s\":%.3f,"
-	       "\"batch8_tokens_per_s\":%.3f,\"batch16_tokens_per_s\":%.3f,\"ttft_s\":%.6f,"
-	       "\"kv_bytes_per_token\":%.0f,\"peak_rss_bytes\":%.0f,\"bandwidth_bytes_per_s\":%.0f,"
-	       "\"weight_bytes_per_token\":%.0f,\"threads\":%d,\"kernels\":\"%s\"}\n",
-	       prefill_tps, dec1, share, b4, b8, b16, ttft, kv_bpt, rss, bw, bpt, be->pool.n_threads,
-	       be->isa);
-	return EX_OK;
+
+	if (!o->json_only) {
+		printf("moeserve bench: %s (%s kernels, %d threads)\n", o->model, be->isa, threads);
+		printf("  load, repacking included             %10.3f s\n", o->load_seconds);
+		printf("  peak RSS after load                  %10.1f MiB\n", load_rss / 1048576.0);
+		printf("  resident weight bytes (repacked)     %10.1f MiB\n", w.total / 1048576.0);
+		printf("  memory bandwidth (parallel read)     %10.2f GB/s  (%.2f to %.2f over the run)\n",
+		       bw / 1e9, bw_min / 1e9, bw / 1e9);
+		printf("  prefill (%lld-token prompt)           %10.1f tokens/s\n",
+		       (long long)o->prompt_tokens, prefill_tps);
+		printf("    FLOP per token (active params)     %10.1f MFLOP\n", fpt / 1e6);
+		printf("    achieved                           %10.1f GFLOP/s\n", prefill_gflops);
+		if (onednn > 0) {
+			printf("    oneDNN bf16 matmul 512x%lldx%lld    %10.1f GFLOP/s\n", (long long)H,
+			       (long long)H, dh.gflops);
+			printf("    oneDNN bf16 matmul 512x%lldx%lld    %10.1f GFLOP/s  (%s)\n", (long long)H,
+			       (long long)I2, df.gflops, df.why);
+			printf("    share of oneDNN's rate             %10.3f\n", prefill_ratio);
+		} else {
+			printf("    oneDNN matmul                      unavailable: %s\n",
+			       dh.why[0] ? dh.why : df.why);
+		}
+		printf("  time to first token                  %10.4f s\n", ttft);
+		for (int i = 0; i < 4; i++) {
+			printf("  decode, batch %-2d                     %10.1f tokens/s  %8.2f ms/step\n",
+			       d[i].n, d[i].tps, d[i].step_s * 1e3);
+			printf("    weight bytes per step (%s)    %10.1f MB  (static estimate %.1f MB)\n",
+			       d[i].counted ? "counted" : "static ", d[i].bytes / 1e6, d[i].bytes_static / 1e6);
+			printf("    distinct experts per layer         %10.2f     (uniform routing %.2f)\n",
+			       d[i].experts, distinct_experts(m, d[i].n));
+			printf("    roofline share                     %10.3f     (static estimate %.3f; at %.2f GB/s)\n",
+			       d[i].share, d[i].share_static, d[i].bw / 1e9);
+		}
+		printf("  KV bytes per token (all layers)      %10.0f\n", kv_bpt);
+		printf("  peak RSS (load and runs)             %10.1f MiB\n", rss / 1048576.0);
+		if (have_base) {
+			printf("  baseline: %s kernels (loaded in %.2f s)\n", o->baseline, base.load_s);
+			printf("    decode, batch 1                    %10.1f tokens/s  speedup %.2fx\n",
+			       base.d1.tps, sp1);
+			printf("    decode, batch 8                    %10.1f tokens/s  speedup %.2fx\n",
+			       base.d8.tps, sp8);
+		}
+		printf("  targets (issue 7; informational)\n");
+		for (int i = 0; i < n_tg; i++)
+			printf("    %-34s %8.3f%s %s %.2f%s  %s\n", tg[i].name, tg[i].value, tg[i].unit,
+			       tg[i].below_is_good ? "< " : ">=", tg[i].threshold, tg[i].unit,
+			       tg[i].pass ? "PASS" : "BELOW");
+	}
+
+	struct jbuf j;
+	j.n = 0;
+	jadd(&j, "{");
+	/* the original keys */
+	jnum(&j, "prefill_tokens_per_s", prefill_tps, 3);
+	jnum(&j, "decode_tokens_per_s", d[0].tps, 3);
+	jnum(&j, "decode_roofline_share", d[0].share, 4);
+	jnum(&j, "batch4_tokens_per_s", d[1].tps, 3);
+	jnum(&j, "batch8_tokens_per_s", d[2].tps, 3);
+	jnum(&j, "batch16_tokens_per_s", d[3].tps, 3);
+	jnum(&j, "ttft_s", ttft, 6);
+	jnum(&j, "kv_bytes_per_token", kv_bpt, 0);
+	jnum(&j, "peak_rss_bytes", rss, 0);
+	jnum(&j, "bandwidth_bytes_per_s", bw, 0);
+	jnum(&j, "weight_bytes_per_token", d[0].bytes_static, 0);
+	jadd(&j, ",\"threads\":%d", threads);
+	jstr(&j, "kernels", be->isa);
+	/* load */
+	jnum(&j, "load_s", o->load_seconds, 4);
+	jnum(&j, "load_peak_rss_bytes", load_rss, 0);
+	jnum(&j, "weight_bytes", w.total, 0);
+	jnum(&j, "peak_rss_over_weight_bytes", rss_ratio, 4);
+	/* decode */
+	jstr(&j, "bytes_source", d[0].counted ? "counter" : "static");
+	jnum(&j, "decode_step_s", d[0].step_s, 6);
+	jnum(&j, "decode_bytes_per_token", d[0].bytes, 0);
+	jnum(&j, "decode_roofline_share_static", d[0].share_static, 4);
+	jnum(&j, "decode_experts_per_layer", d[0].experts, 3);
+	jnum(&j, "decode_bandwidth_bytes_per_s", d[0].bw, 0);
+	jnum(&j, "bandwidth_min_bytes_per_s", bw_min, 0);
+	for (int i = 1; i < 4; i++) {
+		char k[64];
+		snprintf(k, sizeof(k), "batch%d_step_s", d[i].n);
+		jnum(&j, k, d[i].step_s, 6);
+		snprintf(k, sizeof(k), "batch%d_bytes_per_step", d[i].n);
+		jnum(&j, k, d[i].bytes, 0);
+		snprintf(k, sizeof(k), "batch%d_bytes_per_step_static", d[i].n);
+		jnum(&j, k, d[i].bytes_static, 0);
+		snprintf(k, sizeof(k), "batch%d_experts_per_layer", d[i].n);
+		jnum(&j, k, d[i].experts, 3);
+		snprintf(k, sizeof(k), "batch%d_roofline_share", d[i].n);
+		jnum(&j, k, d[i].share, 4);
+		snprintf(k, sizeof(k), "batch%d_bandwidth_bytes_per_s", d[i].n);
+		jnum(&j, k, d[i].bw, 0);
+	}
+	/* prefill */
+	jadd(&j, ",\"prefill_tokens\":%lld", (long long)o->prompt_tokens);
+	jnum(&j, "prefill_flop_per_token", fpt, 0);
+	jnum(&j, "prefill_gflops", prefill_gflops, 3);
+	jnum(&j, "onednn_gflops", onednn, 3);
+	jnum(&j, "onednn_gflops_hidden", dh.gflops, 3);
+	jnum(&j, "onednn_gflops_gate_up", df.gflops, 3);
+	jnum(&j, "prefill_over_onednn", prefill_ratio, 4);
+	/* baseline */
+	if (have_base) {
+		jstr(&j, "baseline_kernels", o->baseline);
+		jnum(&j, "baseline_load_s", base.load_s, 4);
+		jnum(&j, "baseline_decode_tokens_per_s", base.d1.tps, 3);
+		jnum(&j, "baseline_batch8_tokens_per_s", base.d8.tps, 3);
+		jnum(&j, "speedup_decode", sp1, 3);
+		jnum(&j, "speedup_batch8", sp8, 3);
+	}
+	/* targets */
+	for (int i = 0; i < n_tg; i++) {
+		char k[64];
+		snprintf(k, sizeof(k), "pass_%s", tg[i].json);
+		jbool(&j, k, tg[i].pass);
+	}
+	jadd(&j, ",\"targets_passed\":%d,\"targets\":%d}", n_pass, n_tg);
+	printf("%s\n", j.s);
+	return have_base || !o->baseline ? EX_OK : EX_SOFTWARE;
 }

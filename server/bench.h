@@ -9,9 +9,12 @@
 
 struct ms_bench_opts {
 	const char *model;
-	int64_t prompt_tokens;  /* prefill prompt (512) */
-	int64_t decode_tokens;  /* tokens per decode run */
+	int64_t prompt_tokens;    /* prefill prompt (512) */
+	int64_t decode_tokens;    /* tokens per decode run */
 	bool json_only;
+	double load_seconds;      /* the caller's ms_model_load, repacking included */
+	const char *baseline;     /* kernel set for an in-process baseline, or NULL */
+	int64_t baseline_tokens;  /* decode tokens per baseline run (0: decode_tokens / 2) */
 };
 
 /* Runs everything and prints a table and one JSON line; returns an exit

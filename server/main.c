@@ -137,9 +137,11 @@ struct common_opts {
 	long threads;
 	const char *numa;   /* auto, off, interleave */
 	bool exact;         /* kernels keep fp32 activations */
+	bool dense_int8;    /* attention projections and lm_head requantized to int8 */
 };
 
-enum { OPT_KERNELS = 1000, OPT_THREADS, OPT_LOGITS, OPT_IGNORE_EOS, OPT_PROMPT, OPT_NUMA, OPT_EXACT };
+enum { OPT_KERNELS = 1000, OPT_THREADS, OPT_LOGITS, OPT_IGNORE_EOS, OPT_PROMPT, OPT_NUMA, OPT_EXACT,
+       OPT_DENSE_INT8 };
 
 static int load(const struct common_opts *o, struct ms_backend *be, struct ms_model *m)
 {
@@ -147,10 +149,13 @@ static int load(const struct common_opts *o, struct ms_backend *be, struct ms_mo
 	/* --exact, or MOESERVE_EXACT=1 (tests that compare logits with the
 	 * float64 reference set it for every subcommand). */
 	const char *ex = getenv("MOESERVE_EXACT");
+	/* --dense-int8, or MOESERVE_DENSE_INT8=1 */
+	const char *d8 = getenv("MOESERVE_DENSE_INT8");
 	struct ms_backend_opts bo = {
 		.kernels = o->kernels ? o->kernels : getenv("MOESERVE_KERNELS"),
 		.threads = (int)o->threads,
 		.exact = o->exact || (ex && *ex && strcmp(ex, "0") && strcmp(ex, "false")),
+		.dense_int8 = o->dense_int8 || (d8 && *d8 && strcmp(d8, "0") && strcmp(d8, "false")),
 	};
 	int rc = ms_backend_init_opts(be, &bo, &err);
 	if (rc) {
@@ -196,6 +201,8 @@ static void generate_help(void)
 	       "                     or $MOESERVE_KERNELS)\n"
 	       "  --exact            only kernels that keep fp32 activations: logits match\n"
 	       "                     the reference to fp32 rounding (or $MOESERVE_EXACT=1)\n"
+	       "  --dense-int8       requantize attention projections and lm_head to int8\n"
+	       "                     per output channel at load (or $MOESERVE_DENSE_INT8=1)\n"
 	       "  --numa MODE        auto (interleave weights when there are several NUMA\n"
 	       "                     nodes), off, interleave (default auto, or $MOESERVE_NUMA)\n"
 	       "  -h, --help         this help\n",
@@ -232,10 +239,11 @@ static int cmd_generate(int argc, char **argv)
 		{"kernels", required_argument, NULL, OPT_KERNELS},
 		{"numa", required_argument, NULL, OPT_NUMA},
 		{"exact", no_argument, NULL, OPT_EXACT},
+		{"dense-int8", no_argument, NULL, OPT_DENSE_INT8},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	struct common_opts co = {default_model(), NULL, 0, NULL, false};
+	struct common_opts co = {default_model(), NULL, 0, NULL, false, false};
 	const char *tokens = NULL, *logits_out = NULL, *text = NULL;
 	long max_tokens = 16;
 	bool ignore_eos = false;
@@ -258,6 +266,7 @@ static int cmd_generate(int argc, char **argv)
 		case OPT_KERNELS: co.kernels = optarg; break;
 		case OPT_NUMA: co.numa = optarg; break;
 		case OPT_EXACT: co.exact = true; break;
+		case OPT_DENSE_INT8: co.dense_int8 = true; break;
 		case OPT_PROMPT: text = optarg; break;
 		case 'h': generate_help(); return EX_OK;
 		default: return usage_error("generate", "%s", "invalid option");
@@ -391,6 +400,7 @@ done_nofree_seq:
 static void inspect_help(void)
 {
 	printf("Usage: moeserve inspect [--model DIR] [--kernels SET] [--threads N]\n"
+	       "                        [--exact] [--dense-int8]\n"
 	       "Load a checkpoint and describe it: architecture and sizes, the quantization\n"
 	       "scheme of each tensor group, the kernel chosen for each, and the weight bytes.\n");
 }
@@ -413,10 +423,11 @@ static int cmd_inspect(int argc, char **argv)
 		{"kernels", required_argument, NULL, OPT_KERNELS},
 		{"numa", required_argument, NULL, OPT_NUMA},
 		{"exact", no_argument, NULL, OPT_EXACT},
+		{"dense-int8", no_argument, NULL, OPT_DENSE_INT8},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	struct common_opts co = {default_model(), NULL, 0, NULL, false};
+	struct common_opts co = {default_model(), NULL, 0, NULL, false, false};
 	int c;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
@@ -424,6 +435,7 @@ static int cmd_inspect(int argc, char **argv)
 		case 'm': co.model = optarg; break;
 		case OPT_NUMA: co.numa = optarg; break;
 		case OPT_EXACT: co.exact = true; break;
+		case OPT_DENSE_INT8: co.dense_int8 = true; break;
 		case OPT_THREADS:
 			if (!parse_long(optarg, 1, 1024, &co.threads))
 				return usage_error("inspect", "--threads: \"%s\" is not in [1, 1024]", optarg);
@@ -513,7 +525,7 @@ static int cmd_dequant(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	struct common_opts co = {default_model(), NULL, 1, NULL, false};
+	struct common_opts co = {default_model(), NULL, 1, NULL, false, false};
 	const char *module = NULL, *out = NULL;
 	int c;
 	optind = 1;
@@ -873,12 +885,15 @@ static int cmd_bench(int argc, char **argv)
 		{"prompt-tokens", required_argument, NULL, 'p'},
 		{"numa", required_argument, NULL, OPT_NUMA},
 		{"exact", no_argument, NULL, OPT_EXACT},
+		{"dense-int8", no_argument, NULL, OPT_DENSE_INT8},
 		{"decode-tokens", required_argument, NULL, 'n'},
 		{"json", no_argument, NULL, 'j'},
+		{"baseline", required_argument, NULL, 'b'},
+		{"baseline-tokens", required_argument, NULL, 'B'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	struct common_opts co = {default_model(), NULL, 0, NULL, false};
+	struct common_opts co = {default_model(), NULL, 0, NULL, false, false};
 	struct ms_bench_opts bo = {.prompt_tokens = 512, .decode_tokens = 32};
 	long v;
 	int c;
@@ -902,15 +917,32 @@ static int cmd_bench(int argc, char **argv)
 			bo.decode_tokens = v;
 			break;
 		case 'j': bo.json_only = true; break;
+		case 'b': bo.baseline = optarg; break;
+		case 'B':
+			if (!parse_long(optarg, 3, 1 << 20, &v))
+				return usage_error("bench", "--baseline-tokens: \"%s\" is not a count >= 3", optarg);
+			bo.baseline_tokens = v;
+			break;
 		case OPT_NUMA: co.numa = optarg; break;
 		case OPT_EXACT: co.exact = true; break;
+		case OPT_DENSE_INT8: co.dense_int8 = true; break;
 		case 'h':
 			printf("Usage: moeserve bench [--model DIR] [--threads N] [--kernels SET]\n"
 			       "                      [--prompt-tokens N] [--decode-tokens N] [--json]\n"
-			       "Measure prefill and decode speed (batch 1, 4, 8, 16), time to first token,\n"
-			       "KV bytes per token, peak RSS and the decode share of the memory-bandwidth\n"
-			       "roofline (bandwidth measured in the same run). Prints a table and, last,\n"
-			       "one JSON line.\n");
+			       "                      [--baseline SET] [--baseline-tokens N]\n"
+			       "Measure load time and memory, prefill speed against oneDNN's bf16 matmul,\n"
+			       "decode speed at batch 1, 4, 8 and 16 against the memory-bandwidth roofline\n"
+			       "(weight bytes the backend counts per step over the bandwidth measured in\n"
+			       "the same run), and print the issue-7 targets with PASS/BELOW. Prints a\n"
+			       "table and, last, one JSON line.\n\n"
+			       "  --prompt-tokens N    prefill prompt length (default 512; the decode runs'\n"
+			       "                       prompts are 16 tokens, or N when N is smaller)\n"
+			       "  --decode-tokens N    tokens per decode run (default 32)\n"
+			       "  --baseline SET       also load the model on kernel set SET (e.g. ref) and\n"
+			       "                       print the decode speedups over it\n"
+			       "  --baseline-tokens N  tokens per baseline decode run (default half of\n"
+			       "                       --decode-tokens, at least 3)\n"
+			       "  --json               only the JSON line\n");
 			return EX_OK;
 		default: return usage_error("bench", "%s", "invalid option");
 		}
@@ -919,9 +951,13 @@ static int cmd_bench(int argc, char **argv)
 		return usage_error("bench", "unexpected argument \"%s\"", argv[optind]);
 	struct ms_backend be;
 	struct ms_model m;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	int rc = load(&co, &be, &m);
 	if (rc)
 		return rc;
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	bo.load_seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
 	bo.model = co.model;
 	if (bo.prompt_tokens + 2 > m.cfg.max_pos)
 		bo.prompt_tokens = m.cfg.max_pos - 2;

@@ -89,6 +89,8 @@ static const struct opt_def serve_opts[] = {
 	{"kernels", 0, T_STR, F(kernels), 0, 0, NULL, "auto", NULL, "SET", "kernel set (see below)"},
 	{"exact", 0, T_BOOL, F(exact), 0, 0, NULL, "false", NULL, NULL,
 	 "only kernels that keep fp32 activations\n(no int8/bf16 rounding of activations)"},
+	{"dense-int8", 0, T_BOOL, F(dense_int8), 0, 0, NULL, "false", NULL, NULL,
+	 "requantize attention projections and lm_head\nto int8 per output channel at load"},
 	{"numa", 0, T_ENUM, F(numa), 0, 0, numa_modes, "auto", NULL, "MODE",
 	 "auto (interleave weights over several NUMA\nnodes), off or interleave"},
 	{"kv-cache-bytes", 0, T_SIZE, F(kv_cache_bytes), 0, 1024 * 1024 * GIB, NULL, "0",

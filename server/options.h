@@ -62,6 +62,7 @@ struct ms_serve_options {
 	                              this CPU runs it is ms_backend_init's to say) */
 	enum ms_numa_mode numa;    /* auto */
 	bool exact;                /* false: kernels may round activations */
+	bool dense_int8;           /* attention projections and lm_head to int8 at load */
 	/* engine (0: the engine's default, see ms_engine_config_defaults) */
 	uint64_t kv_cache_bytes;   /* KV-cache pool size */
 	int max_queue;             /* waiting requests beyond which submit is refused (429); 256 */

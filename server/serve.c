@@ -82,7 +82,8 @@ int ms_cmd_serve(int argc, char **argv, const char *default_model)
 	int ex = EX_OK;
 	bool have_be = false, have_m = false;
 	double t0 = now_s();
-	struct ms_backend_opts bo = {.kernels = o.kernels, .threads = o.threads, .exact = o.exact};
+	struct ms_backend_opts bo = {.kernels = o.kernels, .threads = o.threads, .exact = o.exact,
+				     .dense_int8 = o.dense_int8};
 	rc = ms_backend_init_opts(&be, &bo, &err);
 	if (!rc) {
 		have_be = true;

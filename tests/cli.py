@@ -8,6 +8,7 @@ Each case prints PASS/FAIL; the last line is `cli: N passed, M failed`.
 """
 import argparse
 import json
+import math
 import os
 import shutil
 import struct
@@ -15,6 +16,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import bench_ckpt  # noqa: E402
 import gptoss_ckpt  # noqa: E402
 
 EX_OK, EX_USAGE, EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE = 0, 64, 65, 66, 69
@@ -206,17 +208,65 @@ def main():
 
     # --- bench ---
     r = run(b, "bench", "--model", base, "--prompt-tokens", "40", "--decode-tokens", "4", "--json")
-    keys = ["prefill_tokens_per_s", "decode_tokens_per_s", "decode_roofline_share", "batch4_tokens_per_s",
+    # numbers: present, finite (json.loads would take NaN/Infinity) and >= 0
+    nums = ["prefill_tokens_per_s", "decode_tokens_per_s", "decode_roofline_share", "batch4_tokens_per_s",
             "batch8_tokens_per_s", "batch16_tokens_per_s", "ttft_s", "kv_bytes_per_token", "peak_rss_bytes",
-            "bandwidth_bytes_per_s", "threads", "kernels"]
+            "bandwidth_bytes_per_s", "weight_bytes_per_token", "threads",
+            "load_s", "load_peak_rss_bytes", "weight_bytes", "peak_rss_over_weight_bytes",
+            "decode_step_s", "decode_bytes_per_token", "decode_roofline_share_static",
+            "decode_experts_per_layer", "decode_bandwidth_bytes_per_s", "bandwidth_min_bytes_per_s",
+            "prefill_tokens", "prefill_flop_per_token", "prefill_gflops", "onednn_gflops",
+            "onednn_gflops_hidden", "onednn_gflops_gate_up", "prefill_over_onednn",
+            "targets_passed", "targets"]
+    for n in (4, 8, 16):
+        nums += [f"batch{n}_{k}" for k in ("step_s", "bytes_per_step", "bytes_per_step_static",
+                                           "experts_per_layer", "roofline_share", "bandwidth_bytes_per_s")]
+    flags = ["pass_decode_b1", "pass_decode_b8", "pass_decode_b16", "pass_prefill", "pass_load_time",
+             "pass_load_rss"]
     try:
         j = json.loads(r.stdout.strip().splitlines()[-1])
-        ok = (r.returncode == 0 and all(k in j for k in keys) and 0 < j["decode_roofline_share"] <= 1
+        bad = [k for k in nums if not (isinstance(j.get(k), (int, float)) and not isinstance(j[k], bool)
+                                       and math.isfinite(j[k]) and j[k] >= 0)]
+        bad += [k for k in flags if not isinstance(j.get(k), bool)]
+        ok = (r.returncode == 0 and not bad and j["decode_roofline_share"] > 0
               and j["decode_tokens_per_s"] > 0 and j["batch16_tokens_per_s"] > 0 and j["ttft_s"] > 0
-              and j["bandwidth_bytes_per_s"] > 1e8 and j["kernels"] in ("ref", "avx2", "avx512"))
-    except (ValueError, IndexError, KeyError):
+              and j["bandwidth_bytes_per_s"] > 1e8 and j["kernels"] in ("ref", "avx2", "avx512", "amx")
+              and j["bytes_source"] in ("counter", "static") and j["targets"] == 6
+              and j["load_s"] > 0 and j["weight_bytes"] > 0 and j["prefill_gflops"] > 0
+              and j["prefill_tokens"] == 40)
+        # one decode token streams exactly top-k experts per layer
+        with open(os.path.join(base, "config.json")) as f:
+            top_k = json.load(f)["num_experts_per_tok"]
+        ok = ok and (j["bytes_source"] != "counter" or abs(j["decode_experts_per_layer"] - top_k) < 0.01)
+    except (ValueError, IndexError, KeyError, TypeError):
+        ok, bad = False, []
+    case("bench prints one JSON line with every key", ok, f"bad keys {bad}\n" + r.stdout[-600:] + r.stderr)
+    r = run(b, "bench", "--model", base, "--prompt-tokens", "8", "--decode-tokens", "3", "--json",
+            "--baseline", "ref", "--baseline-tokens", "3")
+    try:
+        j = json.loads(r.stdout.strip().splitlines()[-1])
+        ok = (r.returncode == 0 and j["baseline_kernels"] == "ref"
+              and all(math.isfinite(j[k]) and j[k] > 0 for k in
+                      ("baseline_decode_tokens_per_s", "baseline_batch8_tokens_per_s", "speedup_decode",
+                       "speedup_batch8")))
+    except (ValueError, IndexError, KeyError, TypeError):
         ok = False
-    case("bench prints one JSON line with every key", ok, r.stdout[-600:] + r.stderr)
+    case("bench --baseline ref prints the speedups", ok, r.stdout[-600:] + r.stderr)
+    expect("bench --baseline with an unknown set", run(b, "bench", "--model", base, "--baseline", "nope"),
+           EX_USAGE, "nope")
+
+    # --- the benchmark checkpoints' writer, shrunk: every format loads and runs ---
+    case("bench_ckpt encoders match the reference encoders", bench_ckpt.selftest() == [])
+    for fmt, scheme in (("mxfp4", "mxfp4"), ("gptq", "gptq"), ("quark", "quark-w4a8")):
+        d = os.path.join(a.workdir, "bench-" + fmt)
+        rc = bench_ckpt.main(["--format", fmt, "--out", d, "--layers", "2", "--experts", "4", "--hidden", "64",
+                              "--intermediate", "64", "--heads", "4", "--kv-heads", "2", "--head-dim", "16",
+                              "--vocab", "256", "--jobs", "1"])
+        r = run(b, "inspect", "--model", d)
+        g = run(b, "generate", "--model", d, "--tokens", "1,2,3", "--max-tokens", "2", "--ignore-eos")
+        case(f"bench_ckpt --format {fmt} loads and generates",
+             rc == 0 and r.returncode == 0 and scheme in r.stdout and g.returncode == 0
+             and len(g.stdout.split()) >= 2, r.stdout[-800:] + r.stderr + g.stderr)
 
     # --- inspect ---
     r = run(b, "inspect", "--model", mx)

@@ -1,0 +1,227 @@
+/*
+ * attention-avx2.c: the AVX2 + FMA attention kernel (own flags, see
+ * engine/meson.build; chosen by ms_attn_select only where the CPU has both).
+ *
+ * The AVX-512 kernel's algorithm on 8 lanes: tiles of 8 keys aligned to
+ * absolute positions, 8 dot products reduced to one vector of scores, an
+ * online softmax per row (the accumulator rescaled only when the max
+ * grows), the values weighted in key order. Masks come from lane-index
+ * compares, tails from maskload (which never faults on masked lanes).
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "attention.h"
+
+#define TILE 8
+
+static inline __m256 pow2i(__m256i k)
+{
+	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23));
+}
+
+/* exp512's algorithm (attention-avx512.c). AVX2 has no scalef: 2^n is
+ * applied in two halves, each a normal number, so a subnormal result is
+ * rounded once, by the second product. */
+static inline __m256 exp256(__m256 x)
+{
+	x = _mm256_max_ps(_mm256_set1_ps(-104.0f), x);
+	x = _mm256_min_ps(_mm256_set1_ps(88.7f), x);
+	__m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+				   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+	r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+	__m256 p = _mm256_set1_ps(1.9875691500e-4f);
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+	p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+	/* NaN input: n converts to INT_MIN; p is NaN and stays so */
+	__m256i ni = _mm256_cvtps_epi32(n), n1 = _mm256_srai_epi32(ni, 1);
+	return _mm256_mul_ps(_mm256_mul_ps(p, pow2i(n1)), pow2i(_mm256_sub_epi32(ni, n1)));
+}
+
+static inline __m256i lanes_below(int64_t k)
+{
+	return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+void ms_attn_exp_avx2(const float *x, float *y, int64_t n)
+{
+	for (int64_t i = 0; i < n; i += TILE) {
+		__m256i m = lanes_below(n - i >= TILE ? TILE : n - i);
+		_mm256_maskstore_ps(y + i, m, exp256(_mm256_maskload_ps(x + i, m)));
+	}
+}
+
+/* Lane j = the sum of v[j]'s lanes (unpack pairs, 64-bit pairs, halves). */
+static inline __m256 hsum8(const __m256 v[8])
+{
+	__m256 s[4], u[2];
+#pragma GCC unroll 4
+	for (int i = 0; i < 4; i++)
+		s[i] = _mm256_add_ps(_mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+				     _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+#pragma GCC unroll 2
+	for (int i = 0; i < 2; i++) {
+		__m256d a = _mm256_castps_pd(s[2 * i]), b = _mm256_castps_pd(s[2 * i + 1]);
+		u[i] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(a, b)),
+				     _mm256_castpd_ps(_mm256_unpackhi_pd(a, b)));
+	}
+	return _mm256_add_ps(_mm256_permute2f128_ps(u[0], u[1], 0x20),
+			     _mm256_permute2f128_ps(u[0], u[1], 0x31));
+}
+
+static inline float hmax8(__m256 v)
+{
+	__m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+	m = _mm_max_ss(m, _mm_movehdup_ps(m));
+	return _mm_cvtss_f32(m);
+}
+
+static inline float hsum8v(__m256 v)
+{
+	__m128 m = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+	m = _mm_add_ss(m, _mm_movehdup_ps(m));
+	return _mm_cvtss_f32(m);
+}
+
+static inline void pv(float *acc, const float *p, const float *const *v, int ja, int jb, int nb,
+		      __m256i tail)
+{
+	const __m256i all = _mm256_set1_epi32(-1);
+	int b = 0;
+	for (; b + 4 <= nb; b += 4) {
+		__m256 a0 = _mm256_load_ps(acc + 8 * b), a1 = _mm256_load_ps(acc + 8 * b + 8);
+		__m256 a2 = _mm256_load_ps(acc + 8 * b + 16), a3 = _mm256_load_ps(acc + 8 * b + 24);
+		__m256i m3 = b + 4 == nb ? tail : all;
+		for (int j = ja; j < jb; j++) {
+			__m256 pj = _mm256_broadcast_ss(p + j);
+			const float *vr = v[j] + 8 * b;
+			a0 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr), a0);
+			a1 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 8), a1);
+			a2 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 16), a2);
+			a3 = _mm256_fmadd_ps(pj, _mm256_maskload_ps(vr + 24, m3), a3);
+		}
+		_mm256_store_ps(acc + 8 * b, a0);
+		_mm256_store_ps(acc + 8 * b + 8, a1);
+		_mm256_store_ps(acc + 8 * b + 16, a2);
+		_mm256_store_ps(acc + 8 * b + 24, a3);
+	}
+	for (; b < nb; b++) {
+		__m256 a0 = _mm256_load_ps(acc + 8 * b);
+		__m256i m = b + 1 == nb ? tail : all;
+		for (int j = ja; j < jb; j++)
+			a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p + j), _mm256_maskload_ps(v[j] + 8 * b, m),
+					     a0);
+		_mm256_store_ps(acc + 8 * b, a0);
+	}
+}
+
+static inline __m256 scores(const float *q, const float *const *kp, int64_t d, float scale)
+{
+	__m256 dot[TILE];
+#pragma GCC unroll 8
+	for (int j = 0; j < TILE; j++)
+		dot[j] = _mm256_setzero_ps();
+	int64_t e = 0;
+	for (; e + 8 <= d; e += 8) {
+		__m256 qv = _mm256_loadu_ps(q + e);
+#pragma GCC unroll 8
+		for (int j = 0; j < TILE; j++)
+			dot[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kp[j] + e), dot[j]);
+	}
+	if (e < d) {
+		__m256i m = lanes_below(d - e);
+		__m256 qv = _mm256_maskload_ps(q + e, m);
+#pragma GCC unroll 8
+		for (int j = 0; j < TILE; j++)
+			dot[j] = _mm256_fmadd_ps(qv, _mm256_maskload_ps(kp[j] + e, m), dot[j]);
+	}
+	return _mm256_mul_ps(hsum8(dot), _mm256_set1_ps(scale));
+}
+
+static void chunk_avx2(const struct ms_attn_chunk *c)
+{
+	const int64_t d = c->d, ld = c->ld, k0 = c->k0, k1 = c->k1;
+	const int nb = (int)((d + 7) / 8), R = c->nq * c->nkv * c->G, G = c->G;
+	const __m256i tail = d % 8 ? lanes_below(d % 8) : _mm256_set1_epi32(-1);
+	float *lsum = c->tmp;          /* [R][16] running sums, 8 lanes used */
+	float *pr = c->tmp + 16 * R;   /* [G][16] a token's scores, then probabilities */
+	float *al = c->tmp + 32 * R;   /* [G][16] rescale factors (1: none) */
+	const float *kp[TILE], *vp[TILE];
+	for (int r = 0; r < R; r++) {
+		c->m[r] = -INFINITY;
+		_mm256_store_ps(lsum + 16 * r, _mm256_setzero_ps());
+		memset(c->acc + r * ld, 0, (size_t)ld * sizeof(float));
+	}
+	for (int64_t t0 = k0 - k0 % TILE; t0 < k1; t0 += TILE) {
+		for (int j = 0; j < TILE; j++) {
+			int64_t p = t0 + j;
+			bool in = p >= k0 && p < k1;
+			kp[j] = in ? c->k[p - k0] : c->zero;
+			vp[j] = in ? c->v[p - k0] : c->zero;
+		}
+		for (int i = 0; i < c->nq; i++) {
+			int64_t a = c->lo[i] > t0 ? c->lo[i] : t0;
+			int64_t b = c->hi[i] + 1 < t0 + TILE ? c->hi[i] + 1 : t0 + TILE;
+			a = a > k0 ? a : k0;
+			b = b < k1 ? b : k1;
+			if (a >= b)
+				continue;
+			int ja = (int)(a - t0), jb = (int)(b - t0);
+			__m256 mask = _mm256_castsi256_ps(_mm256_andnot_si256(lanes_below(ja), lanes_below(jb)));
+			for (int hh = 0; hh < c->nkv; hh++) {
+				/* kv head hh of the item: its G query heads */
+				const float *kh[TILE], *vh[TILE];
+				for (int j = 0; j < TILE; j++)
+					kh[j] = kp[j] + hh * d, vh[j] = vp[j] + hh * d;
+				const float *qi = c->q + i * c->ldq + (int64_t)hh * G * d;
+				int r0 = (i * c->nkv + hh) * G;
+				float *m = c->m + r0, *ls = lsum + 16 * r0;
+				/* scores, online softmax, weighted values: three passes of
+				 * independent chains (see attention-avx512.c) */
+				for (int g = 0; g < G; g++)
+					_mm256_store_ps(pr + 16 * g, scores(qi + g * d, kh, d, c->scale));
+				for (int g = 0; g < G; g++) {
+					__m256 s = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_load_ps(pr + 16 * g),
+								    mask);
+					float mt = hmax8(s), mo = m[g];
+					float mn = mt > mo ? mt : mo;
+					bool grow = mt > mo && mo != -INFINITY;
+					__m256 alpha = grow ? exp256(_mm256_set1_ps(mo - mn)) : _mm256_set1_ps(1.0f);
+					__m256 p = _mm256_and_ps(mask, exp256(_mm256_sub_ps(s, _mm256_set1_ps(mn))));
+					__m256 l = _mm256_load_ps(ls + 16 * g);
+					l = grow ? _mm256_fmadd_ps(l, alpha, p) : _mm256_add_ps(l, p);
+					_mm256_store_ps(ls + 16 * g, l);
+					_mm256_store_ps(pr + 16 * g, p);
+					_mm256_store_ps(al + 16 * g, alpha);
+					m[g] = mn;
+				}
+				for (int g = 0; g < G; g++) {
+					float *acc = c->acc + (int64_t)(r0 + g) * ld;
+					if (al[16 * g] != 1.0f) {
+						__m256 alpha = _mm256_load_ps(al + 16 * g);
+						for (int bb = 0; bb < nb; bb++)
+							_mm256_store_ps(acc + 8 * bb,
+									_mm256_mul_ps(_mm256_load_ps(acc + 8 * bb), alpha));
+					}
+					pv(acc, pr + 16 * g, vh, ja, jb, nb, tail);
+				}
+			}
+		}
+	}
+	for (int r = 0; r < R; r++)
+		if (c->m[r] != -INFINITY)
+			c->l[r] = hsum8v(_mm256_load_ps(lsum + 16 * r));
+}
+
+const struct ms_attn_kernel ms_attn_avx2 = {
+	"avx2-attn", "avx2", MS_CPU_AVX2 | MS_CPU_FMA, chunk_avx2,
+};

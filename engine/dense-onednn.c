@@ -1,0 +1,668 @@
+/*
+ * dense-onednn.c: see dense-onednn.h.
+ *
+ * Why panels of 64 rows, each its own oneDNN tensor, instead of one matmul
+ * over the whole matrix threaded by oneDNN's OpenMP:
+ * - moe.c (bf16 experts) calls a kernel on row blocks of its own choosing
+ *   and never asks for whole-matrix calls; a panel is the unit both callers
+ *   can split on.
+ * - oneDNN's brgemm matmul may split K over threads when M and N are small
+ *   (its partial sums then depend on the thread count); one thread per
+ *   primitive keeps every output element on one fixed code path, so results
+ *   do not depend on --threads (tested bit for bit).
+ * - No OpenMP team is ever started: libgomp's workers spin after each
+ *   parallel region and would compete with our pinned pool for the cores.
+ * Measured on the 2-core Zen 4 dev VM (a probe of oneDNN alone, K = 2880):
+ * a 64-row panel costs a few microseconds of call overhead, and 4 panels
+ * of 64 take the same time as one of 256 at n = 1 and 16 (17.6 vs 17.9 us,
+ * 105 vs 104 us). Timings of both paths: README.md, or
+ * MS_DENSE_BENCH=1 tests/test-dense.
+ *
+ * Activation rows go in chunks of at most 64 (MCHUNK): primitives are
+ * created for a fixed M (a runtime M makes oneDNN 2.6 fall back from brgemm
+ * to gemm:jit, 1.1-2.5x slower), so at most 64 primitives per panel width
+ * and K, created on first use and shared by every matrix of that shape for
+ * the life of the process (like oneDNN's own primitive cache).
+ */
+#include "dense-onednn.h"
+
+#include <errno.h>
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ms-error.h"
+
+#define PANEL MS_ONEDNN_PANEL
+#define MCHUNK 64          /* activation rows per primitive call */
+#define MEASURE_ROWS 1024  /* leading rows timed at pack (hot in L2/L3) */
+#define MEASURE_REPS 3     /* best of */
+#define MAX_SHAPES 64      /* measured shapes remembered */
+
+const int64_t MS_ONEDNN_MEASURE_N[MS_ONEDNN_N_MEASURED] = {1, 4, 16, 64};
+
+/* ---- process-wide state: the engine, primitives, measurements ---- */
+
+/* One matmul primitive: src bf16 [M, K] x packed weights [K, N] -> f32
+ * [M, N], single-threaded, user-managed scratchpad (so concurrent calls
+ * from pool threads share nothing). */
+struct prim {
+	struct prim *next;
+	int64_t M, N, K;
+	dnnl_memory_desc_t wmd, src_md, dst_md, scratch_md;
+	size_t scratch_bytes;
+	dnnl_primitive_t p;
+};
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static dnnl_engine_t g_engine;
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* g_prims, g_shapes */
+/* One measurement at a time: the loader packs on every pool thread at once,
+ * and a second matrix of a shape being measured waits for the result
+ * rather than timing against the first. */
+static pthread_mutex_t g_measure_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct prim *g_prims;
+static struct ms_dense_measure g_shapes[MAX_SHAPES];
+static int g_n_shapes;
+static atomic_bool g_force;
+
+static void engine_init(void)
+{
+	if (dnnl_engine_create(&g_engine, dnnl_cpu, 0) != dnnl_success)
+		g_engine = NULL;
+}
+
+bool ms_dense_onednn_usable(unsigned cpu_flags)
+{
+	unsigned need = ms_kernel_onednn_bf16.cpu_flags;
+	if ((cpu_flags & need) != need)
+		return false;
+	/* The ISA values are bit sets: AMX includes the AVX512-BF16 bits. */
+	unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+	return (isa & (unsigned)dnnl_cpu_isa_avx512_core_bf16) ==
+	       (unsigned)dnnl_cpu_isa_avx512_core_bf16;
+}
+
+void ms_dense_onednn_force(bool always)
+{
+	atomic_store(&g_force, always);
+}
+
+int ms_dense_onednn_measurements(struct ms_dense_measure *out, int max)
+{
+	pthread_mutex_lock(&g_mu);
+	int n = g_n_shapes;
+	for (int i = 0; i < n && i < max; i++)
+		out[i] = g_shapes[i];
+	pthread_mutex_unlock(&g_mu);
+	return n;
+}
+
+/* oneDNN sizes its work by the calling thread's OpenMP thread count, both
+ * when a primitive is created and when it runs: hold it at 1 around every
+ * call and give the thread its old value back. */
+static int omp_one_begin(void)
+{
+	int was = omp_get_max_threads();
+	if (was != 1)
+		omp_set_num_threads(1);
+	return was;
+}
+
+static void omp_one_end(int was)
+{
+	if (was != 1)
+		omp_set_num_threads(was);
+}
+
+static int md_2d(dnnl_memory_desc_t *md, int64_t a, int64_t b, dnnl_data_type_t dt,
+		 dnnl_format_tag_t tag)
+{
+	dnnl_dims_t dims = {a, b};
+	return dnnl_memory_desc_init_by_tag(md, 2, dims, dt, tag) == dnnl_success ? 0 : -EINVAL;
+}
+
+/* A matmul primitive descriptor for M x K x N; wmd NULL lets oneDNN choose
+ * the weights layout. */
+static int matmul_pd(int64_t M, int64_t N, int64_t K, const dnnl_memory_desc_t *wmd,
+		     dnnl_primitive_desc_t *pd, struct ms_err *err)
+{
+	dnnl_memory_desc_t s, w, d;
+	if (md_2d(&s, M, K, dnnl_bf16, dnnl_ab) || md_2d(&d, M, N, dnnl_f32, dnnl_ab) ||
+	    (!wmd && md_2d(&w, K, N, dnnl_bf16, dnnl_format_tag_any)))
+		return ms_err_set(err, -ENOTSUP, "oneDNN rejects a %lld x %lld x %lld matmul",
+				  (long long)M, (long long)K, (long long)N);
+	dnnl_matmul_desc_t desc;
+	dnnl_primitive_attr_t attr = NULL;
+	dnnl_status_t st = dnnl_matmul_desc_init(&desc, &s, wmd ? wmd : &w, NULL, &d);
+	if (st == dnnl_success)
+		st = dnnl_primitive_attr_create(&attr);
+	if (st == dnnl_success)
+		st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+	if (st == dnnl_success)
+		st = dnnl_primitive_desc_create(pd, &desc, attr, g_engine, NULL);
+	if (attr)
+		dnnl_primitive_attr_destroy(attr);
+	if (st != dnnl_success)
+		return ms_err_set(err, -ENOTSUP, "oneDNN has no bf16 matmul for %lld x %lld x %lld "
+				  "(status %d)", (long long)M, (long long)K, (long long)N, (int)st);
+	return 0;
+}
+
+static const char *impl_name(const_dnnl_primitive_desc_t pd)
+{
+	const char *s = NULL;
+	if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &s) != dnnl_success || !s)
+		return "?";
+	return s;
+}
+
+/* The shared primitive for (M, N, K, weights layout), created on first
+ * use. The caller holds the OpenMP thread count at 1. */
+static struct prim *prim_get(int64_t M, int64_t N, int64_t K, const dnnl_memory_desc_t *wmd)
+{
+	pthread_mutex_lock(&g_mu);
+	struct prim *p;
+	for (p = g_prims; p; p = p->next)
+		if (p->M == M && p->N == N && p->K == K && dnnl_memory_desc_equal(&p->wmd, wmd))
+			break;
+	if (!p && (p = calloc(1, sizeof(*p)))) {
+		struct ms_err e = {0};
+		dnnl_primitive_desc_t pd = NULL;
+		bool ok = !matmul_pd(M, N, K, wmd, &pd, &e) &&
+			  dnnl_primitive_create(&p->p, pd) == dnnl_success;
+		if (ok) {
+			p->M = M, p->N = N, p->K = K, p->wmd = *wmd;
+			p->src_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
+			p->dst_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+			const dnnl_memory_desc_t *sm =
+				dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+			if (sm) {
+				p->scratch_md = *sm;
+				p->scratch_bytes = dnnl_memory_desc_get_size(sm);
+			}
+			p->next = g_prims;
+			g_prims = p;
+		} else {
+			free(p);
+			p = NULL;
+		}
+		if (pd)
+			dnnl_primitive_desc_destroy(pd);
+	}
+	pthread_mutex_unlock(&g_mu);
+	return p;
+}
+
+/* ---- the packed matrix ---- */
+
+struct onednn_pack {
+	int64_t rows, K, n_panels;    /* panels of PANEL rows; the last may be narrower */
+	int64_t tail;                 /* rows of the last panel */
+	size_t panel_bytes;           /* packed bytes of a full panel */
+	ms_gemm_fn ours;              /* the AVX-512 bf16 row kernel (to measure against) */
+	dnnl_memory_desc_t wmd[2];    /* [0] full panel, [1] a narrower last one */
+	bool vnni2[2];                /* wmd[i] is BA16a64b2a, which pack_row decodes */
+	/* Primitives by (panel kind, M), looked up once and kept: gemmq runs
+	 * concurrently on pool threads, so the slots are atomic. */
+	_Atomic(struct prim *) prim[2][MCHUNK + 1];
+	uint8_t *panels;              /* panel i at i * panel_bytes */
+};
+
+static int panel_kind(const struct onednn_pack *pk, int64_t p)
+{
+	return p == pk->n_panels - 1 && pk->tail != PANEL;
+}
+
+static struct prim *pack_prim(struct onednn_pack *pk, int kind, int64_t M)
+{
+	struct prim *p = atomic_load_explicit(&pk->prim[kind][M], memory_order_acquire);
+	if (!p) {
+		p = prim_get(M, kind ? pk->tail : PANEL, pk->K, &pk->wmd[kind]);
+		if (p)
+			atomic_store_explicit(&pk->prim[kind][M], p, memory_order_release);
+	}
+	return p;
+}
+
+static inline uint16_t f32_to_bf16(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	if ((u & 0x7FFFFFFFu) > 0x7F800000u)
+		return (uint16_t)((u >> 16) | 0x40); /* NaN stays a (quiet) NaN */
+	u += 0x7FFFu + ((u >> 16) & 1u);            /* round to nearest even */
+	return (uint16_t)(u >> 16);
+}
+
+/* Element (k, n) of a panel in BA16a64b2a, oneDNN's layout for bf16
+ * weights on AVX512-BF16: blocks of 32 K x 64 N in K order, inside a block
+ * pairs of K rows interleaved per column (VNNI-2): [k / 2][n][k % 2]. */
+static inline size_t vnni2_index(int64_t k, int64_t n)
+{
+	return (size_t)(k / 32) * 32 * 64 + (size_t)((k % 32) / 2) * 128 + (size_t)n * 2 +
+	       (size_t)(k % 2);
+}
+
+/* Row r of the packed matrix as fp32 (ms_wmat.pack_row: the loader may
+ * then drop the unpacked rows). */
+static void pack_row(const void *pack, int64_t r, float *out)
+{
+	const struct onednn_pack *pk = pack;
+	int64_t p = r / PANEL, n = r % PANEL;
+	const uint16_t *panel = (const uint16_t *)(pk->panels + (size_t)p * pk->panel_bytes);
+	for (int64_t k = 0; k < pk->K; k++)
+		out[k] = ms_bf16_to_f32(panel[vnni2_index(k, n)]);
+}
+
+/* W[r, k] from the packed copy when it decodes (the unpacked rows may be
+ * gone), else from the rows. */
+static float weight_at(const struct onednn_pack *pk, const struct ms_wmat *w, int64_t r,
+		       int64_t k)
+{
+	if (w->pack_row) {
+		const uint8_t *panel = pk->panels + (size_t)(r / PANEL) * pk->panel_bytes;
+		return ms_bf16_to_f32(((const uint16_t *)panel)[vnni2_index(k, r % PANEL)]);
+	}
+	return ms_bf16_to_f32(((const uint16_t *)(w->w + (size_t)r * w->row_bytes))[k]);
+}
+
+/* Rows [c0, c1) for M tokens without oneDNN: only where it could not run
+ * (out of memory), so plain and slow; the same products, summed in another
+ * order. */
+static void fallback_rows(const struct onednn_pack *pk, const struct ms_wmat *w, int64_t c0,
+			  int64_t c1, const uint16_t *xb, int64_t M, float *y, int64_t ldy)
+{
+	for (int64_t r = c0; r < c1; r++)
+		for (int64_t t = 0; t < M; t++) {
+			float acc = 0.0f;
+			for (int64_t k = 0; k < pk->K; k++)
+				acc += weight_at(pk, w, r, k) * ms_bf16_to_f32(xb[t * pk->K + k]);
+			y[t * ldy + r] = acc;
+		}
+}
+
+/* Run one primitive: dst[M, N] from xb[M, K] and one packed panel. */
+static int run_prim(const struct prim *p, dnnl_stream_t st, const uint16_t *xb,
+		    const void *panel, float *dst, void *scratch)
+{
+	dnnl_memory_t m[4] = {0};
+	int n_args = p->scratch_bytes ? 4 : 3;
+	dnnl_status_t s = dnnl_memory_create(&m[0], &p->src_md, g_engine, (void *)xb);
+	if (s == dnnl_success)
+		s = dnnl_memory_create(&m[1], &p->wmd, g_engine, (void *)panel);
+	if (s == dnnl_success)
+		s = dnnl_memory_create(&m[2], &p->dst_md, g_engine, dst);
+	if (s == dnnl_success && n_args == 4)
+		s = dnnl_memory_create(&m[3], &p->scratch_md, g_engine, scratch);
+	if (s == dnnl_success) {
+		dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]},
+					   {DNNL_ARG_DST, m[2]}, {DNNL_ARG_SCRATCHPAD, m[3]}};
+		s = dnnl_primitive_execute(p->p, st, n_args, args);
+	}
+	for (int i = 0; i < 4; i++)
+		if (m[i])
+			dnnl_memory_destroy(m[i]);
+	return s == dnnl_success ? 0 : -EIO;
+}
+
+/* The oneDNN path over the panels holding rows [r0, r1): bf16 activations
+ * xb [n][K]. Each (panel, chunk of 64 tokens) goes through one primitive
+ * whatever r0 and r1 are, so the task split never changes a result. */
+static void onednn_rows(struct onednn_pack *pk, const struct ms_wmat *w, int64_t r0, int64_t r1,
+			const uint16_t *xb, int64_t n, float *y, int64_t ldy)
+{
+	int was = omp_one_begin();
+	_Alignas(64) float dst[MCHUNK * PANEL];
+	void *scratch = NULL;
+	size_t scratch_cap = 0;
+	dnnl_stream_t st = NULL;
+	if (dnnl_stream_create(&st, g_engine, dnnl_stream_default_flags) != dnnl_success)
+		st = NULL;
+	for (int64_t p = r0 / PANEL; p * PANEL < r1; p++) {
+		int kind = panel_kind(pk, p);
+		int64_t N = kind ? pk->tail : PANEL, pr0 = p * PANEL;
+		int64_t c0 = pr0 > r0 ? pr0 : r0, c1 = pr0 + N < r1 ? pr0 + N : r1;
+		const uint8_t *panel = pk->panels + (size_t)p * pk->panel_bytes;
+		for (int64_t m0 = 0; m0 < n; m0 += MCHUNK) {
+			int64_t M = n - m0 < MCHUNK ? n - m0 : MCHUNK;
+			const uint16_t *xm = xb + m0 * pk->K;
+			struct prim *pr = st ? pack_prim(pk, kind, M) : NULL;
+			if (pr && pr->scratch_bytes > scratch_cap) {
+				free(scratch);
+				scratch_cap = pr->scratch_bytes;
+				if (posix_memalign(&scratch, 64, scratch_cap))
+					scratch = NULL, scratch_cap = 0;
+			}
+			if (!pr || (pr->scratch_bytes && !scratch) ||
+			    run_prim(pr, st, xm, panel, dst, scratch)) {
+				/* oneDNN could not run (out of memory) */
+				fallback_rows(pk, w, c0, c1, xm, M, y + m0 * ldy, ldy);
+				continue;
+			}
+			for (int64_t t = 0; t < M; t++)
+				memcpy(y + (m0 + t) * ldy + c0, dst + t * N + (c0 - pr0),
+				       (size_t)(c1 - c0) * sizeof(float));
+		}
+	}
+	if (st)
+		dnnl_stream_destroy(st);
+	free(scratch);
+	omp_one_end(was);
+}
+
+/* ---- kernel entry points ---- */
+
+/* A matrix this kernel never packed (a caller that took the kernel without
+ * ms_backend_bind, as unit tests do) is computed by the AVX-512 kernel on
+ * the unrounded activations. */
+static ms_gemm_fn avx512_bf16_gemm(void);
+
+static void plain_gemm(const struct ms_wmat *w, int64_t r0, int64_t r1, const float *x,
+		       int64_t ldx, int64_t n, float *y, int64_t ldy)
+{
+	avx512_bf16_gemm()(w, r0, r1, x, ldx, n, y, ldy);
+}
+
+static size_t prep_size(const struct ms_wmat *w, int64_t n)
+{
+	size_t es = w->pack ? sizeof(uint16_t) : sizeof(float);
+	return (size_t)(n * w->cols) * es + 64;
+}
+
+/* Activations to bf16 (fp32 copies for a matrix never packed). */
+static void prep(const struct ms_wmat *w, const float *x, int64_t ldx, int64_t n, void *xq)
+{
+	int64_t K = w->cols;
+	if (!w->pack) {
+		for (int64_t t = 0; t < n; t++)
+			memcpy((float *)xq + t * K, x + t * ldx, (size_t)K * sizeof(float));
+		return;
+	}
+	uint16_t *xb = xq;
+	for (int64_t t = 0; t < n; t++)
+		for (int64_t k = 0; k < K; k++)
+			xb[t * K + k] = f32_to_bf16(x[t * ldx + k]);
+}
+
+static void gemmq(const struct ms_wmat *w, int64_t r0, int64_t r1, const void *xq, int64_t n,
+		  float *y, int64_t ldy)
+{
+	/* The pack is const to callers; its primitive slots are a cache that
+	 * fills on first use. */
+	struct onednn_pack *pk = (struct onednn_pack *)w->pack;
+	if (n <= 0 || r1 <= r0)
+		return;
+	if (!pk)
+		plain_gemm(w, r0, r1, xq, w->cols, n, y, ldy);
+	else
+		onednn_rows(pk, w, r0, r1, xq, n, y, ldy);
+}
+
+/* ---- packing and measuring ---- */
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Time both paths single-threaded on the same leading rows (at most
+ * MEASURE_ROWS, whole panels), best of MEASURE_REPS after a warm-up that
+ * also creates the primitives: each runs on one thread per row task in
+ * production, so one thread each is the fair comparison. The weights are
+ * hot in cache here, as they are not at decode; at n = 1 both paths stream
+ * the matrix and the choice matters least. */
+static int measure(struct onednn_pack *pk, const struct ms_wmat *w, struct ms_dense_measure *m)
+{
+	int64_t K = pk->K, R = pk->rows < MEASURE_ROWS ? pk->rows : MEASURE_ROWS;
+	int64_t nmax = MS_ONEDNN_MEASURE_N[MS_ONEDNN_N_MEASURED - 1];
+	float *x = malloc((size_t)(nmax * K) * sizeof(float));
+	uint16_t *xb = malloc((size_t)(nmax * K) * sizeof(uint16_t));
+	float *y = malloc((size_t)(nmax * R) * sizeof(float));
+	if (!x || !xb || !y) {
+		free(x), free(xb), free(y);
+		return -ENOMEM;
+	}
+	uint32_t s = 12345;
+	for (int64_t i = 0; i < nmax * K; i++) {
+		s = s * 1664525u + 1013904223u;
+		xb[i] = f32_to_bf16((float)(s >> 8) / 8388608.0f - 1.0f);
+		x[i] = ms_bf16_to_f32(xb[i]);
+	}
+	*m = (struct ms_dense_measure){.rows = pk->rows, .cols = K, .rows_timed = R};
+	for (int i = 0; i < MS_ONEDNN_N_MEASURED; i++) {
+		int64_t n = MS_ONEDNN_MEASURE_N[i];
+		double bo = 1e30, bd = 1e30;
+		for (int r = 0; r <= MEASURE_REPS; r++) {
+			double t0 = now_s();
+			pk->ours(w, 0, R, x, K, n, y, R);
+			double t1 = now_s();
+			onednn_rows(pk, w, 0, R, xb, n, y, R);
+			double t2 = now_s();
+			if (r) { /* r = 0 warms caches and creates primitives */
+				bo = t1 - t0 < bo ? t1 - t0 : bo;
+				bd = t2 - t1 < bd ? t2 - t1 : bd;
+			}
+		}
+		m->ours[i] = bo;
+		m->onednn[i] = bd;
+	}
+	/* One path for every n (dense-onednn.h), so weigh a decode step and
+	 * batches of 4, 16 and 64 alike; oneDNN must win by 5%, a margin
+	 * against timing noise (and it costs a packed copy). */
+	double so = 0, sd = 0;
+	for (int i = 0; i < MS_ONEDNN_N_MEASURED; i++)
+		so += m->ours[i], sd += m->onednn[i];
+	m->chosen = sd < 0.95 * so;
+	free(x), free(xb), free(y);
+	return 0;
+}
+
+static bool shape_lookup(int64_t rows, int64_t cols, struct ms_dense_measure *out)
+{
+	bool found = false;
+	pthread_mutex_lock(&g_mu);
+	for (int i = 0; i < g_n_shapes && !found; i++)
+		if (g_shapes[i].rows == rows && g_shapes[i].cols == cols) {
+			*out = g_shapes[i];
+			found = true;
+		}
+	pthread_mutex_unlock(&g_mu);
+	return found;
+}
+
+static void shape_store(const struct ms_dense_measure *m)
+{
+	pthread_mutex_lock(&g_mu);
+	bool have = false;
+	for (int i = 0; i < g_n_shapes; i++)
+		have |= g_shapes[i].rows == m->rows && g_shapes[i].cols == m->cols;
+	if (!have && g_n_shapes < MAX_SHAPES)
+		g_shapes[g_n_shapes++] = *m;
+	pthread_mutex_unlock(&g_mu);
+}
+
+/* The weights layout oneDNN wants for a panel of N rows; brgemm only (any
+ * other implementation is a slow fallback not worth a packed copy). */
+static int panel_layout(int64_t N, int64_t K, dnnl_memory_desc_t *wmd, bool *vnni2,
+			struct ms_err *err)
+{
+	dnnl_primitive_desc_t pd;
+	int rc = matmul_pd(MCHUNK, N, K, NULL, &pd, err);
+	if (rc)
+		return rc;
+	const char *impl = impl_name(pd);
+	if (strncmp(impl, "brg", 3)) {
+		rc = ms_err_set(err, -ENOTSUP, "oneDNN offers only %s for a bf16 matmul here",
+				impl);
+	} else {
+		*wmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+		dnnl_memory_desc_t v;
+		*vnni2 = !md_2d(&v, K, N, dnnl_bf16, dnnl_BA16a64b2a) &&
+			 dnnl_memory_desc_equal(&v, wmd);
+	}
+	dnnl_primitive_desc_destroy(pd);
+	return rc;
+}
+
+/* Reorder rows [r0, r0 + N) of w ([N][K] bf16, row_bytes apart) into the
+ * panel layout wmd at dst. */
+static int reorder_panel(const struct ms_wmat *w, int64_t r0, int64_t N,
+			 const dnnl_memory_desc_t *wmd, void *dst, dnnl_stream_t st)
+{
+	dnnl_memory_desc_t src_md;
+	dnnl_dims_t dims = {w->cols, N}, strides = {1, (int64_t)(w->row_bytes / 2)};
+	if (dnnl_memory_desc_init_by_strides(&src_md, 2, dims, dnnl_bf16, strides) != dnnl_success)
+		return -EINVAL;
+	dnnl_primitive_desc_t pd = NULL;
+	dnnl_primitive_t p = NULL;
+	dnnl_memory_t ms = NULL, md = NULL;
+	void *src = (void *)(w->w + (size_t)r0 * w->row_bytes); /* read only */
+	dnnl_status_t s = dnnl_reorder_primitive_desc_create(&pd, &src_md, g_engine, wmd, g_engine,
+							    NULL);
+	if (s == dnnl_success)
+		s = dnnl_primitive_create(&p, pd);
+	if (s == dnnl_success)
+		s = dnnl_memory_create(&ms, &src_md, g_engine, src);
+	if (s == dnnl_success)
+		s = dnnl_memory_create(&md, wmd, g_engine, dst);
+	if (s == dnnl_success) {
+		dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, ms}, {DNNL_ARG_TO, md}};
+		s = dnnl_primitive_execute(p, st, 2, args);
+	}
+	if (ms)
+		dnnl_memory_destroy(ms);
+	if (md)
+		dnnl_memory_destroy(md);
+	if (p)
+		dnnl_primitive_destroy(p);
+	if (pd)
+		dnnl_primitive_desc_destroy(pd);
+	return s == dnnl_success ? 0 : -EIO;
+}
+
+static ms_gemm_fn avx512_bf16_gemm(void)
+{
+	for (const struct ms_kernel *k = ms_kernels_avx512; k->name; k++)
+		if (k->fmt == MS_WFMT_BF16 && k->gemm)
+			return k->gemm;
+	return NULL;
+}
+
+static int pack_locked(struct ms_wmat *w, void **owned, struct ms_err *err)
+{
+	int64_t rows = w->rows, K = w->cols;
+	struct onednn_pack h = {.rows = rows, .K = K, .ours = avx512_bf16_gemm()};
+	if (!h.ours)
+		return ms_err_set(err, -ENOTSUP, "no AVX-512 bf16 kernel to pair with");
+	/* a shape already measured slower is declined before any packing */
+	bool forced = atomic_load(&g_force);
+	struct ms_dense_measure m = {.chosen = true};
+	if (!forced && shape_lookup(rows, K, &m) && !m.chosen)
+		return ms_err_set(err, -ENOTSUP, "measured slower than avx512-bf16 for %lld x %lld",
+				  (long long)rows, (long long)K);
+	h.n_panels = (rows + PANEL - 1) / PANEL;
+	h.tail = rows - (h.n_panels - 1) * PANEL;
+	int rc = 0;
+	bool full = h.n_panels > 1 || h.tail == PANEL, narrow = h.tail != PANEL;
+	if (full)
+		rc = panel_layout(PANEL, K, &h.wmd[0], &h.vnni2[0], err);
+	if (!rc && narrow)
+		rc = panel_layout(h.tail, K, &h.wmd[1], &h.vnni2[1], err);
+	if (rc)
+		return rc;
+	h.panel_bytes = full ? (dnnl_memory_desc_get_size(&h.wmd[0]) + 63) / 64 * 64 : 0;
+	size_t tail_bytes = dnnl_memory_desc_get_size(&h.wmd[narrow]);
+	size_t head = (sizeof(h) + 63) / 64 * 64;
+	size_t data = (size_t)(h.n_panels - 1) * h.panel_bytes + tail_bytes;
+	uint8_t *buf;
+	if (posix_memalign((void **)&buf, 64, head + data))
+		return ms_err_set(err, -ENOMEM, "out of memory for %zu bytes of packed bf16", data);
+	struct onednn_pack *pk = (struct onednn_pack *)buf;
+	*pk = h;
+	for (int k = 0; k < 2; k++)
+		for (int m = 0; m <= MCHUNK; m++)
+			atomic_init(&pk->prim[k][m], NULL);
+	pk->panels = buf + head;
+	dnnl_stream_t st;
+	if (dnnl_stream_create(&st, g_engine, dnnl_stream_default_flags) != dnnl_success) {
+		free(buf);
+		return ms_err_set(err, -ENOMEM, "oneDNN: cannot create a stream");
+	}
+	for (int64_t p = 0; p < h.n_panels && !rc; p++) {
+		int kind = panel_kind(pk, p);
+		rc = reorder_panel(w, p * PANEL, kind ? h.tail : PANEL, &pk->wmd[kind],
+				   pk->panels + (size_t)p * h.panel_bytes, st);
+	}
+	dnnl_stream_destroy(st);
+	if (rc) {
+		free(buf);
+		return ms_err_set(err, -ENOTSUP, "oneDNN could not reorder the weights");
+	}
+	if (!forced) {
+		pthread_mutex_lock(&g_measure_mu);
+		if (!shape_lookup(rows, K, &m)) {
+			rc = measure(pk, w, &m);
+			if (!rc)
+				shape_store(&m);
+		}
+		pthread_mutex_unlock(&g_measure_mu);
+		if (rc) {
+			free(buf);
+			return ms_err_set(err, rc, "out of memory measuring a %lld x %lld matrix",
+					  (long long)rows, (long long)K);
+		}
+	}
+	if (!m.chosen) {
+		free(buf);
+		return ms_err_set(err, -ENOTSUP, "measured slower than avx512-bf16 for %lld x %lld",
+				  (long long)rows, (long long)K);
+	}
+	w->pack = pk;
+	w->pack_bytes = data;
+	/* rows decodable from the pack (oneDNN's AVX512-BF16 layout): the
+	 * loader may release the unpacked ones */
+	if ((!full || pk->vnni2[0]) && (!narrow || pk->vnni2[1]))
+		w->pack_row = pack_row;
+	*owned = buf;
+	return 0;
+}
+
+static int pack(struct ms_wmat *w, void **owned, struct ms_err *err)
+{
+	if (w->fmt != MS_WFMT_BF16 || w->rows < 1 || w->cols < 1 || w->row_bytes % 2 ||
+	    w->row_bytes < (size_t)w->cols * 2)
+		return ms_err_set(err, -ENOTSUP, "not a plain bf16 matrix");
+	pthread_once(&g_once, engine_init);
+	if (!g_engine)
+		return ms_err_set(err, -ENOTSUP, "oneDNN: no CPU engine");
+	int was = omp_one_begin();
+	int rc = pack_locked(w, owned, err);
+	omp_one_end(was);
+	return rc;
+}
+
+const struct ms_kernel ms_kernel_onednn_bf16 = {
+	.name = "onednn-bf16",
+	.isa = "avx512",
+	.fmt = MS_WFMT_BF16,
+	/* the AVX-512 bf16 kernel's flags (measured against, and computing
+	 * matrices never packed) plus native bf16 products, without which
+	 * oneDNN never wins */
+	.cpu_flags = MS_CPU_AVX512F | MS_CPU_AVX512BW | MS_CPU_AVX512VL | MS_CPU_FMA |
+		     MS_CPU_F16C | MS_CPU_AVX512BF16,
+	.gemm = plain_gemm,
+	.pack = pack,
+	.prep_size = prep_size,
+	.prep = prep,
+	.gemmq = gemmq,
+	.row_align = PANEL,
+	.rounds_acts = true,
+};

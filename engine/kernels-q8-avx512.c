@@ -1,0 +1,542 @@
+/*
+ * kernels-q8-avx512.c: the q8 panel kernels (kernels-q8.h) with AVX-512
+ * VNNI, compiled with their own flags (engine/meson.build).
+ *
+ * Decode (n <= Q8_REG_MAX_N tokens): the "VNNI column" design. One 64-byte
+ * load holds 16 rows x 8 columns of 4-bit codes; `and` / `srli` (MXFP4: and
+ * a vpshufb through lut12 + 4) give two u8 operands, each multiplied by a
+ * broadcast of 4 activation bytes (vpdpbusd): 16 outputs per instruction,
+ * no horizontal sums. A pass runs 2-4 panels at once (1 or 2 tokens: 4
+ * panels; 3 or 4 tokens: 2) so each broadcast serves several panels and
+ * there are 4-8 independent dot chains; the accumulators of every (token,
+ * panel) stay in registers for the whole row. 5-8 tokens: two groups over
+ * the same 4 panels, the second finding them in L2.
+ *
+ * Batches (n > Q8_REG_MAX_N): M-blocked. For each block of one panel the
+ * 8 weight operands are decoded into registers once and applied to every
+ * token of a chunk (up to 64) in balanced groups of at most 8; the
+ * accumulators live in a small L1 buffer. Cost per token: 8 vpdpbusd per
+ * 32 columns x 16 rows plus the epilogue's fma (and, for INTQ, the
+ * scale * d multiply) on the same ports; the rest runs beside them. On Zen 4
+ * (one 512-bit vpdpbusd or fma per cycle) that is ~75% of the VNNI peak.
+ *
+ * Both paths compute every (token, row, block) term with the same integer
+ * dot and the same fixed epilogue in block order, so results are bitwise
+ * those of ms_q8_gemmq_ref whatever n, the grouping of tokens or the split
+ * of rows.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels-q8.h"
+
+#define AI static inline __attribute__((always_inline))
+
+#define Q8_REG_MAX_N 8   /* tokens up to which the register kernel runs */
+#define Q8_TC 64         /* tokens per chunk of the M-blocked kernel */
+
+AI __m512i bcast4(const int8_t *p)
+{
+	int32_t v;
+	memcpy(&v, p, 4);
+	return _mm512_set1_epi32(v);
+}
+
+/* What the epilogue of one block of one panel needs:
+ * - sc: MXFP4: e - 128 as fp32 (scale * d is then scalef(d, sc): the exact
+ *   product 2^(e-128) d rounded once, as fl(scale * d); it runs beside the
+ *   vpdpbusd instead of on the multiply ports); INTQ: the fp16 scales;
+ * - INT4: bias = 16 - zero in every byte of a lane's dword, added to the
+ *   codes so the operand u' = code + 16 - zero stays unsigned and
+ *   dot' = dot - zero * s + 16 s: the zero point costs a shift and a
+ *   vpsubd per token (MXFP4 uses lut12 + 4 to the same end);
+ * - INT8: zero as fp32 (code - zero does not fit a byte): dot - zero * s by
+ *   an fnmadd on exact fp32 integers. */
+struct bmeta {
+	__m512 sc, zf;
+	__m512i bias;
+};
+
+AI struct bmeta block_meta(int kind, const uint8_t *meta)
+{
+	struct bmeta m;
+	if (kind == MS_Q8_MXFP4) {
+		__m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)meta));
+		m.sc = _mm512_cvtepi32_ps(_mm512_sub_epi32(e, _mm512_set1_epi32(128)));
+		m.zf = _mm512_setzero_ps();
+		m.bias = _mm512_setzero_si512();
+	} else {
+		m.sc = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)meta));
+		__m128i z = _mm_loadu_si128((const __m128i *)(meta + 32));
+		if (kind == MS_Q8_INT4) {
+			/* byte 16c + j of the result: zero of lane 4c + j / 4 */
+			const __m512i rep = _mm512_set_epi32(
+				0x0F0F0F0F, 0x0E0E0E0E, 0x0D0D0D0D, 0x0C0C0C0C, 0x0B0B0B0B, 0x0A0A0A0A,
+				0x09090909, 0x08080808, 0x07070707, 0x06060606, 0x05050505, 0x04040404,
+				0x03030303, 0x02020202, 0x01010101, 0x00000000);
+			__m512i zr = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(z), rep);
+			m.bias = _mm512_sub_epi8(_mm512_set1_epi8(16), zr);
+			m.zf = _mm512_setzero_ps();
+		} else {
+			m.zf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(z));
+			m.bias = _mm512_setzero_si512();
+		}
+	}
+	return m;
+}
+
+/* The two u8 operands of sub-step s of a 4-bit block (columns 8s..8s+3
+ * and 8s+4..8s+7): lut12 + 4 for MXFP4, code + bias for INT4. */
+AI void operands4(int kind, const uint8_t *blk, int s, __m512i bias, __m512i *lo, __m512i *hi)
+{
+	const __m512i m0f = _mm512_set1_epi8(0x0F);
+	__m512i v = _mm512_loadu_si512(blk + 64 * s);
+	__m512i l = _mm512_and_si512(v, m0f);
+	__m512i u = _mm512_and_si512(_mm512_srli_epi16(v, 4), m0f);
+	if (kind == MS_Q8_MXFP4) {
+		/* lut12 + 4: the same bias of 16 as INT4 (dot - 12 s = dot' - 16 s) */
+		const __m512i lut = _mm512_set4_epi32(0x04080A0C, 0x0D0E0F10, 0x1C181614, 0x13121110);
+		l = _mm512_shuffle_epi8(lut, l);
+		u = _mm512_shuffle_epi8(lut, u);
+	} else {
+		l = _mm512_add_epi8(l, bias);
+		u = _mm512_add_epi8(u, bias);
+	}
+	*lo = l;
+	*hi = u;
+}
+
+/* Per token and block: the correction 16 s (MXFP4, INT4) or, for INT8, s
+ * as fp32. Formed from a broadcast load and a shift, off the ports the
+ * vpdpbusd need (a broadcast from a general register is not). */
+struct tcorr {
+	__m512i cs;
+	__m512 sf;
+};
+
+AI struct tcorr token_corr(int kind, const int32_t *s)
+{
+	struct tcorr c;
+	if (kind == MS_Q8_INT8) {
+		c.sf = _mm512_cvtepi32_ps(_mm512_set1_epi32(*s));
+		c.cs = _mm512_setzero_si512();
+	} else {
+		c.cs = _mm512_slli_epi32(_mm512_set1_epi32(*s), 4);
+		c.sf = _mm512_setzero_ps();
+	}
+	return c;
+}
+
+/* acc + (float)(dot - zero * s) * (scale * d): the integer is exact and
+ * below 2^24 however it is formed, so every variant is the same value. */
+AI __m512 epilogue(int kind, __m512i dot, struct tcorr c, struct bmeta m, __m512 d, __m512 acc)
+{
+	__m512 x, sd;
+	if (kind == MS_Q8_INT8)
+		x = _mm512_fnmadd_ps(m.zf, c.sf, _mm512_cvtepi32_ps(dot));
+	else
+		x = _mm512_cvtepi32_ps(_mm512_sub_epi32(dot, c.cs));
+	if (kind == MS_Q8_MXFP4)
+		sd = _mm512_scalef_ps(d, m.sc);
+	else
+		sd = _mm512_mul_ps(m.sc, d);
+	return _mm512_fmadd_ps(x, sd, acc);
+}
+
+AI void store_rows(float *y, __m512 v, int64_t r, int64_t r_end)
+{
+	if (r + 16 <= r_end)
+		_mm512_storeu_ps(y, v);
+	else
+		_mm512_mask_storeu_ps(y, (__mmask16)((1u << (r_end - r)) - 1), v);
+}
+
+/* ---- decode: NT tokens x P panels, accumulators in registers ---- */
+
+AI void reg_pass(const int kind, const int P, const int NT, const struct ms_q8_pack *h, int64_t p0,
+		 const void *xq, int64_t t0, float *y, int64_t ldy, int64_t r_end)
+{
+	const int64_t kp = h->kp, nb = h->n_blocks, BB = h->block_bytes;
+	const int64_t cb = ms_q8_code_bytes(kind);
+	const uint8_t *pan[4];
+	const int8_t *q[4];
+	const float *d[4];
+	const int32_t *s[4];
+	__m512 acc[4][4];
+#pragma GCC unroll 4
+	for (int p = 0; p < P; p++)
+		pan[p] = h->panels + (p0 + p) * h->panel_bytes;
+#pragma GCC unroll 4
+	for (int t = 0; t < NT; t++) {
+		q[t] = ms_q8_xq_q(xq, kp, t0 + t);
+		d[t] = ms_q8_xq_d(xq, kp, t0 + t);
+		s[t] = ms_q8_xq_s(xq, kp, t0 + t);
+#pragma GCC unroll 4
+		for (int p = 0; p < P; p++)
+			acc[t][p] = _mm512_setzero_ps();
+	}
+	for (int64_t b = 0; b < nb; b++) {
+		__m512i dot[4][4];
+		struct bmeta m[4];
+		/* The next block of every panel, one block ahead: the demand loads
+		 * of a pass wait behind its arithmetic in the reorder window, and
+		 * this puts the next lines in flight early (measured on 2 Zen 4
+		 * cores: 89-95% -> 96-100% of streaming bandwidth; further ahead
+		 * is worse). A prefetch past the last panel does not fault. */
+#pragma GCC unroll 4
+		for (int p = 0; p < P; p++)
+#pragma GCC unroll 9
+			for (int64_t o = 0; o < ms_q8_code_bytes(kind) + ms_q8_meta_bytes(kind); o += 64)
+				_mm_prefetch((const char *)pan[p] + (b + 1) * BB + o, _MM_HINT_T0);
+#pragma GCC unroll 4
+		for (int p = 0; p < P; p++)
+			m[p] = block_meta(kind, pan[p] + b * BB + cb);
+#pragma GCC unroll 4
+		for (int t = 0; t < NT; t++)
+#pragma GCC unroll 4
+			for (int p = 0; p < P; p++)
+				dot[t][p] = _mm512_setzero_si512();
+		if (kind != MS_Q8_INT8) {
+#pragma GCC unroll 4
+			for (int ss = 0; ss < 4; ss++) {
+				__m512i al[4], ah[4];
+#pragma GCC unroll 4
+				for (int t = 0; t < NT; t++) {
+					al[t] = bcast4(q[t] + b * 32 + 8 * ss);
+					ah[t] = bcast4(q[t] + b * 32 + 8 * ss + 4);
+				}
+#pragma GCC unroll 4
+				for (int p = 0; p < P; p++) {
+					__m512i lo, hi;
+					operands4(kind, pan[p] + b * BB, ss, m[p].bias, &lo, &hi);
+#pragma GCC unroll 4
+					for (int t = 0; t < NT; t++) {
+						dot[t][p] = _mm512_dpbusd_epi32(dot[t][p], lo, al[t]);
+						dot[t][p] = _mm512_dpbusd_epi32(dot[t][p], hi, ah[t]);
+					}
+				}
+			}
+		} else {
+#pragma GCC unroll 8
+			for (int ss = 0; ss < 8; ss++) {
+				__m512i a[4];
+#pragma GCC unroll 4
+				for (int t = 0; t < NT; t++)
+					a[t] = bcast4(q[t] + b * 32 + 4 * ss);
+#pragma GCC unroll 4
+				for (int p = 0; p < P; p++) {
+					__m512i v = _mm512_loadu_si512(pan[p] + b * BB + 64 * ss);
+#pragma GCC unroll 4
+					for (int t = 0; t < NT; t++)
+						dot[t][p] = _mm512_dpbusd_epi32(dot[t][p], v, a[t]);
+				}
+			}
+		}
+#pragma GCC unroll 4
+		for (int t = 0; t < NT; t++) {
+			struct tcorr c = token_corr(kind, s[t] + b);
+			__m512 dd = _mm512_set1_ps(d[t][b]);
+#pragma GCC unroll 4
+			for (int p = 0; p < P; p++)
+				acc[t][p] = epilogue(kind, dot[t][p], c, m[p], dd, acc[t][p]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int t = 0; t < NT; t++)
+#pragma GCC unroll 4
+		for (int p = 0; p < P; p++) {
+			int64_t r = (p0 + p) * 16;
+			if (r < r_end)
+				store_rows(y + (t0 + t) * ldy + r, acc[t][p], r, r_end);
+		}
+}
+
+/* Panels [pa, pb) for tokens [t0, t0 + NT), P panels per pass (then 1). */
+AI void reg_rows(const int kind, const int P, const int NT, const struct ms_q8_pack *h, int64_t pa,
+		 int64_t pb, const void *xq, int64_t t0, float *y, int64_t ldy, int64_t r_end)
+{
+	int64_t p = pa;
+	for (; p + P <= pb; p += P)
+		reg_pass(kind, P, NT, h, p, xq, t0, y, ldy, r_end);
+	for (; p < pb; p++)
+		reg_pass(kind, 1, NT, h, p, xq, t0, y, ldy, r_end);
+}
+
+AI void reg_kernel(const int kind, const struct ms_q8_pack *h, int64_t pa, int64_t pb,
+		   const void *xq, int64_t n, float *y, int64_t ldy, int64_t r_end)
+{
+	/* More than 4 tokens (batches of matrices too wide for the M-blocked
+	 * kernel's table): groups of 4 over a few panels at a time, so the
+	 * later groups find those panels' weights in L2. */
+	const int64_t PG = 4;
+	for (int64_t g0 = pa; g0 < pb; g0 += PG) {
+		int64_t g1 = g0 + PG < pb ? g0 + PG : pb, t = 0;
+		for (; n - t >= 4; t += 4)
+			reg_rows(kind, 2, 4, h, g0, g1, xq, t, y, ldy, r_end);
+		switch (n - t) {
+		case 3:
+			reg_rows(kind, 2, 3, h, g0, g1, xq, t, y, ldy, r_end);
+			break;
+		case 2:
+			reg_rows(kind, 4, 2, h, g0, g1, xq, t, y, ldy, r_end);
+			break;
+		case 1:
+			reg_rows(kind, 4, 1, h, g0, g1, xq, t, y, ldy, r_end);
+			break;
+		default:
+			break;
+		}
+	}
+}
+
+/* ---- batches: one panel, weights decoded once per block per chunk ---- */
+
+/* Per chunk of tokens, the correction of every (token, block) is computed
+ * once into a table the epilogue reads with an embedded broadcast (16 s;
+ * INT8: s as fp32): formed per panel it would cost a shift or a conversion
+ * per 8 vpdpbusd. */
+#define Q8_CS_MAX 8192 /* table entries (32 KiB of stack) */
+
+union q8_cs {
+	int32_t i;
+	float f;
+};
+
+/* G tokens (tt .. tt+G-1; row tc of the table) against one block's
+ * operands w. */
+AI void mb_group(const int kind, const int G, const __m512i *w, struct bmeta m, const void *xq,
+		 int64_t kp, int64_t tt, int64_t b, const union q8_cs *cs, int64_t nb, float *acc)
+{
+	__m512i dot[8];
+	const int8_t *q[8];
+#pragma GCC unroll 8
+	for (int g = 0; g < G; g++) {
+		dot[g] = _mm512_setzero_si512();
+		q[g] = ms_q8_xq_q(xq, kp, tt + g) + b * 32;
+	}
+	if (kind != MS_Q8_INT8) {
+#pragma GCC unroll 4
+		for (int ss = 0; ss < 4; ss++)
+#pragma GCC unroll 8
+			for (int g = 0; g < G; g++) {
+				dot[g] = _mm512_dpbusd_epi32(dot[g], w[2 * ss], bcast4(q[g] + 8 * ss));
+				dot[g] = _mm512_dpbusd_epi32(dot[g], w[2 * ss + 1], bcast4(q[g] + 8 * ss + 4));
+			}
+	} else {
+#pragma GCC unroll 8
+		for (int ss = 0; ss < 8; ss++)
+#pragma GCC unroll 8
+			for (int g = 0; g < G; g++)
+				dot[g] = _mm512_dpbusd_epi32(dot[g], w[ss], bcast4(q[g] + 4 * ss));
+	}
+#pragma GCC unroll 8
+	for (int g = 0; g < G; g++) {
+		const float *d = ms_q8_xq_d(xq, kp, tt + g);
+		const union q8_cs *c = cs + g * nb + b;
+		struct tcorr tc;
+		if (kind == MS_Q8_INT8) {
+			tc.sf = _mm512_set1_ps(c->f);
+			tc.cs = _mm512_setzero_si512();
+		} else {
+			tc.cs = _mm512_set1_epi32(c->i);
+			tc.sf = _mm512_setzero_ps();
+		}
+		float *a = acc + g * 16;
+		_mm512_store_ps(a, epilogue(kind, dot[g], tc, m, _mm512_set1_ps(d[b]), _mm512_load_ps(a)));
+	}
+}
+
+AI void mb_kernel(const int kind, const struct ms_q8_pack *h, int64_t pa, int64_t pb,
+		  const void *xq, int64_t n, float *y, int64_t ldy, int64_t r_end)
+{
+	const int64_t kp = h->kp, nb = h->n_blocks, BB = h->block_bytes;
+	const int64_t cb = ms_q8_code_bytes(kind);
+	_Alignas(64) float acc[Q8_TC * 16];
+	union q8_cs cs[Q8_CS_MAX];
+	/* tokens per chunk: the table must hold them (K up to 32768 columns;
+	 * wider matrices take the register kernel 8 tokens at a time) */
+	int64_t tcn = Q8_CS_MAX / nb < Q8_TC ? Q8_CS_MAX / nb : Q8_TC;
+	for (int64_t t0 = 0; t0 < n; t0 += tcn) {
+		int64_t nt = n - t0 < tcn ? n - t0 : tcn;
+		for (int64_t t = 0; t < nt; t++) {
+			const int32_t *s = ms_q8_xq_s(xq, kp, t0 + t);
+			for (int64_t b = 0; b < nb; b++) {
+				if (kind == MS_Q8_INT8)
+					cs[t * nb + b].f = (float)s[b];
+				else
+					cs[t * nb + b].i = s[b] * 16;
+			}
+		}
+		for (int64_t p = pa; p < pb; p++) {
+			const uint8_t *pan = h->panels + p * h->panel_bytes;
+			int64_t r = p * 16;
+			memset(acc, 0, (size_t)nt * 16 * sizeof(float));
+			for (int64_t b = 0; b < nb; b++) {
+				const uint8_t *blk = pan + b * BB;
+				struct bmeta m = block_meta(kind, blk + cb);
+				__m512i w[8];
+				if (kind != MS_Q8_INT8) {
+#pragma GCC unroll 4
+					for (int ss = 0; ss < 4; ss++)
+						operands4(kind, blk, ss, m.bias, &w[2 * ss], &w[2 * ss + 1]);
+				} else {
+#pragma GCC unroll 8
+					for (int ss = 0; ss < 8; ss++)
+						w[ss] = _mm512_loadu_si512(blk + 64 * ss);
+				}
+				/* groups of at most 8 tokens, balanced (9 = 5 + 4, not 8 + 1) so
+				 * every group has several independent dot chains */
+				int64_t ng = (nt + 7) / 8;
+				for (int64_t gi = 0, t = 0; gi < ng; gi++) {
+					int64_t G = nt / ng + (gi < nt % ng);
+					const union q8_cs *c = cs + t * nb;
+					float *a = acc + t * 16;
+					switch (G) {
+					case 8:
+						mb_group(kind, 8, w, m, xq, kp, t0 + t, b, c, nb, a);
+						break;
+					case 7:
+						mb_group(kind, 7, w, m, xq, kp, t0 + t, b, c, nb, a);
+						break;
+					case 6:
+						mb_group(kind, 6, w, m, xq, kp, t0 + t, b, c, nb, a);
+						break;
+					case 5:
+						mb_group(kind, 5, w, m, xq, kp, t0 + t, b, c, nb, a);
+						break;
+					case 4:
+						mb_group(kind, 4, w, m, xq, kp, t0 + t, b, c, nb, a);
+						break;
+					case 3:
+						mb_group(kind, 3, w, m, xq, kp, t0 + t, b, c, nb, a);
+						break;
+					case 2:
+						mb_group(kind, 2, w, m, xq, kp, t0 + t, b, c, nb, a);
+						break;
+					default:
+						mb_group(kind, 1, w, m, xq, kp, t0 + t, b, c, nb, a);
+						break;
+					}
+					t += G;
+				}
+			}
+			for (int64_t t = 0; t < nt; t++)
+				store_rows(y + (t0 + t) * ldy + r, _mm512_load_ps(acc + t * 16), r, r_end);
+		}
+	}
+}
+
+#define DEF_KIND(NAME, KIND)                                                                   \
+	static void NAME(const struct ms_q8_pack *h, int64_t pa, int64_t pb, const void *xq,  \
+			 int64_t n, float *y, int64_t ldy, int64_t r_end)                     \
+	{                                                                                      \
+		if (n <= Q8_REG_MAX_N || h->n_blocks * 8 > Q8_CS_MAX)                          \
+			reg_kernel(KIND, h, pa, pb, xq, n, y, ldy, r_end);                     \
+		else                                                                           \
+			mb_kernel(KIND, h, pa, pb, xq, n, y, ldy, r_end);                      \
+	}
+
+DEF_KIND(gemmq_mxfp4, MS_Q8_MXFP4)
+DEF_KIND(gemmq_int4, MS_Q8_INT4)
+DEF_KIND(gemmq_int8, MS_Q8_INT8)
+
+void ms_q8_gemmq_avx512vnni(const struct ms_wmat *w, int64_t r0, int64_t r1, const void *xq,
+			    int64_t n, float *y, int64_t ldy)
+{
+	const struct ms_q8_pack *h = w->pack;
+	int64_t pa = r0 / 16, pb = (r1 + 15) / 16;
+	if (n <= 0 || pb <= pa)
+		return;
+	switch (h->kind) {
+	case MS_Q8_MXFP4:
+		gemmq_mxfp4(h, pa, pb, xq, n, y, ldy, r1);
+		break;
+	case MS_Q8_INT4:
+		gemmq_int4(h, pa, pb, xq, n, y, ldy, r1);
+		break;
+	default:
+		gemmq_int8(h, pa, pb, xq, n, y, ldy, r1);
+		break;
+	}
+}
+
+/* ---- activation prep, bitwise the portable one ---- */
+
+AI int32_t hmax_epu32(__m512i v)
+{
+	return (int32_t)_mm512_reduce_max_epu32(v);
+}
+
+void ms_q8_prep_avx512(const struct ms_wmat *w, const float *x, int64_t ldx, int64_t n, void *xq)
+{
+	const struct ms_q8_pack *h = w->pack;
+	const int64_t K = h->cols, kp = h->kp, nb = h->n_blocks;
+	const __m512i absm = _mm512_set1_epi32(0x7FFFFFFF);
+	const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
+	for (int64_t t = 0; t < n; t++) {
+		const float *xt = x + t * ldx;
+		int8_t *q = (int8_t *)ms_q8_xq_q(xq, kp, t);
+		float *d = (float *)ms_q8_xq_d(xq, kp, t);
+		int32_t *s = (int32_t *)ms_q8_xq_s(xq, kp, t);
+		for (int64_t b = 0; b < nb; b++) {
+			int64_t k0 = b * 32;
+			__mmask16 m0 = K - k0 >= 16 ? 0xFFFF : (__mmask16)((1u << (K - k0)) - 1);
+			__mmask16 m1 = K - k0 >= 32 ? 0xFFFF :
+				       K - k0 <= 16 ? 0 : (__mmask16)((1u << (K - k0 - 16)) - 1);
+			__m512 x0, x1;
+			if (h->perm) {
+				__m512i i0 = _mm512_maskz_loadu_epi32(m0, h->perm + k0);
+				__m512i i1 = _mm512_maskz_loadu_epi32(m1, h->perm + k0 + 16);
+				x0 = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m0, i0, xt, 4);
+				x1 = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m1, i1, xt, 4);
+			} else {
+				x0 = _mm512_maskz_loadu_ps(m0, xt + k0);
+				x1 = _mm512_maskz_loadu_ps(m1, xt + k0 + 16);
+			}
+			__m512i a = _mm512_max_epu32(_mm512_and_si512(_mm512_castps_si512(x0), absm),
+						     _mm512_and_si512(_mm512_castps_si512(x1), absm));
+			uint32_t abits = (uint32_t)hmax_epu32(a);
+			int8_t *qb = q + k0;
+			if (abits >= 0x7F800000u || abits < 0x0F800000u) {
+				memset(qb, 0, 32);
+				uint32_t nanb = 0x7FC00000u;
+				float nanf;
+				memcpy(&nanf, &nanb, 4);
+				d[b] = abits >= 0x7F800000u ? nanf : 0.0f;
+				s[b] = 0;
+				continue;
+			}
+			float amax;
+			memcpy(&amax, &abits, 4);
+			__m512i q0, q1;
+			bool done = false;
+			if (h->act == MS_Q8_ACT_POW2) {
+				int32_t e = (int32_t)(abits >> 23) - 133 + ((abits & 0x7FFFFF) > 0x7E0000);
+				uint32_t db = (uint32_t)(e + 127) << 23, ib = (uint32_t)(127 - e) << 23;
+				float d2, inv2;
+				memcpy(&d2, &db, 4);
+				memcpy(&inv2, &ib, 4);
+				__m512 vi = _mm512_set1_ps(inv2), vd = _mm512_set1_ps(d2);
+				q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, vi));
+				q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, vi));
+				__mmask16 e0 = _mm512_cmp_ps_mask(_mm512_mul_ps(_mm512_cvtepi32_ps(q0), vd), x0, _CMP_EQ_OQ);
+				__mmask16 e1 = _mm512_cmp_ps_mask(_mm512_mul_ps(_mm512_cvtepi32_ps(q1), vd), x1, _CMP_EQ_OQ);
+				if (e0 == 0xFFFF && e1 == 0xFFFF) {
+					d[b] = d2;
+					done = true;
+				}
+			}
+			if (!done) {
+				__m512 vi = _mm512_set1_ps(127.0f / amax);
+				q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, vi));
+				q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, vi));
+				q0 = _mm512_max_epi32(_mm512_min_epi32(q0, lim), nlim);
+				q1 = _mm512_max_epi32(_mm512_min_epi32(q1, lim), nlim);
+				d[b] = amax / 127.0f;
+			}
+			_mm_storeu_si128((__m128i *)qb, _mm512_cvtepi32_epi8(q0));
+			_mm_storeu_si128((__m128i *)(qb + 16), _mm512_cvtepi32_epi8(q1));
+			s[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+		}
+	}
+}
