@@ -242,9 +242,23 @@ static void unpack_task(void *ctx, int task, int worker)
 	n1 = n1 < j->N ? n1 : j->N;
 	size_t zw = (size_t)(j->N * j->bits / 32); /* qzeros words per group row */
 	float *fz = j->l->owned[2];
+	if (j->bits == 2 || j->bits == 4 || j->bits == 8) {
+		/* Codes that tile 32-bit words: word [w, n] is, little-endian,
+		 * bytes 4w..4w+3 of row n as is, so the unpack is a transpose of
+		 * words (read row w across n: sequential; the n1 - n0 rows being
+		 * written stay in cache). */
+		int64_t W = j->K * j->bits / 32;
+		const uint8_t *src = j->qweight;
+		uint8_t *dst = j->l->owned[0];
+		size_t rb = j->l->w.row_bytes;
+		for (int64_t w = 0; w < W; w++)
+			for (int64_t n = n0; n < n1; n++)
+				memcpy(dst + (size_t)n * rb + 4 * (size_t)w,
+				       src + 4 * ((size_t)w * (size_t)j->N + (size_t)n), 4);
+	}
 	for (int64_t n = n0; n < n1; n++) {
 		/* qweight column n is a bitstream along K: word w at [w, n] */
-		for (int64_t k = 0; k < j->K; k++)
+		for (int64_t k = 0; j->bits == 3 && k < j->K; k++)
 			ms_intq_put(j->l, n, k, ms_bitstream_get(j->qweight, (size_t)n, (size_t)j->N,
 								 j->bits, k));
 		/* qzeros row g is a bitstream along N */

@@ -4,6 +4,7 @@
 #include "quant.h"
 
 #include <fnmatch.h>
+#include <malloc.h>
 #include <math.h>
 #include <regex.h>
 #include <stdio.h>
@@ -466,6 +467,10 @@ int ms_quant_bind_flush(struct ms_backend *be, struct ms_bind_stats *st, struct 
 		}
 	}
 	d->n = 0;
+	/* The copies schemes made before packing were freed; glibc keeps freed
+	 * heap pages mapped unless asked (its mmap threshold grows with the
+	 * first large frees), which would count against peak memory. */
+	malloc_trim(0);
 	return rc;
 }
 
