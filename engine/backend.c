@@ -8,6 +8,7 @@
  */
 #include "backend.h"
 #include "dense-onednn.h"
+#include "kernels-bf16.h"
 
 #include <cpuid.h>
 #include <errno.h>
@@ -200,25 +201,41 @@ int ms_backend_init_opts(struct ms_backend *be, const struct ms_backend_opts *o,
 	 * kernels' extensions), the reference always last. */
 	for (int f = 0; f < MS_WFMT_COUNT; f++) {
 		int n = 0;
-		/* oneDNN's bf16 matmul (dense-onednn.c) goes first for bf16 in the
-		 * avx512 and amx sets where the CPU multiplies bf16 natively; its
-		 * pack measures it against avx512-bf16 and declines a shape where
-		 * it never wins. */
+		/* oneDNN's bf16 matmul (dense-onednn.c) joins the bf16 candidates
+		 * in the avx512 and amx sets where the CPU multiplies bf16
+		 * natively; its pack measures it against avx512-bf16 and declines
+		 * a shape where it never wins. It goes right after the packed
+		 * VDPBF16PS kernel (avx512bf16-vnni2) where that is usable, which
+		 * streams batch-1 decode near DRAM bandwidth where oneDNN does
+		 * not (M = 1 GEMV: ~24 of ~33 GB/s on 2 Zen 4 cores), else
+		 * first. */
 		bool onednn = f == MS_WFMT_BF16 &&
 			      (!strcmp(be->isa, "avx512") || !strcmp(be->isa, "amx")) &&
 			      kernel_usable(be, &ms_kernel_onednn_bf16) &&
 			      ms_dense_onednn_usable(be->cpu_flags);
-		if (onednn)
-			be->kernels[f][n++] = &ms_kernel_onednn_bf16;
+		int onednn_at = 0;
 		for (size_t s = first; s + 1 < N_SETS; s++)
 			for (const struct ms_kernel *k = kernel_sets[s].list; k->name; k++)
 				if (k->fmt == (enum ms_wfmt)f && kernel_usable(be, k) &&
-				    set_in_search(s, first) && n < MS_KERNEL_CANDIDATES - 1)
+				    set_in_search(s, first) && n < MS_KERNEL_CANDIDATES - 1 - onednn) {
 					be->kernels[f][n++] = k;
+					if (k->gemmq == ms_bf16_gemmq_avx512)
+						onednn_at = n;
+				}
+		if (onednn) {
+			memmove(&be->kernels[f][onednn_at + 1], &be->kernels[f][onednn_at],
+				(size_t)(n - onednn_at) * sizeof(be->kernels[f][0]));
+			be->kernels[f][onednn_at] = &ms_kernel_onednn_bf16;
+			n++;
+		}
 		be->kernels[f][n++] = &ms_kernels_ref[f];
 		be->n_kernels[f] = n;
 		const struct ms_kernel *k0 = be->kernels[f][0];
-		if (onednn)
+		if (onednn && onednn_at > 0)
+			snprintf(be->reasons[f], sizeof(be->reasons[f]),
+				 "%s set %s (%s, bf16 activations; oneDNN behind it)",
+				 any ? "auto: best" : "forced:", be->isa, k0->name);
+		else if (onednn)
 			snprintf(be->reasons[f], sizeof(be->reasons[f]),
 				 "%s set %s (oneDNN where measured faster, else %s; "
 				 "bf16 activations)", any ? "auto: best" : "forced:", be->isa,
@@ -298,6 +315,12 @@ int ms_backend_bind(struct ms_backend *be, struct ms_wmat *w, const struct ms_ke
 	size_t n = (size_t)snprintf(why, why_len, "%s", be->reasons[w->fmt]);
 	for (int i = 0; i < be->n_kernels[w->fmt]; i++) {
 		const struct ms_kernel *c = be->kernels[w->fmt][i];
+		if (w->exact_acts && c->rounds_acts) {
+			if (n < why_len)
+				n += (size_t)snprintf(why + n, why_len - n, "; %s skipped: fp32 "
+						      "activations kept for this matrix", c->name);
+			continue;
+		}
 		if (c->pack) {
 			struct ms_err e2 = {0};
 			int rc = c->pack(w, owned, &e2);

@@ -50,6 +50,10 @@ struct ms_wmat {
 	/* A kernel's own copy of the matrix, made once at load by its pack
 	 * function (blocked, scales inline); NULL for kernels that read the
 	 * rows above directly. The rows above stay valid either way. */
+	/* Only kernels that keep fp32 activations may take it: set by a model
+	 * for a matrix whose outputs are decisions (the MoE router: rounding
+	 * its input flips which experts run). */
+	bool exact_acts;
 	const void *pack;
 	size_t pack_bytes;        /* bytes a packed kernel streams per pass */
 	/* Decode row r from the packed copy (set by pack functions that can):

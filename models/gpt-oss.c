@@ -196,6 +196,10 @@ static int load_layer(struct ms_model *m, int64_t i, struct gptoss_layer *L, str
 	if ((rc = load_linear(m, "router", name, MS_QKIND_LINEAR, c->n_experts, H, true, &L->router,
 			      err)))
 		return rc;
+	/* Its outputs choose experts: rounding its input (int8, bf16) flips
+	 * near-ties, and a flipped expert is a different function. It is tiny:
+	 * keep fp32 activations (binding happens in the layer's flush). */
+	L->router.w.exact_acts = true;
 	snprintf(name, sizeof(name), "%s.mlp.experts", p);
 	if ((rc = ms_quant_load_moe(&m->qcfg, &m->ck, name, c->n_experts, H, c->intermediate, m->be,
 				    &L->moe, err)))
