@@ -1259,7 +1259,9 @@ def queue_cases(d):
     def keepalive_comments():
         # a stream queued behind a running request gets SSE comments every
         # --keepalive-s (1 s) while it waits, then its chunks as usual
-        long = {"prompt": [9, 9, 9], "max_tokens": tokens_for(d, 2.5), "temperature": 0, "logit_bias": NO_EOS}
+        # sized for ~6 s: the calibration can underestimate the speed by 2x
+        # (a short request pays its fixed costs), and the check needs > 1 s
+        long = {"prompt": [9, 9, 9], "max_tokens": tokens_for(d, 6.0), "temperature": 0, "logit_bias": NO_EOS}
         out = {}
         t = threading.Thread(target=lambda: out.update(r=d.post("/v1/completions", long, timeout=T(120))))
         t.start()
