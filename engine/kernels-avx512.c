@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "kernels-bf16.h"
 #include "kernels-q8.h"
 
 #define TB 4 /* tokens per pass over a row */
@@ -273,6 +274,13 @@ const struct ms_kernel ms_kernels_avx512[] = {
 	 .cpu_flags = AVX512_FLAGS | MS_CPU_AVX512VNNI, .pack = ms_q8_pack,
 	 .prep_size = ms_q8_prep_size, .prep = ms_q8_prep_avx512, .gemmq = ms_q8_gemmq_avx512vnni,
 	 .row_align = MS_Q8_PANEL, .rounds_acts = true},
+	/* bf16 activations through VDPBF16PS on 16-row panels (kernels-bf16.h
+	 * states its error): first for dense bf16 matrices, ahead of oneDNN
+	 * (backend.c), which streams M = 1 at ~70% of the bandwidth */
+	{.name = "avx512bf16-vnni2", .isa = "avx512", .fmt = MS_WFMT_BF16,
+	 .cpu_flags = AVX512_FLAGS | MS_CPU_AVX512BF16, .pack = ms_bf16_pack,
+	 .prep_size = ms_bf16_prep_size, .prep = ms_bf16_prep_avx512, .gemmq = ms_bf16_gemmq_avx512,
+	 .row_align = MS_BF16_PANEL, .rounds_acts = true},
 	{.name = "avx512-f32", .isa = "avx512", .fmt = MS_WFMT_F32, .cpu_flags = AVX512_FLAGS, .gemm = gemm_f32},
 	{.name = "avx512-f16", .isa = "avx512", .fmt = MS_WFMT_F16, .cpu_flags = AVX512_FLAGS, .gemm = gemm_f16},
 	{.name = "avx512-bf16", .isa = "avx512", .fmt = MS_WFMT_BF16, .cpu_flags = AVX512_FLAGS, .gemm = gemm_bf16},
