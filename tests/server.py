@@ -1261,7 +1261,7 @@ def queue_cases(d):
         # --keepalive-s (1 s) while it waits, then its chunks as usual
         # sized for ~6 s: the calibration can underestimate the speed by 2x
         # (a short request pays its fixed costs), and the check needs > 1 s
-        long = {"prompt": [9, 9, 9], "max_tokens": tokens_for(d, 6.0), "temperature": 0, "logit_bias": NO_EOS}
+        long = {"prompt": [9, 9, 9], "max_tokens": tokens_for(d, 6.0, hi=12000), "temperature": 0, "logit_bias": NO_EOS}
         out = {}
         t = threading.Thread(target=lambda: out.update(r=d.post("/v1/completions", long, timeout=T(120))))
         t.start()
@@ -1504,7 +1504,10 @@ def main():
     section("broken", broken, [], broken_cases, ready=False)
     section("auth", a.model, ["--api-key", "s3cret-key", "--max-body-bytes", "2K",
                               "--cors-origin", "https://app.example", "--log-format", "json"], auth_cases)
-    section("queue", a.model, ["--max-running", "1", "--max-queue", "1", "--keepalive-s", "1"], queue_cases)
+    # a context long enough that the keep-alive case's long request lasts
+    # seconds even at thousands of tokens/s
+    section("queue", a.model, ["--max-running", "1", "--max-queue", "1", "--keepalive-s", "1",
+                               "--ctx-size", "16384", "--kv-cache-bytes", "48M"], queue_cases)
     section("sigterm", a.model, ["--shutdown-timeout-s", "30"], sigterm_cases)
     section("sigterm-timeout", a.model, ["--shutdown-timeout-s", "1"], sigterm_timeout_cases)
 
