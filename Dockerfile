@@ -4,14 +4,13 @@
 # Two stages, both on debian:bookworm-slim (the only base image; nothing else is pulled):
 #   build    installs the toolchain and libraries of scripts/install-deps.sh (less
 #            `check` and Node.js: the tests are not built here), then
-#            `meson setup -Dtests=disabled --buildtype=release` and `ninja`, which also
-#            generates the default model (tools/gptoss_ckpt.py, python3 + numpy).
+#            `meson setup -Dtests=disabled --buildtype=release` and `ninja`.
 #   runtime  only the shared libraries the built binary links (found with ldd and
 #            dpkg -S in the build stage, so the list follows the code) plus libnuma1,
-#            the binary in /usr/local/bin/moeserve, the default model in
-#            /usr/share/moeserve/default-model, and a non-root user `moeserve`
-#            (uid/gid 10001, numeric in USER so that Kubernetes' runAsNonRoot can
-#            verify it). No shell entrypoint, no curl: the HEALTHCHECK uses bash.
+#            the binary in /usr/local/bin/moeserve, the default model (the
+#            bf16 variant of models/default) in /usr/share/moeserve/default-model,
+#            and a non-root user `moeserve` (uid/gid 10001, numeric in USER so
+#            that Kubernetes' runAsNonRoot can verify it). No shell entrypoint, no curl: the HEALTHCHECK uses bash.
 #
 # The model: MOESERVE_MODEL=/models. In the image /models holds symlinks to the
 # default model's files, so the image serves out of the box; a real checkpoint
@@ -67,8 +66,8 @@ RUN meson setup build -Dtests=disabled --buildtype=release \
  && ninja -C build \
  && meson install -C build --destdir /staging --strip \
  && mkdir -p /staging/usr/share/moeserve /staging/models \
- && cp -r build/default-model /staging/usr/share/moeserve/default-model \
- && for f in build/default-model/*; do \
+ && cp -r models/default/bf16 /staging/usr/share/moeserve/default-model \
+ && for f in models/default/bf16/*; do \
       ln -s "/usr/share/moeserve/default-model/${f##*/}" "/staging/models/${f##*/}"; \
     done \
  && chmod -R a+rX /staging/usr/share/moeserve /staging/models

@@ -1,6 +1,6 @@
 /*
  * test-engine.c: continuous batching over the paged KV cache, on the small
- * default model (MS_FIXTURE_DEFAULT: 4 layers, 2 sliding with a 32-token
+ * random model (MS_FIXTURE_RANDOM: 4 layers, 2 sliding with a 32-token
  * window, vocab 512) and the sharded fixture (MS_FIXTURE_BF16).
  */
 #include <check.h>
@@ -119,7 +119,7 @@ static void run_until_idle(struct ms_engine *e)
 START_TEST(batch_invariance)
 {
 	struct fixture f;
-	load(&f, "MS_FIXTURE_DEFAULT");
+	load(&f, "MS_FIXTURE_RANDOM");
 	struct ms_err err = {0};
 	struct ms_engine_config cfg = {0};
 	struct ms_engine *e;
@@ -170,7 +170,7 @@ END_TEST
 START_TEST(matches_single_sequence)
 {
 	struct fixture f;
-	load(&f, "MS_FIXTURE_DEFAULT");
+	load(&f, "MS_FIXTURE_RANDOM");
 	struct ms_err err = {0};
 	int32_t prompt[100];
 	random_prompt(prompt, 70, f.m.cfg.vocab, 5);
@@ -211,7 +211,7 @@ END_TEST
 START_TEST(prefix_reuse)
 {
 	struct fixture f;
-	load(&f, "MS_FIXTURE_DEFAULT");
+	load(&f, "MS_FIXTURE_RANDOM");
 	struct ms_err err = {0};
 	struct ms_engine_config cfg = {0};
 	struct ms_engine *e;
@@ -263,7 +263,7 @@ END_TEST
 START_TEST(eviction)
 {
 	struct fixture f;
-	load(&f, "MS_FIXTURE_DEFAULT");
+	load(&f, "MS_FIXTURE_RANDOM");
 	struct ms_err err = {0};
 	int64_t kvd = f.m.cfg.n_kv_heads * f.m.cfg.head_dim;
 	/* room for about two requests of 80 positions */
@@ -304,7 +304,7 @@ END_TEST
 START_TEST(refusals)
 {
 	struct fixture f;
-	load(&f, "MS_FIXTURE_DEFAULT");
+	load(&f, "MS_FIXTURE_RANDOM");
 	struct ms_err err = {0};
 	int64_t kvd = f.m.cfg.n_kv_heads * f.m.cfg.head_dim;
 	struct ms_engine_config cfg = {.max_queue = 2, .max_context = 256,
@@ -347,7 +347,7 @@ END_TEST
 START_TEST(scheduler_property)
 {
 	struct fixture f;
-	load(&f, "MS_FIXTURE_DEFAULT");
+	load(&f, "MS_FIXTURE_RANDOM");
 	struct ms_err err = {0};
 	int64_t kvd = f.m.cfg.n_kv_heads * f.m.cfg.head_dim;
 	struct ms_engine_config cfg = {.max_queue = 12, .max_running = 6, .max_batch_tokens = 40,
@@ -431,7 +431,7 @@ static void on_event_locked(void *ctx, const struct ms_event *ev)
 START_TEST(cancel_from_another_thread)
 {
 	struct fixture f;
-	load(&f, "MS_FIXTURE_DEFAULT");
+	load(&f, "MS_FIXTURE_RANDOM");
 	struct ms_err err = {0};
 	struct ms_engine_config cfg = {0};
 	struct ms_engine *e;
@@ -476,7 +476,7 @@ END_TEST
 START_TEST(prompt_logprobs)
 {
 	struct fixture f;
-	load(&f, "MS_FIXTURE_DEFAULT");
+	load(&f, "MS_FIXTURE_RANDOM");
 	struct ms_err err = {0};
 	int64_t n = 150, V = f.m.cfg.vocab;
 	int32_t prompt[150];
@@ -587,7 +587,7 @@ static struct ms_tokenizer *letters_tokenizer(void)
 START_TEST(stop_strings_in_the_engine)
 {
 	struct fixture f;
-	load(&f, "MS_FIXTURE_DEFAULT");
+	load(&f, "MS_FIXTURE_RANDOM");
 	struct ms_tokenizer *tok = letters_tokenizer();
 	struct ms_err err = {0};
 	struct ms_engine_config cfg = {0};
