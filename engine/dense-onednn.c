@@ -37,6 +37,7 @@
 #include <time.h>
 
 #include "ms-error.h"
+#include "ms-clock.h"
 
 #define PANEL MS_ONEDNN_PANEL
 #define MCHUNK 64          /* activation rows per primitive call */
@@ -406,13 +407,6 @@ static void gemmq(const struct ms_wmat *w, int64_t r0, int64_t r1, const void *x
 
 /* ---- packing and measuring ---- */
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Time both paths single-threaded on the same leading rows (at most
  * MEASURE_ROWS, whole panels), best of MEASURE_REPS after a warm-up that
  * also creates the primitives: each runs on one thread per row task in
@@ -441,11 +435,11 @@ static int measure(struct onednn_pack *pk, const struct ms_wmat *w, struct ms_de
 		int64_t n = MS_ONEDNN_MEASURE_N[i];
 		double bo = 1e30, bd = 1e30;
 		for (int r = 0; r <= MEASURE_REPS; r++) {
-			double t0 = now_s();
+			double t0 = ms_now_s();
 			pk->ours(w, 0, R, x, K, n, y, R);
-			double t1 = now_s();
+			double t1 = ms_now_s();
 			onednn_rows(pk, w, 0, R, xb, n, y, R);
-			double t2 = now_s();
+			double t2 = ms_now_s();
 			if (r) { /* r = 0 warms caches and creates primitives */
 				bo = t1 - t0 < bo ? t1 - t0 : bo;
 				bd = t2 - t1 < bd ? t2 - t1 : bd;

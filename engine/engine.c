@@ -24,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "ms-clock.h"
+#include "ms-hash.h"
 
 enum req_state { REQ_WAITING, REQ_RUNNING };
 
@@ -96,13 +98,6 @@ const char *ms_finish_name(enum ms_finish f)
 	}
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 void ms_engine_config_defaults(struct ms_engine_config *c, const struct ms_model *m)
 {
 	if (!c->max_queue)
@@ -124,26 +119,17 @@ int64_t ms_engine_pages_for(const struct ms_engine *e, int64_t positions)
 
 /* ---- hashing blocks of tokens ---- */
 
-static uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 static uint64_t block_hash(uint64_t prev, const int32_t *t, int64_t n)
 {
-	uint64_t h = mix64(prev ^ 0x9e3779b97f4a7c15ull);
+	uint64_t h = ms_mix64(prev ^ 0x9e3779b97f4a7c15ull);
 	for (int64_t i = 0; i < n; i++)
-		h = mix64(h ^ (uint64_t)(uint32_t)t[i]);
+		h = ms_mix64(h ^ (uint64_t)(uint32_t)t[i]);
 	return h;
 }
 
 static uint64_t layer_key(uint64_t block, int layer)
 {
-	return mix64(block + 0x632be59bd9b4e019ull * (uint64_t)(layer + 1));
+	return ms_mix64(block + 0x632be59bd9b4e019ull * (uint64_t)(layer + 1));
 }
 
 /* ---- request lifetime ---- */
@@ -185,9 +171,9 @@ static void finish(struct ms_engine *e, struct req *r, enum ms_finish why, const
 		.text_len = r->text_len, .finish = why, .stop_string = stop_string, .error = error,
 		.prompt_tokens = r->n_prompt, .cached_tokens = r->n_cached,
 		.completion_tokens = r->n_generated,
-		.queue_s = (r->t_admit ? r->t_admit : now_s()) - r->t_submit,
+		.queue_s = (r->t_admit ? r->t_admit : ms_now_s()) - r->t_submit,
 		.ttft_s = r->t_first ? r->t_first - r->t_submit : 0,
-		.e2e_s = now_s() - r->t_submit,
+		.e2e_s = ms_now_s() - r->t_submit,
 	};
 	r->cb(r->ctx, &ev);
 	req_free(e, r);
@@ -260,7 +246,7 @@ int ms_engine_submit(struct ms_engine *e, const int32_t *prompt, int64_t n_promp
 	r->p.sampling.logit_bias = r->bias;
 	r->n_prompt = r->n_tokens = n_prompt;
 	r->reserved = need;
-	r->t_submit = now_s();
+	r->t_submit = ms_now_s();
 
 	pthread_mutex_lock(&e->mu);
 	if (e->n_waiting >= e->cfg.max_queue) {
@@ -271,7 +257,7 @@ int ms_engine_submit(struct ms_engine *e, const int32_t *prompt, int64_t n_promp
 	r->id = ++e->next_id;
 	/* the fallback seed depends only on the request's number: reproducible
 	 * runs of the same request order */
-	uint64_t seed = mix64(r->id ^ 0x5851f42d4c957f2dull);
+	uint64_t seed = ms_mix64(r->id ^ 0x5851f42d4c957f2dull);
 	r->state = REQ_WAITING;
 	pthread_mutex_unlock(&e->mu);
 
@@ -398,7 +384,7 @@ static void publish_blocks(struct ms_engine *e, struct req *r)
 static void admit(struct ms_engine *e, struct req *r)
 {
 	r->state = REQ_RUNNING;
-	r->t_admit = now_s();
+	r->t_admit = ms_now_s();
 	e->reserved += r->reserved;
 	r->n_cached = take_prefix(e, r);
 	r->kv.len = r->n_cached;
@@ -656,7 +642,7 @@ int64_t ms_engine_step(struct ms_engine *e, struct ms_err *err)
 			r->n_generated++;
 			e->generation_tokens++;
 			if (!r->t_first)
-				r->t_first = now_s();
+				r->t_first = ms_now_s();
 			bool stop_tok = is_stop_id(r, tok);
 			emit_token(e, r, tok, stop_tok, want_lp ? &lp : NULL, &stop_hit);
 			if (stop_tok || stop_hit)

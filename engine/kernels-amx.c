@@ -34,8 +34,8 @@
  * as far as the hardware follows its pseudo-code, untested here).
  * Error against the fp32 reference: the bf16 rounding of activations
  * (nearest of an 8-bit significand: relative 2^-8 per element) plus fp32
- * summation. Matrices of fewer than BF16_MIN_ROWS rows (the MoE router)
- * are declined at pack time and keep fp32 activations (see bf16_pack).
+ * summation. Matrices of fewer than BF16_MIN_ROWS rows are declined at
+ * pack time (too little work for tiles; see bf16_pack).
  *
  * Tiles: 4 accumulators (2 panels x 2 groups of 16 tokens), 2 A, 2 B. A
  * last group shorter than 16 tokens is computed as the last 16 tokens of
@@ -323,12 +323,12 @@ static int bf16_pack(struct ms_wmat *w, void **owned, struct ms_err *err)
 	if (w->rows <= 0 || w->cols <= 0 || w->cols > (INT64_C(1) << 40) || w->rows > (INT64_C(1) << 40))
 		return ms_err_set(err, -ENOTSUP, "shape %lld x %lld", (long long)w->rows,
 				  (long long)w->cols);
-	/* A few rows (the MoE router: one per expert) leave the next kernel
-	 * with fp32 activations: tiles cannot pay for so little work, and the
-	 * router's top-k flips under bf16 activations (quark-w4a4 in
-	 * tests/kernel_accuracy.py: mean KL 4e-3 with it, 5e-6 without). */
+	/* A few rows: the tile setup and the bf16 conversion of the inputs
+	 * cost more than the product saves; the next candidate takes them.
+	 * (The MoE router, whose top-k flips under rounded inputs, is kept
+	 * on fp32 activations by its matrix's exact_acts, whatever its size.) */
 	if (w->rows < BF16_MIN_ROWS)
-		return ms_err_set(err, -ENOTSUP, "%lld rows: below %d, fp32 activations kept",
+		return ms_err_set(err, -ENOTSUP, "%lld rows: below %d, too little work for tiles",
 				  (long long)w->rows, BF16_MIN_ROWS);
 	int64_t kp = (w->cols + 31) / 32 * 32, np = (w->rows + 15) / 16;
 	int64_t panel_bytes = kp / 32 * 1024;

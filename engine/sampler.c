@@ -4,15 +4,13 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "ms-hash.h"
 
 /* ---- RNG: xoshiro256** (Blackman & Vigna), seeded by splitmix64 ---------- */
 
 static uint64_t splitmix64(uint64_t *x)
 {
-	uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
+	return ms_mix64(*x += 0x9E3779B97F4A7C15ull);
 }
 
 void ms_rng_seed(struct ms_rng *r, uint64_t seed)

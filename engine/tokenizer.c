@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "model-config.h" /* ms_read_file */
+#include "ms-hash.h"
 
 /* ---- GPT-2's byte <-> printable code point mapping ---- */
 
@@ -87,14 +88,6 @@ struct pair_map {
 	size_t cap;
 };
 
-static uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	return x;
-}
-
 /* ---- the tokenizer ---- */
 
 enum split_behavior { SPLIT_ISOLATED, SPLIT_REMOVED };
@@ -160,7 +153,7 @@ static const struct pair_entry *pair_get(const struct pair_map *m, int32_t a, in
 {
 	uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
 	size_t mask = m->cap - 1;
-	for (size_t i = mix64(key) & mask;; i = (i + 1) & mask) {
+	for (size_t i = ms_mix64(key) & mask;; i = (i + 1) & mask) {
 		if (m->e[i].key == UINT64_MAX)
 			return NULL;
 		if (m->e[i].key == key)
@@ -173,7 +166,7 @@ static bool pair_put(struct pair_map *m, int32_t a, int32_t b, int32_t rank, int
 {
 	uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
 	size_t mask = m->cap - 1;
-	size_t i = mix64(key) & mask;
+	size_t i = ms_mix64(key) & mask;
 	for (; m->e[i].key != UINT64_MAX; i = (i + 1) & mask)
 		if (m->e[i].key == key)
 			return false;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "ms-clock.h"
 
 /* The registry: one line per architecture. */
 static const struct ms_model_ops *const archs[] = {
@@ -50,17 +51,10 @@ void ms_model_add_group(struct ms_model *m, const char *name, const char *scheme
 	g->bytes = bytes;
 }
 
-static double now_seconds(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int ms_model_load(struct ms_model *m, const char *dir, struct ms_backend *be, struct ms_err *err)
 {
 	memset(m, 0, sizeof(*m));
-	double t0 = now_seconds();
+	double t0 = ms_now_s();
 	char path[4096], *text;
 	snprintf(path, sizeof(path), "%s/config.json", dir);
 	int rc = ms_read_file(path, &text, NULL, err);
@@ -107,7 +101,7 @@ int ms_model_load(struct ms_model *m, const char *dir, struct ms_backend *be, st
 		}
 		ms_backend_weights_end(be, maps, sizes, n);
 	}
-	m->load_seconds = now_seconds() - t0;
+	m->load_seconds = ms_now_s() - t0;
 	return 0;
 }
 

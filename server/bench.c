@@ -16,9 +16,19 @@
  * second, against the rate oneDNN's bf16 matmul reaches on the same threads
  * for representative shapes.
  *
+ * The bandwidth a decode run is measured against is read between its
+ * steps: after every measured step, one parallel read of a 512 MiB buffer
+ * (about as long as a step), their bytes over their time. A shared machine's
+ * bandwidth drifts (on the VM this was written on, from ~30 to ~65 GB/s
+ * within seconds); reads taken in the same moments as the steps compare
+ * like with like. The share of the bench's best read (best of 8 passes,
+ * before and after each run) is printed beside it. A model smaller than
+ * the buffer is measured against the best reads before and after its run
+ * (reads between its steps would evict it from the caches).
+ *
  * Order: the peak RSS of the load; warm-up; decode at 1, 4, 8 and 16
- * sequences, each run between two bandwidth reads (a shared machine's
- * bandwidth drifts; the buffer stays resident and is taken out of the RSS);
+ * sequences, each run between two best-of-8 bandwidth reads (the buffer
+ * stays resident and is taken out of the RSS);
  * prefill; the peak RSS of the runs; oneDNN right after the prefill; last
  * the optional baseline model, so that it does not count in the RSS.
  */
@@ -38,13 +48,7 @@
 
 #include "bench.h"
 #include "engine.h"
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "ms-clock.h"
 
 static double peak_rss_bytes(void)
 {
@@ -125,6 +129,16 @@ static int bw_init(struct bw_job *j, const struct ms_backend *be)
 	return 0;
 }
 
+/* One parallel read of the whole buffer: its time in seconds. */
+static double bw_pass(struct ms_backend *be, struct bw_job *j)
+{
+	int tasks = be->pool.n_threads * 8;
+	j->per = (j->n + (size_t)tasks - 1) / (size_t)tasks;
+	double t0 = ms_now_s();
+	ms_pool_run(&be->pool, tasks, bw_task, j);
+	return ms_now_s() - t0;
+}
+
 /* Best of 8 parallel reads of the whole buffer, in bytes/s. */
 static double bw_measure(struct ms_backend *be, struct bw_job *j)
 {
@@ -132,9 +146,9 @@ static double bw_measure(struct ms_backend *be, struct bw_job *j)
 	j->per = (j->n + (size_t)tasks - 1) / (size_t)tasks;
 	double best = 0;
 	for (int rep = 0; rep < 8; rep++) {
-		double t0 = now_s();
+		double t0 = ms_now_s();
 		ms_pool_run(&be->pool, tasks, bw_task, j);
-		double bw = (double)j->bytes / (now_s() - t0);
+		double bw = (double)j->bytes / (ms_now_s() - t0);
 		best = bw > best ? bw : best;
 	}
 	volatile uint64_t sink = j->sums[0];
@@ -289,9 +303,9 @@ static void onednn_matmul(struct ms_backend *be, int64_t M, int64_t K, int64_t N
 	struct dnnl_job job = {sl};
 	double best = 1e300, spent = 0;
 	for (int rep = 0; rep < 50 && (rep < 4 || spent < 1.0); rep++) {
-		double t0 = now_s();
+		double t0 = ms_now_s();
 		ms_pool_run(&be->pool, ns, dnnl_task, &job);
-		double t = now_s() - t0;
+		double t = ms_now_s() - t0;
 		for (int i = 0; i < ns; i++)
 			DNNL_TRY(sl[i].status);
 		spent += t;
@@ -351,7 +365,7 @@ static void count_cb(void *ctx, const struct ms_event *ev)
 	struct counter *c = ctx;
 	if (ev->kind == MS_EV_TOKEN) {
 		if (!c->tokens)
-			c->t_first = now_s();
+			c->t_first = ms_now_s();
 		c->tokens++;
 	} else if (ev->kind == MS_EV_FINISH) {
 		c->done = true;
@@ -372,6 +386,8 @@ struct run_stats {
 	int64_t tokens;        /* tokens they made (steps x sequences) */
 	double secs;           /* their time */
 	double counted;        /* weight bytes the backend counted over them */
+	double bw_bytes;       /* bandwidth reads interleaved with those steps: bytes */
+	double bw_secs;        /* and their time */
 };
 
 /* n_seq requests of prompt_len tokens generating gen tokens each, stepped by
@@ -379,7 +395,7 @@ struct run_stats {
  * prompt and each made one token; the first is left out as warm-up when
  * others follow. */
 static int run(struct ms_model *m, struct ms_backend *be, int n_seq, int64_t prompt_len,
-	       int64_t gen, struct run_stats *st, struct ms_err *err)
+	       int64_t gen, struct bw_job *bwj, struct run_stats *st, struct ms_err *err)
 {
 	memset(st, 0, sizeof(*st));
 	struct ms_engine_config cfg = {.max_running = n_seq, .no_prefix_cache = true,
@@ -400,7 +416,7 @@ static int run(struct ms_model *m, struct ms_backend *be, int n_seq, int64_t pro
 	p.sampling.n_logprobs = -1;
 	p.prompt_logprobs = -1;
 	p.max_tokens = gen;
-	double t0 = now_s();
+	double t0 = ms_now_s();
 	for (int i = 0; !rc && i < n_seq; i++) {
 		fill(prompt, prompt_len, m->cfg.vocab, 7 + (uint32_t)i);
 		rc = ms_engine_submit(e, prompt, prompt_len, &p, count_cb, &c[i], NULL, err);
@@ -412,9 +428,9 @@ static int run(struct ms_model *m, struct ms_backend *be, int n_seq, int64_t pro
 		for (int i = 0; i < n_seq; i++)
 			decoding &= c[i].tokens > 0 && !c[i].done;
 		uint64_t b0 = ms_backend_bytes_streamed(be);
-		double s0 = now_s();
+		double s0 = ms_now_s();
 		int64_t s = ms_engine_step(e, err);
-		double s1 = now_s();
+		double s1 = ms_now_s();
 		uint64_t b1 = ms_backend_bytes_streamed(be);
 		if (s < 0) {
 			rc = (int)s;
@@ -425,6 +441,12 @@ static int run(struct ms_model *m, struct ms_backend *be, int n_seq, int64_t pro
 			st->tokens += s;
 			st->secs += s1 - s0;
 			st->counted += (double)(b1 - b0);
+			/* one read of the bandwidth buffer after every measured
+			 * step: the ceiling the machine offered while it ran */
+			if (bwj) {
+				st->bw_secs += bw_pass(be, bwj);
+				st->bw_bytes += (double)bwj->bytes;
+			}
 		}
 		all_done = true;
 		for (int i = 0; i < n_seq; i++)
@@ -482,15 +504,22 @@ struct decode {
 	double experts;        /* distinct experts per layer the bytes imply */
 	double share, share_static;
 	double bw;             /* the bandwidth they are measured against */
+	double share_peak;     /* the share of the run's best read instead */
+	bool between;          /* bw was read between the steps */
 	bool counted;          /* bytes come from the backend's counter */
 };
 
+/* bw: the bandwidth read between the run's steps when it was, else the
+ * given one; peak: the best read of the whole bench. */
 static void decode_figures(const struct ms_model *m, const struct wbytes *w,
-			   const struct run_stats *st, int n, double bw, struct decode *d)
+			   const struct run_stats *st, int n, double bw, double peak,
+			   struct decode *d)
 {
 	memset(d, 0, sizeof(*d));
 	d->n = n;
-	d->bw = bw;
+	d->between = st->bw_secs > 0;
+	d->bw = d->between ? st->bw_bytes / st->bw_secs : bw;
+	bw = d->bw;
 	if (st->steps <= 0 || st->secs <= 0)
 		return;
 	d->tps = (double)st->tokens / st->secs;
@@ -504,6 +533,8 @@ static void decode_figures(const struct ms_model *m, const struct wbytes *w,
 		d->share = d->bytes / d->step_s / bw;
 		d->share_static = d->bytes_static / d->step_s / bw;
 	}
+	if (peak > 0)
+		d->share_peak = d->bytes / d->step_s / peak;
 }
 
 /* FLOP of one prompt token, counted on the active parameters, 2 per weight:
@@ -548,20 +579,20 @@ static int run_baseline(const struct ms_bench_opts *o, struct ms_backend *be, do
 		return rc;
 	ms_backend_set_numa(&bb, be->numa_interleave ? MS_NUMA_INTERLEAVE : MS_NUMA_OFF);
 	struct ms_model bm;
-	double t0 = now_s();
+	double t0 = ms_now_s();
 	rc = ms_model_load(&bm, o->model, &bb, err);
-	b->load_s = now_s() - t0;
+	b->load_s = ms_now_s() - t0;
 	if (!rc) {
 		int64_t gen = o->baseline_tokens > 0 ? o->baseline_tokens : o->decode_tokens / 2;
 		gen = gen < 3 ? 3 : gen;
 		struct wbytes w = weight_bytes(&bm);
 		struct run_stats st;
 		int64_t pl = decode_prompt(o);
-		rc = run(&bm, &bb, 1, pl, 2, &st, err); /* warm-up */
-		if (!rc && !(rc = run(&bm, &bb, 1, pl, gen, &st, err)))
-			decode_figures(&bm, &w, &st, 1, bw, &b->d1);
-		if (!rc && !(rc = run(&bm, &bb, 8, pl, gen, &st, err)))
-			decode_figures(&bm, &w, &st, 8, bw, &b->d8);
+		rc = run(&bm, &bb, 1, pl, 2, NULL, &st, err); /* warm-up */
+		if (!rc && !(rc = run(&bm, &bb, 1, pl, gen, NULL, &st, err)))
+			decode_figures(&bm, &w, &st, 1, bw, bw, &b->d1);
+		if (!rc && !(rc = run(&bm, &bb, 8, pl, gen, NULL, &st, err)))
+			decode_figures(&bm, &w, &st, 8, bw, bw, &b->d8);
 		ms_model_free(&bm);
 	}
 	ms_backend_free(&bb);
@@ -654,14 +685,19 @@ int ms_cmd_bench(struct ms_model *m, struct ms_backend *be, const struct ms_benc
 	/* warm-up: fault in the weights a forward pass uses (a short prompt
 	 * routes to nearly every expert) and the scratch buffers */
 	int64_t warm_len = o->prompt_tokens < 32 ? o->prompt_tokens : 32;
-	int rc = run(m, be, 1, warm_len, 2, &warm, &err);
+	/* Reads between the steps only for a model larger than the buffer:
+	 * its steps stream from DRAM anyway, while a smaller one would be
+	 * evicted from the caches by every read and measured slower than it
+	 * runs (its roofline share says little either way). */
+	struct bw_job *between = w.total >= (double)bwj.bytes ? &bwj : NULL;
+	int rc = run(m, be, 1, warm_len, 2, NULL, &warm, &err);
 	for (int i = 0; !rc && i < 4; i++) {
 		bws[i] = bw_measure(be, &bwj);
-		rc = run(m, be, batch[i], decode_prompt(o), o->decode_tokens, &st[i], &err);
+		rc = run(m, be, batch[i], decode_prompt(o), o->decode_tokens, between, &st[i], &err);
 	}
 	if (!rc) {
 		bws[4] = bw_measure(be, &bwj);
-		rc = run(m, be, 1, o->prompt_tokens, 2, &pre, &err);
+		rc = run(m, be, 1, o->prompt_tokens, 2, NULL, &pre, &err);
 	}
 	/* peak RSS of the model and the runs: from the load, or later less the
 	 * bandwidth buffer (resident since before the first run) */
@@ -680,7 +716,7 @@ int ms_cmd_bench(struct ms_model *m, struct ms_backend *be, const struct ms_benc
 	struct decode d[4];
 	for (int i = 0; i < 4; i++)
 		decode_figures(m, &w, &st[i], batch[i], bws[i] > bws[i + 1] ? bws[i] : bws[i + 1],
-			       &d[i]);
+			       bw, &d[i]);
 
 	double ttft = pre.ttft;
 	double prefill_tps = ttft > 0 ? (double)o->prompt_tokens / ttft : 0;
@@ -759,8 +795,11 @@ int ms_cmd_bench(struct ms_model *m, struct ms_backend *be, const struct ms_benc
 			       d[i].counted ? "counted" : "static ", d[i].bytes / 1e6, d[i].bytes_static / 1e6);
 			printf("    distinct experts per layer         %10.2f     (uniform routing %.2f)\n",
 			       d[i].experts, distinct_experts(m, d[i].n));
-			printf("    roofline share                     %10.3f     (static estimate %.3f; at %.2f GB/s)\n",
-			       d[i].share, d[i].share_static, d[i].bw / 1e9);
+			printf("    roofline share                     %10.3f     (static estimate %.3f; at %.2f GB/s,\n"
+			       "                                                  %s; %.3f of the peak)\n",
+			       d[i].share, d[i].share_static, d[i].bw / 1e9,
+			       d[i].between ? "read between its steps" : "best read next to the run",
+			       d[i].share_peak);
 		}
 		printf("  KV bytes per token (all layers)      %10.0f\n", kv_bpt);
 		printf("  peak RSS (load and runs)             %10.1f MiB\n", rss / 1048576.0);
@@ -807,6 +846,7 @@ int ms_cmd_bench(struct ms_model *m, struct ms_backend *be, const struct ms_benc
 	jnum(&j, "decode_roofline_share_static", d[0].share_static, 4);
 	jnum(&j, "decode_experts_per_layer", d[0].experts, 3);
 	jnum(&j, "decode_bandwidth_bytes_per_s", d[0].bw, 0);
+	jnum(&j, "decode_roofline_share_of_peak", d[0].share_peak, 4);
 	jnum(&j, "bandwidth_min_bytes_per_s", bw_min, 0);
 	for (int i = 1; i < 4; i++) {
 		char k[64];
@@ -822,6 +862,8 @@ int ms_cmd_bench(struct ms_model *m, struct ms_backend *be, const struct ms_benc
 		jnum(&j, k, d[i].share, 4);
 		snprintf(k, sizeof(k), "batch%d_bandwidth_bytes_per_s", d[i].n);
 		jnum(&j, k, d[i].bw, 0);
+		snprintf(k, sizeof(k), "batch%d_roofline_share_of_peak", d[i].n);
+		jnum(&j, k, d[i].share_peak, 4);
 	}
 	/* prefill */
 	jadd(&j, ",\"prefill_tokens\":%lld", (long long)o->prompt_tokens);

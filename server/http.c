@@ -25,13 +25,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "ms-clock.h"
 
 /* ---- per-connection state ---- */
 
@@ -243,7 +237,7 @@ static void on_engine_event(void *ctx, const struct ms_event *e)
 	if (e->error)
 		v.error = strdup(e->error);
 	if (e->kind == MS_EV_TOKEN && g->s->metrics) {
-		double t = now_s();
+		double t = ms_now_s();
 		if (cl->t_last > 0)
 			ms_metrics_inter_token(g->s->metrics, t - cl->t_last);
 		cl->t_last = t;
@@ -366,7 +360,7 @@ static bool gen_wait(struct gen *g, struct MHD_Connection *c, double keepalive_a
 			gen_cancel(g);
 			return false;
 		}
-		if (keepalive && keepalive_at > 0 && now_s() >= keepalive_at) {
+		if (keepalive && keepalive_at > 0 && ms_now_s() >= keepalive_at) {
 			*keepalive = true;
 			pthread_mutex_lock(&g->mu);
 			return true;
@@ -1152,7 +1146,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 		pthread_mutex_unlock(&jb->g->mu);
 		if (ka && jb->out.len == 0)
 			sb_str(&jb->out, ": keep-alive\n\n"); /* a comment: clients ignore it */
-		st->keepalive_at = now_s() + jb->s->cfg.keepalive_s;
+		st->keepalive_at = ms_now_s() + jb->s->cfg.keepalive_s;
 	}
 }
 
@@ -1184,7 +1178,7 @@ static enum MHD_Result respond(struct ms_server *s, struct MHD_Connection *c, st
 		}
 		st->jb = jb;
 		st->c = c;
-		st->keepalive_at = now_s() + s->cfg.keepalive_s;
+		st->keepalive_at = ms_now_s() + s->cfg.keepalive_s;
 		struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384,
 									   stream_read, st, stream_free);
 		if (!r) {
@@ -1936,7 +1930,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		k = calloc(1, sizeof(*k));
 		if (!k)
 			return MHD_NO;
-		k->t0 = now_s();
+		k->t0 = ms_now_s();
 		snprintf(k->method, sizeof(k->method), "%s", method);
 		snprintf(k->path, sizeof(k->path), "%s", url);
 		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
@@ -1982,7 +1976,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	int status = k->status ? k->status : 499;
 	if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && status == 200)
 		status = 499; /* the client went away */
-	double ms = (now_s() - k->t0) * 1000.0;
+	double ms = (ms_now_s() - k->t0) * 1000.0;
 	if (s->metrics)
 		ms_metrics_http(s->metrics, k->method, status);
 	if (s->cfg.log_json)

@@ -24,6 +24,7 @@
 #include "tokenizer.h"
 #include "bench.h"
 #include "serve.h"
+#include "ms-clock.h"
 
 #ifndef MS_VERSION
 #define MS_VERSION "0.0.0"
@@ -64,13 +65,6 @@ static const char *default_model(void)
 {
 	const char *e = getenv("MOESERVE_MODEL");
 	return e && *e ? e : MS_DEFAULT_MODEL;
-}
-
-static double now_seconds(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* Strict integer parse: the whole string, within [lo, hi]. */
@@ -334,12 +328,12 @@ static int cmd_generate(int argc, char **argv)
 		ex = fail(&err);
 		goto done_nofree_seq;
 	}
-	double t0 = now_seconds();
+	double t0 = ms_now_s();
 	if ((rc = ms_seq_forward(&seq, prompt, n_prompt, logits, logits_out != NULL, &err))) {
 		ex = fail(&err);
 		goto done;
 	}
-	double t1 = now_seconds();
+	double t1 = ms_now_s();
 	const float *last = logits_out ? logits + (n_prompt - 1) * V : logits;
 	if (logits_out) {
 		FILE *f = fopen(logits_out, "wb");
@@ -364,7 +358,7 @@ static int cmd_generate(int argc, char **argv)
 		}
 		next = argmax(logits, V);
 	}
-	double t2 = now_seconds();
+	double t2 = ms_now_s();
 	fprintf(stderr, "moeserve: prompt %lld tokens in %.3f s (%.1f tok/s), generated %lld in %.3f s (%.1f tok/s)\n",
 		(long long)n_prompt, t1 - t0, (double)n_prompt / (t1 - t0 + 1e-12), (long long)n_out,
 		t2 - t1, n_out > 1 ? (double)(n_out - 1) / (t2 - t1 + 1e-12) : 0.0);
@@ -795,7 +789,7 @@ static int cmd_tokenize(int argc, char **argv)
 			ms_tokenizer_free(t);
 			return EX_NOINPUT;
 		}
-		double t0 = now_seconds(), el = 0;
+		double t0 = ms_now_s(), el = 0;
 		size_t bytes = 0, toks = 0;
 		do {
 			int32_t *ids;
@@ -807,7 +801,7 @@ static int cmd_tokenize(int argc, char **argv)
 			free(ids);
 			bytes += n;
 			toks += m;
-			el = now_seconds() - t0;
+			el = ms_now_s() - t0;
 		} while (el < 1.0);
 		if (ex == EX_OK)
 			printf("%zu bytes -> %zu tokens per pass\nencode: %.2f MB/s\n", n, toks * n / bytes,

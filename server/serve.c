@@ -17,15 +17,9 @@
 #include "http.h"
 #include "options.h"
 #include "serve.h"
+#include "ms-clock.h"
 
 extern char **environ;
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int ms_cmd_serve(int argc, char **argv, const char *default_model)
 {
@@ -81,7 +75,7 @@ int ms_cmd_serve(int argc, char **argv, const char *default_model)
 	struct ms_engine *eng = NULL;
 	int ex = EX_OK;
 	bool have_be = false, have_m = false;
-	double t0 = now_s();
+	double t0 = ms_now_s();
 	struct ms_backend_opts bo = {.kernels = o.kernels, .threads = o.threads, .exact = o.exact,
 				     .dense_int8 = o.dense_int8};
 	rc = ms_backend_init_opts(&be, &bo, &err);
@@ -123,7 +117,7 @@ int ms_cmd_serve(int argc, char **argv, const char *default_model)
 		srv.max_model_len = o.ctx_size && o.ctx_size < m.cfg.max_pos ? o.ctx_size
 					: (m.cfg.max_pos < 8192 ? m.cfg.max_pos : 8192);
 		fprintf(stderr, "moeserve: ready in %.2f s: %s (%s kernels, %d threads; repacked %lld "
-			"of %lld matrices, %.1f MiB, in %.2f s)\n", now_s() - t0, name, be.isa,
+			"of %lld matrices, %.1f MiB, in %.2f s)\n", ms_now_s() - t0, name, be.isa,
 			be.pool.n_threads, (long long)m.pack_stats.packed,
 			(long long)m.pack_stats.matrices,
 			(double)m.pack_stats.packed_bytes / 1048576.0, m.pack_stats.seconds);
@@ -133,14 +127,14 @@ int ms_cmd_serve(int argc, char **argv, const char *default_model)
 	fprintf(stderr, "moeserve: %s: stopping (up to %d s for running requests)\n",
 		sig == SIGTERM ? "SIGTERM" : "SIGINT", o.shutdown_timeout_s);
 	ms_server_quiesce(&srv);
-	double deadline = now_s() + o.shutdown_timeout_s;
-	while (atomic_load(&srv.in_flight) > 0 && now_s() < deadline)
+	double deadline = ms_now_s() + o.shutdown_timeout_s;
+	while (atomic_load(&srv.in_flight) > 0 && ms_now_s() < deadline)
 		usleep(20000);
 	/* what is left is cancelled: its clients get the end of their stream,
 	 * so give the connections a moment to write it before closing them */
 	if (eng)
 		ms_engine_free(eng);
-	for (double end = now_s() + 1.0; atomic_load(&srv.in_flight) > 0 && now_s() < end;)
+	for (double end = ms_now_s() + 1.0; atomic_load(&srv.in_flight) > 0 && ms_now_s() < end;)
 		usleep(10000);
 	ms_server_stop(&srv);
 	ms_tokenizer_free(tok);

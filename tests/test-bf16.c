@@ -25,6 +25,7 @@
 #include "dense-onednn.h"
 #include "kernels-bf16.h"
 #include "kernels.h"
+#include "ms-clock.h"
 
 #define BF16_FLAGS (MS_CPU_AVX512F | MS_CPU_AVX512BW | MS_CPU_AVX512VL | MS_CPU_FMA | \
 		    MS_CPU_AVX512BF16)
@@ -271,13 +272,6 @@ END_TEST
 
 /* ---- --bench: GB/s vs oneDNN through ms_backend_gemm, not a test ---- */
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 struct bw_job {
 	const uint8_t *const *bufs;
 	size_t bytes;
@@ -351,18 +345,18 @@ static int bench(int argc, char **argv)
 		double best = 1e30, bo = 1e30, sbest = 1e30;
 		struct bw_job j = {.bufs = pan, .bytes = bytes};
 		for (int it = 0; it < tries; it++) {
-			double t0 = now_s();
+			double t0 = ms_now_s();
 			if (n <= 8)
 				ms_pool_run(&be.pool, copies, bw_task, &j);
-			double t1 = now_s();
+			double t1 = ms_now_s();
 			for (int c = 0; c < reps; c++)
 				ms_backend_gemm(&be, kb, &ts[c % copies].m, x, n, y, NULL);
-			double t2 = now_s();
+			double t2 = ms_now_s();
 			if (onednn)
 				for (int c = 0; c < reps; c++)
 					ms_backend_gemm(&be, &ms_kernel_onednn_bf16, &wo[c % copies], x, n, y,
 							NULL);
-			double t3 = now_s();
+			double t3 = ms_now_s();
 			sbest = fmin(sbest, (t1 - t0) / copies);
 			best = fmin(best, (t2 - t1) / reps);
 			bo = fmin(bo, (t3 - t2) / reps);

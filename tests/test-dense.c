@@ -37,6 +37,7 @@
 #include "kernels.h"
 #include "model.h"
 #include "quant.h"
+#include "ms-clock.h"
 
 static uint32_t rng_state = 777;
 static uint32_t rnd(void)
@@ -410,21 +411,14 @@ END_TEST
 
 /* ---- MS_DENSE_BENCH=1: the numbers behind the choice ---- */
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static double time_gemm(struct ms_backend *be, const struct ms_kernel *k, const struct ms_wmat *w,
 			const float *x, int64_t n, float *y)
 {
 	double best = 1e30;
 	for (int r = 0; r < 6; r++) {
-		double t0 = now_s();
+		double t0 = ms_now_s();
 		ms_backend_gemm(be, k, w, x, n, y, NULL);
-		double t = now_s() - t0;
+		double t = ms_now_s() - t0;
 		if (r && t < best)
 			best = t;
 	}

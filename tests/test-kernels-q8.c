@@ -27,6 +27,7 @@
 #include "backend.h"
 #include "kernels-q8.h"
 #include "kernels.h"
+#include "ms-clock.h"
 
 static uint32_t rng_state = 2024;
 static uint32_t rnd(void)
@@ -758,13 +759,6 @@ END_TEST
 
 /* ---- --bench: GB/s and GOP/s, not a test ---- */
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Streaming read of the same packed copies the kernel reads (the roofline
  * those bytes allow), one task per copy, 4 independent 512-bit load chains. */
 struct bw_job {
@@ -847,13 +841,13 @@ static int bench(void)
 				double best = 1e30, sbest = 1e30;
 				struct bw_job j = {.bufs = pan, .bytes = t.m.pack_bytes};
 				for (int it = 0; it < (n <= 16 ? tries : 3); it++) {
-					double t0 = now_s();
+					double t0 = ms_now_s();
 					if (n <= 16)
 						ms_pool_run(&be.pool, copies, bw_task, &j);
-					double t1 = now_s();
+					double t1 = ms_now_s();
 					for (int c = 0; c < reps; c++)
 						ms_backend_gemm(&be, k, &ws[c % copies], x, n, y, NULL);
-					double t2 = now_s();
+					double t2 = ms_now_s();
 					sbest = fmin(sbest, (t1 - t0) / copies);
 					best = fmin(best, (t2 - t1) / reps);
 				}
@@ -887,9 +881,9 @@ static int bench(void)
 			t.m.pack = NULL;
 			free(t.pack);
 			struct ms_err err = {0};
-			double t0 = now_s();
+			double t0 = ms_now_s();
 			ms_q8_pack(&t.m, &t.pack, &err);
-			best = fmin(best, now_s() - t0);
+			best = fmin(best, ms_now_s() - t0);
 		}
 		double src = f ? (double)(R * K / 2 + R * K / 32) : (double)(R * K / 2 + R * K / 128 * 8);
 		printf("pack %s %lldx%lld: %.1f ms, %.2f GB/s of source per core\n",

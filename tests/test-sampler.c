@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "sampler.h"
+#include "ms-clock.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -1003,13 +1004,6 @@ END_TEST
 
 /* ---- speed -------------------------------------------------------------- */
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 START_TEST(speed_201088)
 {
 	enum { V = 201088, N = 30 };
@@ -1043,13 +1037,13 @@ START_TEST(speed_201088)
 		p.n_logprobs = cfg[c].n_logprobs;
 		p.presence_penalty = cfg[c].pres;
 		sampler_ok(&s, &p, V, NULL, 0);
-		double t0 = now_s();
+		double t0 = ms_now_s();
 		for (int i = 0; i < N; i++) {
 			int32_t t = ms_sampler_sample(&s, logits, work, &lp);
 			ck_assert(t >= 0 && t < V);
 			ck_assert_int_eq(ms_sampler_accept(&s, t), 0);
 		}
-		double ms = (now_s() - t0) / N * 1e3;
+		double ms = (ms_now_s() - t0) / N * 1e3;
 		printf("sample over %d tokens, %s: %.3f ms\n", V, cfg[c].name, ms);
 		ck_assert_msg(ms < 500.0, "%s: %.1f ms per token", cfg[c].name, ms); /* gross only */
 		ms_sampler_free(&s);
