@@ -313,6 +313,43 @@ START_TEST(actq_fp8)
 }
 END_TEST
 
+/* The bit-level e4m3 rounding in actq.c against the byte round trip of the
+ * reference conversion: every float bit pattern of exponents 2^-20 .. 2^10
+ * (every third pattern; the rest of the range saturates or flushes to 0,
+ * covered by a stride over all 2^32 patterns), both signs. */
+START_TEST(actq_fp8_bits)
+{
+	enum { N = 1 << 16 };
+	static float x[N], y[N];
+	struct ms_actq q = {MS_ACTQ_FP8_STATIC, 1.0f};
+	int64_t checked = 0, bad = 0;
+	for (int pass = 0; pass < 2; pass++) {
+		uint64_t lo = pass ? 0 : (uint64_t)(127 - 20) << 23;
+		uint64_t hi = pass ? UINT64_C(1) << 32 : (uint64_t)(127 + 11) << 23;
+		uint64_t step = pass ? 65537 : 3;
+		for (uint64_t u = lo; u < hi;) {
+			int n = 0;
+			for (; n < N && u < hi; n++, u += step) {
+				uint32_t bits = (uint32_t)u ^ (pass ? 0 : (uint32_t)(u & 1) << 31);
+				memcpy(&x[n], &bits, 4);
+			}
+			ms_actq_apply(&q, x, n, 1, n, y, &(float){0});
+			for (int i = 0; i < n; i++) {
+				float v = x[i] > 448.0f ? 448.0f : (x[i] < -448.0f ? -448.0f : x[i]);
+				float want = ms_fp8_e4m3_to_f32(ms_f32_to_fp8_e4m3(v));
+				bool same = isnan(want) ? isnan(y[i]) : (memcmp(&want, &y[i], 4) == 0);
+				if (!same && bad++ < 5)
+					fprintf(stderr, "fp8 round of %a: %a, want %a\n", (double)x[i],
+						(double)y[i], (double)want);
+				checked++;
+			}
+		}
+	}
+	ck_assert_int_eq(bad, 0);
+	ck_assert_int_gt(checked, 60000000);
+}
+END_TEST
+
 START_TEST(actq_mxfp4)
 {
 	/* amax 3.0: bits + 2^21 keeps exponent 1 (3.0 = 1.5 * 2^1 < 1.75), so
@@ -358,6 +395,11 @@ int main(void)
 	tcase_add_test(tc, actq_fp8);
 	tcase_add_test(tc, actq_mxfp4);
 	suite_add_tcase(s, tc);
+	/* ~90M conversions: seconds, a minute under the sanitizers */
+	TCase *tb = tcase_create("fp8-bits");
+	tcase_set_timeout(tb, 300);
+	tcase_add_test(tb, actq_fp8_bits);
+	suite_add_tcase(s, tb);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
