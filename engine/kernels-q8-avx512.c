@@ -2,26 +2,25 @@
  * kernels-q8-avx512.c: the q8 panel kernels (kernels-q8.h) with AVX-512
  * VNNI, compiled with their own flags (engine/meson.build).
  *
- * Decode (n <= Q8_REG_MAX_N tokens): the "VNNI column" design. One 64-byte
+ * The "VNNI column" design, for any number of tokens. One 64-byte
  * load holds 16 rows x 8 columns of 4-bit codes; `and` / `srli` (MXFP4: and
  * a vpshufb through lut12 + 4) give two u8 operands, each multiplied by a
  * broadcast of 4 activation bytes (vpdpbusd): 16 outputs per instruction,
  * no horizontal sums. A pass runs 2-4 panels at once (1 or 2 tokens: 4
  * panels; 3 or 4 tokens: 2) so each broadcast serves several panels and
  * there are 4-8 independent dot chains; the accumulators of every (token,
- * panel) stay in registers for the whole row. 5-8 tokens: two groups over
- * the same 4 panels, the second finding them in L2.
+ * panel) stay in registers for the whole row. More tokens: groups of 4
+ * over the same 4 panels, the later groups finding them in L1/L2.
  *
- * Batches (n > Q8_REG_MAX_N): M-blocked. For each block of one panel the
- * 8 weight operands are decoded into registers once and applied to every
- * token of a chunk (up to 64) in balanced groups of at most 8; the
- * accumulators live in a small L1 buffer. Cost per token: 8 vpdpbusd per
- * 32 columns x 16 rows plus the epilogue's fma (and, for INTQ, the
- * scale * d multiply) on the same ports; the rest runs beside them. On Zen 4
- * (one 512-bit vpdpbusd or fma per cycle) that is ~75% of the VNNI peak.
+ * An M-blocked kernel (weights decoded once per block into registers and
+ * applied to up to 64 tokens, accumulators in L1) ran here for more than 8
+ * tokens until it measured slower than this one at every batch size on
+ * 2 Zen 4 cores (4096 x 4096, 2 threads: n = 16 1.15 -> 0.94 ms, n = 64
+ * 4.4 -> 3.5 ms, n = 512 MXFP4 31 -> 27 ms, INT4 equal; the 512-token
+ * prefill of the GPTQ bench model 0.65 -> 0.81 of oneDNN's bf16 rate).
  *
- * Both paths compute every (token, row, block) term with the same integer
- * dot and the same fixed epilogue in block order, so results are bitwise
+ * Every (token, row, block) term is computed with the same integer dot
+ * and the same fixed epilogue in block order, so results are bitwise
  * those of ms_q8_gemmq_ref whatever n, the grouping of tokens or the split
  * of rows.
  */
@@ -31,9 +30,6 @@
 #include "kernels-q8.h"
 
 #define AI static inline __attribute__((always_inline))
-
-#define Q8_REG_MAX_N 8   /* tokens up to which the register kernel runs */
-#define Q8_TC 64         /* tokens per chunk of the M-blocked kernel */
 
 AI __m512i bcast4(const int8_t *p)
 {
@@ -265,9 +261,8 @@ AI void reg_rows(const int kind, const int P, const int NT, const struct ms_q8_p
 AI void reg_kernel(const int kind, const struct ms_q8_pack *h, int64_t pa, int64_t pb,
 		   const void *xq, int64_t n, float *y, int64_t ldy, int64_t r_end)
 {
-	/* More than 4 tokens (batches of matrices too wide for the M-blocked
-	 * kernel's table): groups of 4 over a few panels at a time, so the
-	 * later groups find those panels' weights in L2. */
+	/* More than 4 tokens: groups of 4 over a few panels at a time, so the
+	 * later groups find those panels' weights in L1/L2. */
 	const int64_t PG = 4;
 	for (int64_t g0 = pa; g0 < pb; g0 += PG) {
 		int64_t g1 = g0 + PG < pb ? g0 + PG : pb, t = 0;
@@ -289,151 +284,11 @@ AI void reg_kernel(const int kind, const struct ms_q8_pack *h, int64_t pa, int64
 	}
 }
 
-/* ---- batches: one panel, weights decoded once per block per chunk ---- */
-
-/* Per chunk of tokens, the correction of every (token, block) is computed
- * once into a table the epilogue reads with an embedded broadcast (16 s;
- * INT8: s as fp32): formed per panel it would cost a shift or a conversion
- * per 8 vpdpbusd. */
-#define Q8_CS_MAX 8192 /* table entries (32 KiB of stack) */
-
-union q8_cs {
-	int32_t i;
-	float f;
-};
-
-/* G tokens (tt .. tt+G-1; row tc of the table) against one block's
- * operands w. */
-AI void mb_group(const int kind, const int G, const __m512i *w, struct bmeta m, const void *xq,
-		 int64_t kp, int64_t tt, int64_t b, const union q8_cs *cs, int64_t nb, float *acc)
-{
-	__m512i dot[8];
-	const int8_t *q[8];
-#pragma GCC unroll 8
-	for (int g = 0; g < G; g++) {
-		dot[g] = _mm512_setzero_si512();
-		q[g] = ms_q8_xq_q(xq, kp, tt + g) + b * 32;
-	}
-	if (kind != MS_Q8_INT8) {
-#pragma GCC unroll 4
-		for (int ss = 0; ss < 4; ss++)
-#pragma GCC unroll 8
-			for (int g = 0; g < G; g++) {
-				dot[g] = _mm512_dpbusd_epi32(dot[g], w[2 * ss], bcast4(q[g] + 8 * ss));
-				dot[g] = _mm512_dpbusd_epi32(dot[g], w[2 * ss + 1], bcast4(q[g] + 8 * ss + 4));
-			}
-	} else {
-#pragma GCC unroll 8
-		for (int ss = 0; ss < 8; ss++)
-#pragma GCC unroll 8
-			for (int g = 0; g < G; g++)
-				dot[g] = _mm512_dpbusd_epi32(dot[g], w[ss], bcast4(q[g] + 4 * ss));
-	}
-#pragma GCC unroll 8
-	for (int g = 0; g < G; g++) {
-		const float *d = ms_q8_xq_d(xq, kp, tt + g);
-		const union q8_cs *c = cs + g * nb + b;
-		struct tcorr tc;
-		if (kind == MS_Q8_INT8) {
-			tc.sf = _mm512_set1_ps(c->f);
-			tc.cs = _mm512_setzero_si512();
-		} else {
-			tc.cs = _mm512_set1_epi32(c->i);
-			tc.sf = _mm512_setzero_ps();
-		}
-		float *a = acc + g * 16;
-		_mm512_store_ps(a, epilogue(kind, dot[g], tc, m, _mm512_set1_ps(d[b]), _mm512_load_ps(a)));
-	}
-}
-
-AI void mb_kernel(const int kind, const struct ms_q8_pack *h, int64_t pa, int64_t pb,
-		  const void *xq, int64_t n, float *y, int64_t ldy, int64_t r_end)
-{
-	const int64_t kp = h->kp, nb = h->n_blocks, BB = h->block_bytes;
-	const int64_t cb = ms_q8_code_bytes(kind);
-	_Alignas(64) float acc[Q8_TC * 16];
-	union q8_cs cs[Q8_CS_MAX];
-	/* tokens per chunk: the table must hold them (K up to 32768 columns;
-	 * wider matrices take the register kernel 8 tokens at a time) */
-	int64_t tcn = Q8_CS_MAX / nb < Q8_TC ? Q8_CS_MAX / nb : Q8_TC;
-	for (int64_t t0 = 0; t0 < n; t0 += tcn) {
-		int64_t nt = n - t0 < tcn ? n - t0 : tcn;
-		for (int64_t t = 0; t < nt; t++) {
-			const int32_t *s = ms_q8_xq_s(xq, kp, t0 + t);
-			for (int64_t b = 0; b < nb; b++) {
-				if (kind == MS_Q8_INT8)
-					cs[t * nb + b].f = (float)s[b];
-				else
-					cs[t * nb + b].i = s[b] * 16;
-			}
-		}
-		for (int64_t p = pa; p < pb; p++) {
-			const uint8_t *pan = h->panels + p * h->panel_bytes;
-			int64_t r = p * 16;
-			memset(acc, 0, (size_t)nt * 16 * sizeof(float));
-			for (int64_t b = 0; b < nb; b++) {
-				const uint8_t *blk = pan + b * BB;
-				struct bmeta m = block_meta(kind, blk + cb);
-				__m512i w[8];
-				if (kind != MS_Q8_INT8) {
-#pragma GCC unroll 4
-					for (int ss = 0; ss < 4; ss++)
-						operands4(kind, blk, ss, m.bias, &w[2 * ss], &w[2 * ss + 1]);
-				} else {
-#pragma GCC unroll 8
-					for (int ss = 0; ss < 8; ss++)
-						w[ss] = _mm512_loadu_si512(blk + 64 * ss);
-				}
-				/* groups of at most 8 tokens, balanced (9 = 5 + 4, not 8 + 1) so
-				 * every group has several independent dot chains */
-				int64_t ng = (nt + 7) / 8;
-				for (int64_t gi = 0, t = 0; gi < ng; gi++) {
-					int64_t G = nt / ng + (gi < nt % ng);
-					const union q8_cs *c = cs + t * nb;
-					float *a = acc + t * 16;
-					switch (G) {
-					case 8:
-						mb_group(kind, 8, w, m, xq, kp, t0 + t, b, c, nb, a);
-						break;
-					case 7:
-						mb_group(kind, 7, w, m, xq, kp, t0 + t, b, c, nb, a);
-						break;
-					case 6:
-						mb_group(kind, 6, w, m, xq, kp, t0 + t, b, c, nb, a);
-						break;
-					case 5:
-						mb_group(kind, 5, w, m, xq, kp, t0 + t, b, c, nb, a);
-						break;
-					case 4:
-						mb_group(kind, 4, w, m, xq, kp, t0 + t, b, c, nb, a);
-						break;
-					case 3:
-						mb_group(kind, 3, w, m, xq, kp, t0 + t, b, c, nb, a);
-						break;
-					case 2:
-						mb_group(kind, 2, w, m, xq, kp, t0 + t, b, c, nb, a);
-						break;
-					default:
-						mb_group(kind, 1, w, m, xq, kp, t0 + t, b, c, nb, a);
-						break;
-					}
-					t += G;
-				}
-			}
-			for (int64_t t = 0; t < nt; t++)
-				store_rows(y + (t0 + t) * ldy + r, _mm512_load_ps(acc + t * 16), r, r_end);
-		}
-	}
-}
-
 #define DEF_KIND(NAME, KIND)                                                                   \
 	static void NAME(const struct ms_q8_pack *h, int64_t pa, int64_t pb, const void *xq,  \
 			 int64_t n, float *y, int64_t ldy, int64_t r_end)                     \
 	{                                                                                      \
-		if (n <= Q8_REG_MAX_N || h->n_blocks * 8 > Q8_CS_MAX)                          \
-			reg_kernel(KIND, h, pa, pb, xq, n, y, ldy, r_end);                     \
-		else                                                                           \
-			mb_kernel(KIND, h, pa, pb, xq, n, y, ldy, r_end);                      \
+		reg_kernel(KIND, h, pa, pb, xq, n, y, ldy, r_end);                             \
 	}
 
 DEF_KIND(gemmq_mxfp4, MS_Q8_MXFP4)

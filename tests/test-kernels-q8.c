@@ -279,9 +279,8 @@ START_TEST(avx512_matches_scalar_bitwise)
 				}
 				tmat_free(&t);
 			}
-	/* larger batches: groups of 8 and 7, a second chunk of tokens; and a
-	 * matrix too wide for the M-blocked kernel's table (register kernel
-	 * in groups of 4 instead) */
+	/* larger batches: 31 and 70 tokens (groups of 4 and a remainder of 3
+	 * or 2 over the same panels) on three formats */
 	const size_t big[] = {0, 3, 8};
 	for (size_t i = 0; i < 3; i++) {
 		struct tmat t = make_cfg(&cfgs[big[i]], 40, 200);
@@ -833,8 +832,9 @@ static int bench(void)
 				printf("bench: %s\n", err.msg);
 				return 1;
 			}
-			const int64_t ns[] = {1, 8, 16, 64, 512};
-			for (int ni = 0; ni < 5; ni++) {
+			/* 2-4: an expert's share of a batched decode step */
+			const int64_t ns[] = {1, 2, 3, 4, 8, 16, 64, 512};
+			for (int ni = 0; ni < 8; ni++) {
 				int64_t n = ns[ni];
 				float *x = make_x(n, K), *y = malloc((size_t)(n * R) * sizeof(float));
 				int reps = n <= 16 ? copies : (n <= 64 ? 8 : 2);
