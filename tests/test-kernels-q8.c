@@ -791,7 +791,8 @@ static int bench(void)
 		printf("bench: this CPU lacks AVX-512 VNNI\n");
 		return 0;
 	}
-	const int64_t R = 4096, K = 4096;
+	/* K = 2048 (Q8_BENCH_K=2048): the bench model's and gpt-oss's shorter panels */
+	const int64_t R = 4096, K = getenv("Q8_BENCH_K") ? atoi(getenv("Q8_BENCH_K")) : 4096;
 	const size_t total = (size_t)576 << 20; /* cycled copies: larger than L3 */
 	const char *names[] = {"intq4-g32", "mxfp4"};
 	const int tries = 12;
