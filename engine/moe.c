@@ -111,8 +111,7 @@ static void gate_up_task(void *ctx, int it, int worker)
 		if (scaled)
 			for (int64_t r = r0; r < r1; r++)
 				gt[r] *= s;
-		for (int64_t r = r0; r < r1; r += 2)
-			at[r / 2] = ms_swiglu_eval(j->act, gt[r] + b[r], gt[r + 1] + b[r + 1]);
+		ms_swiglu_row(j->act, gt + r0, b + r0, (r1 - r0) / 2, at + r0 / 2);
 	}
 }
 

@@ -336,12 +336,12 @@ static int bench(int argc, char **argv)
 	for (const struct ms_kernel *k = ms_kernels_avx512; k->name; k++)
 		if (!strcmp(k->name, "avx512bf16-vnni2"))
 			kb = k;
-	const int64_t nsb[] = {1, 2, 4, 8, 64, 512};
+	const int64_t nsb[] = {1, 2, 4, 8, 16, 32, 64, 512};
 	size_t bytes = ts[0].m.pack_bytes;
-	for (int ni = 0; ni < 6; ni++) {
+	for (int ni = 0; ni < 8; ni++) {
 		int64_t n = nsb[ni];
 		float *x = make_x(n, K), *y = malloc((size_t)(n * R) * sizeof(float));
-		int reps = n <= 8 ? copies : (n <= 64 ? 8 : 2), tries = n <= 8 ? 24 : 2;
+		int reps = n <= 8 ? copies : (n <= 64 ? 8 : 2), tries = n <= 8 ? 24 : 4;
 		double best = 1e30, bo = 1e30, sbest = 1e30;
 		struct bw_job j = {.bufs = pan, .bytes = bytes};
 		for (int it = 0; it < tries; it++) {

@@ -129,6 +129,49 @@ START_TEST(expert_activation)
 	sig = 1.0 / (1.0 + exp(-1.702 * 0.5));
 	ck_assert(fabs(ms_swiglu_eval(a, 0.5f, -0.25f) - 0.75 * 0.5 * sig) < 1e-6);
 	ck_assert_float_eq(ms_swiglu_eval(a, 0.3f, -1.0f), 0.0f);
+	/* NaN in, NaN out (the gate carries it); huge gates of either sign */
+	ck_assert(isnan(ms_swiglu_eval(a, NAN, 1.0f)));
+	ck_assert(isnan(ms_swiglu_eval(a, -NAN, 1.0f)));
+	ck_assert(fabsf(ms_swiglu_eval(a, -1e6f, 0.0f)) < 1e-30f); /* exactly ~1e6 e^-1.7e6: 0 */
+	ck_assert_float_eq(ms_swiglu_eval(a, INFINITY, -INFINITY),
+			   (1.0f - 7.0f) * (7.0f / (1.0f + ms_exp_clamped(-1.702f * 7.0f))));
+}
+END_TEST
+
+/* The activation's exp against double over every 61st float of [-87, 88]
+ * (3.1 ulp, the bound moe.h states); the vectorized row (swiglu.c) equals
+ * the scalar function bit for bit on random pairs, ragged lengths. */
+START_TEST(expert_activation_exp)
+{
+	double worst = 0;
+	for (uint64_t v = 0; v < 2 * (uint64_t)0x42B00000u; v += 61) {
+		uint32_t u = (uint32_t)(v >> 1) | (uint32_t)(v & 1) << 31;
+		float x;
+		memcpy(&x, &u, 4);
+		if (!(x >= -87.0f && x <= 88.0f))
+			continue;
+		float got = ms_exp_clamped(x), want = (float)exp((double)x);
+		double ulp = fabs((double)got - exp((double)x)) /
+			     ((double)nextafterf(want, INFINITY) - (double)want);
+		worst = ulp > worst ? ulp : worst;
+	}
+	ck_assert_msg(worst <= 3.1, "exp: %.3f ulp", worst);
+	struct ms_swiglu a = {7.0f, 1.702f};
+	uint32_t seed = 12345;
+	for (int64_t n = 1; n < 300; n += 37) {
+		float g[600], b[600], y[300];
+		for (int64_t i = 0; i < 2 * n; i++) {
+			seed = seed * 1664525u + 1013904223u;
+			g[i] = ((float)(seed >> 8) / 16777216.0f - 0.5f) * 24.0f;
+			b[i] = ((float)(seed & 255) / 256.0f - 0.5f);
+		}
+		ms_swiglu_row(a, g, b, n, y);
+		for (int64_t i = 0; i < n; i++) {
+			float want = ms_swiglu_eval(a, g[2 * i] + b[2 * i], g[2 * i + 1] + b[2 * i + 1]);
+			ck_assert_msg(memcmp(&want, &y[i], 4) == 0, "n %lld i %lld: %a vs %a",
+				      (long long)n, (long long)i, (double)y[i], (double)want);
+		}
+	}
 }
 END_TEST
 
@@ -302,6 +345,11 @@ int main(void)
 	tcase_add_test(parts, router_topk_softmax);
 	tcase_add_test(parts, expert_activation);
 	suite_add_tcase(s, parts);
+	/* ~37M exp evaluations: a second, tens under the sanitizers */
+	TCase *ex = tcase_create("activation-exp");
+	tcase_set_timeout(ex, 300);
+	tcase_add_test(ex, expert_activation_exp);
+	suite_add_tcase(s, ex);
 	TCase *fw = tcase_create("forward");
 	tcase_set_timeout(fw, 300);
 	tcase_add_test(fw, incremental_matches_full_bf16);
