@@ -2,12 +2,15 @@
  * kernels-avx2.c: AVX2 + FMA + F16C kernels for the float formats, built
  * with their own flags; see kernels-avx512.c for the scheme (one pass over
  * each row for up to four tokens, each token's accumulation independent of
- * the others). MXFP4, INTQ and FP8 fall back to the reference kernels.
+ * the others). MXFP4 and INTQ: the q8 panel kernel of kernels-q8-avx2.c
+ * (int8 activations); what its packer declines, and FP8, fall back to the
+ * reference kernels.
  */
 #include <immintrin.h>
 #include <string.h>
 
 #include "kernels.h"
+#include "kernels-q8.h"
 
 #define TB 4
 
@@ -74,6 +77,15 @@ DEF_GEMM(gemm_f32, float, _mm256_loadu_ps, AS_F32)
 #define AVX2_FLAGS (MS_CPU_AVX2 | MS_CPU_FMA | MS_CPU_F16C)
 
 const struct ms_kernel ms_kernels_avx2[] = {
+	/* int8 activations on the q8 panels (kernels-q8-avx2.c; the error
+	 * kernels-q8.h states), bitwise the AVX-512 VNNI kernel's results;
+	 * a matrix the packer declines goes to the reference kernel */
+	{.name = "avx2-q8-mxfp4", .isa = "avx2", .fmt = MS_WFMT_MXFP4, .cpu_flags = AVX2_FLAGS,
+	 .pack = ms_q8_pack, .prep_size = ms_q8_prep_size, .prep = ms_q8_prep,
+	 .gemmq = ms_q8_gemmq_avx2, .row_align = MS_Q8_PANEL, .rounds_acts = true},
+	{.name = "avx2-q8-intq", .isa = "avx2", .fmt = MS_WFMT_INTQ, .cpu_flags = AVX2_FLAGS,
+	 .pack = ms_q8_pack, .prep_size = ms_q8_prep_size, .prep = ms_q8_prep,
+	 .gemmq = ms_q8_gemmq_avx2, .row_align = MS_Q8_PANEL, .rounds_acts = true},
 	{.name = "avx2-f32", .isa = "avx2", .fmt = MS_WFMT_F32, .cpu_flags = AVX2_FLAGS, .gemm = gemm_f32},
 	{.name = "avx2-f16", .isa = "avx2", .fmt = MS_WFMT_F16, .cpu_flags = AVX2_FLAGS, .gemm = gemm_f16},
 	{.name = "avx2-bf16", .isa = "avx2", .fmt = MS_WFMT_BF16, .cpu_flags = AVX2_FLAGS, .gemm = gemm_bf16},

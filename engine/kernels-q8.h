@@ -162,4 +162,10 @@ void ms_q8_prep_avx512(const struct ms_wmat *w, const float *x, int64_t ldx, int
 void ms_q8_gemmq_avx512vnni(const struct ms_wmat *w, int64_t r0, int64_t r1, const void *xq,
 			    int64_t n, float *y, int64_t ldy);
 
+/* AVX2 (+ FMA, F16C) version of the gemmq, bitwise equal to the portable
+ * one, for CPUs without AVX-512 VNNI (kernels-q8-avx2.c); its prep is the
+ * portable ms_q8_prep. */
+void ms_q8_gemmq_avx2(const struct ms_wmat *w, int64_t r0, int64_t r1, const void *xq, int64_t n,
+		      float *y, int64_t ldy);
+
 #endif

@@ -238,20 +238,29 @@ static void check_bitwise(struct tmat *t, int64_t n, const char *what)
 		yr[i] = ya[i] = 1e30f;
 	ms_q8_gemmq_ref(w, 0, rows, xr, n, yr, ldy);
 	int64_t split = rows > 32 ? (rows / 16 / 2) * 16 : 0;
-	if (split)
-		ms_q8_gemmq_avx512vnni(w, 0, split, xa, n, ya, ldy);
-	ms_q8_gemmq_avx512vnni(w, split, rows, xa, n, ya, ldy);
-	for (int64_t tt = 0; tt < n; tt++)
-		for (int64_t r = 0; r < ldy; r++) {
-			float a = yr[tt * ldy + r], b = ya[tt * ldy + r];
-			if (r >= rows) {
-				ck_assert_msg(a == 1e30f && b == 1e30f, "%s: wrote past the rows", what);
-				continue;
+	/* the AVX-512 VNNI kernel, then the AVX2 one (on the portable prep),
+	 * each over two row ranges */
+	for (int isa = 0; isa < 2; isa++) {
+		void (*g)(const struct ms_wmat *, int64_t, int64_t, const void *, int64_t, float *,
+			  int64_t) = isa ? ms_q8_gemmq_avx2 : ms_q8_gemmq_avx512vnni;
+		for (int64_t i = 0; i < n * ldy; i++)
+			ya[i] = 1e30f;
+		if (split)
+			g(w, 0, split, isa ? xr : xa, n, ya, ldy);
+		g(w, split, rows, isa ? xr : xa, n, ya, ldy);
+		for (int64_t tt = 0; tt < n; tt++)
+			for (int64_t r = 0; r < ldy; r++) {
+				float a = yr[tt * ldy + r], b = ya[tt * ldy + r];
+				if (r >= rows) {
+					ck_assert_msg(a == 1e30f && b == 1e30f, "%s: wrote past the rows", what);
+					continue;
+				}
+				ck_assert_msg(same_bits(a, b),
+					      "%s %lldx%lld n=%lld: row %lld tok %lld: scalar %.9g %s %.9g",
+					      what, (long long)rows, (long long)w->cols, (long long)n,
+					      (long long)r, (long long)tt, a, isa ? "avx2" : "avx512", b);
 			}
-			ck_assert_msg(same_bits(a, b), "%s %lldx%lld n=%lld: row %lld tok %lld: scalar %.9g avx512 %.9g",
-				      what, (long long)rows, (long long)w->cols, (long long)n,
-				      (long long)r, (long long)tt, a, b);
-		}
+	}
 	free(x), free(xr), free(xa), free(yr), free(ya);
 }
 
@@ -823,8 +832,11 @@ static int bench(void)
 			for (size_t o = 0; o < t.m.pack_bytes; o += 512)
 				pp[o] ^= (uint8_t)(c * 131 + (int)(o >> 9));
 		}
+		/* Q8_BENCH_ISA=avx2: the AVX2 kernel instead */
+		const char *isa = getenv("Q8_BENCH_ISA");
+		bool avx2 = isa && !strcmp(isa, "avx2");
 		const struct ms_kernel *k = NULL;
-		for (const struct ms_kernel *kk = ms_kernels_avx512; kk->name; kk++)
+		for (const struct ms_kernel *kk = avx2 ? ms_kernels_avx2 : ms_kernels_avx512; kk->name; kk++)
 			if (kk->fmt == t.m.fmt && kk->gemmq)
 				k = kk;
 		for (int th = 1; th <= 2; th++) {
