@@ -2,7 +2,8 @@
  * attention-avx2.c: the AVX2 + FMA attention kernel (own flags, see
  * engine/meson.build; chosen by ms_attn_select only where the CPU has both).
  *
- * The AVX-512 kernel's algorithm on 8 lanes: tiles of 8 keys aligned to
+ * The AVX-512 kernel's algorithm on 8 lanes (the chunk walk is shared:
+ * attention-chunk.h): tiles of 8 keys aligned to
  * absolute positions, 8 dot products reduced to one vector of scores, an
  * online softmax per row (the accumulator rescaled only when the max
  * grows), the values weighted in key order. Masks come from lane-index
@@ -147,80 +148,35 @@ static inline __m256 scores(const float *q, const float *const *kp, int64_t d, f
 	return _mm256_mul_ps(hsum8(dot), _mm256_set1_ps(scale));
 }
 
-static void chunk_avx2(const struct ms_attn_chunk *c)
+/* The shared chunk walk (attention-chunk.h) on 8 lanes. */
+typedef __m256 vf;
+typedef __m256 vkmask;
+typedef __m256i vtail;
+static inline vf v_zero(void) { return _mm256_setzero_ps(); }
+static inline vf v_set1(float x) { return _mm256_set1_ps(x); }
+static inline vf v_load(const float *p) { return _mm256_load_ps(p); }
+static inline void v_store(float *p, vf v) { _mm256_store_ps(p, v); }
+static inline vf v_add(vf a, vf b) { return _mm256_add_ps(a, b); }
+static inline vf v_sub(vf a, vf b) { return _mm256_sub_ps(a, b); }
+static inline vf v_mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+static inline vf v_fmadd(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+static inline vf v_exp(vf x) { return exp256(x); }
+static inline float v_hsum(vf v) { return hsum8v(v); }
+static inline vkmask key_mask(int ja, int jb)
 {
-	const int64_t d = c->d, ld = c->ld, k0 = c->k0, k1 = c->k1;
-	const int nb = (int)((d + 7) / 8), R = c->nq * c->nkv * c->G, G = c->G;
-	const __m256i tail = d % 8 ? lanes_below(d % 8) : _mm256_set1_epi32(-1);
-	float *lsum = c->tmp;          /* [R][16] running sums, 8 lanes used */
-	float *pr = c->tmp + 16 * R;   /* [G][16] a token's scores, then probabilities */
-	float *al = c->tmp + 32 * R;   /* [G][16] rescale factors (1: none) */
-	const float *kp[TILE], *vp[TILE];
-	for (int r = 0; r < R; r++) {
-		c->m[r] = -INFINITY;
-		_mm256_store_ps(lsum + 16 * r, _mm256_setzero_ps());
-		memset(c->acc + r * ld, 0, (size_t)ld * sizeof(float));
-	}
-	for (int64_t t0 = k0 - k0 % TILE; t0 < k1; t0 += TILE) {
-		for (int j = 0; j < TILE; j++) {
-			int64_t p = t0 + j;
-			bool in = p >= k0 && p < k1;
-			kp[j] = in ? c->k[p - k0] : c->zero;
-			vp[j] = in ? c->v[p - k0] : c->zero;
-		}
-		for (int i = 0; i < c->nq; i++) {
-			int64_t a = c->lo[i] > t0 ? c->lo[i] : t0;
-			int64_t b = c->hi[i] + 1 < t0 + TILE ? c->hi[i] + 1 : t0 + TILE;
-			a = a > k0 ? a : k0;
-			b = b < k1 ? b : k1;
-			if (a >= b)
-				continue;
-			int ja = (int)(a - t0), jb = (int)(b - t0);
-			__m256 mask = _mm256_castsi256_ps(_mm256_andnot_si256(lanes_below(ja), lanes_below(jb)));
-			for (int hh = 0; hh < c->nkv; hh++) {
-				/* kv head hh of the item: its G query heads */
-				const float *kh[TILE], *vh[TILE];
-				for (int j = 0; j < TILE; j++)
-					kh[j] = kp[j] + hh * d, vh[j] = vp[j] + hh * d;
-				const float *qi = c->q + i * c->ldq + (int64_t)hh * G * d;
-				int r0 = (i * c->nkv + hh) * G;
-				float *m = c->m + r0, *ls = lsum + 16 * r0;
-				/* scores, online softmax, weighted values: three passes of
-				 * independent chains (see attention-avx512.c) */
-				for (int g = 0; g < G; g++)
-					_mm256_store_ps(pr + 16 * g, scores(qi + g * d, kh, d, c->scale));
-				for (int g = 0; g < G; g++) {
-					__m256 s = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_load_ps(pr + 16 * g),
-								    mask);
-					float mt = hmax8(s), mo = m[g];
-					float mn = mt > mo ? mt : mo;
-					bool grow = mt > mo && mo != -INFINITY;
-					__m256 alpha = grow ? exp256(_mm256_set1_ps(mo - mn)) : _mm256_set1_ps(1.0f);
-					__m256 p = _mm256_and_ps(mask, exp256(_mm256_sub_ps(s, _mm256_set1_ps(mn))));
-					__m256 l = _mm256_load_ps(ls + 16 * g);
-					l = grow ? _mm256_fmadd_ps(l, alpha, p) : _mm256_add_ps(l, p);
-					_mm256_store_ps(ls + 16 * g, l);
-					_mm256_store_ps(pr + 16 * g, p);
-					_mm256_store_ps(al + 16 * g, alpha);
-					m[g] = mn;
-				}
-				for (int g = 0; g < G; g++) {
-					float *acc = c->acc + (int64_t)(r0 + g) * ld;
-					if (al[16 * g] != 1.0f) {
-						__m256 alpha = _mm256_load_ps(al + 16 * g);
-						for (int bb = 0; bb < nb; bb++)
-							_mm256_store_ps(acc + 8 * bb,
-									_mm256_mul_ps(_mm256_load_ps(acc + 8 * bb), alpha));
-					}
-					pv(acc, pr + 16 * g, vh, ja, jb, nb, tail);
-				}
-			}
-		}
-	}
-	for (int r = 0; r < R; r++)
-		if (c->m[r] != -INFINITY)
-			c->l[r] = hsum8v(_mm256_load_ps(lsum + 16 * r));
+	return _mm256_castsi256_ps(_mm256_andnot_si256(lanes_below(ja), lanes_below(jb)));
 }
+static inline vtail head_tail(int64_t d)
+{
+	return d % 8 ? lanes_below(d % 8) : _mm256_set1_epi32(-1);
+}
+static inline float masked_max(vkmask m, vf s)
+{
+	return hmax8(_mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, m));
+}
+static inline vf mask_zero(vkmask m, vf x) { return _mm256_and_ps(m, x); }
+#define CHUNK_FN chunk_avx2
+#include "attention-chunk.h"
 
 const struct ms_attn_kernel ms_attn_avx2 = {
 	"avx2-attn", "avx2", MS_CPU_AVX2 | MS_CPU_FMA, chunk_avx2,

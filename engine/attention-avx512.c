@@ -3,17 +3,11 @@
  * its own flags (engine/meson.build) and chosen at load only when the CPU
  * runs it (ms_attn_select).
  *
- * A chunk is walked in tiles of 16 keys aligned to absolute positions.
- * Per row and tile: 16 dot products (FMA over head_dim, masked tail),
- * reduced to one vector of 16 scores; an online softmax (running max,
- * a 16-lane running sum, the accumulator rescaled only when the max grows);
- * then the values weighted by the probabilities, each step done for the G
- * query heads of a kv head before the next (independent chains the core
- * overlaps). The rows of a block read the same K/V tile (from L1 after the
- * first); its kv heads go one after another over each tile, so memory is
- * read whole positions at a time. Keys outside a row's range
- * are masked, and each lane's arithmetic depends only on its own key, so a
- * row's result does not depend on the other rows of its block.
+ * A chunk is walked in tiles of 16 keys aligned to absolute positions
+ * (attention-chunk.h, shared with the AVX2 kernel); here the 16 dot
+ * products of a row and tile (FMA over head_dim, masked tail) are reduced
+ * to one vector of scores by a transpose-and-add tree, and exp is Cephes'
+ * with scalef.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -136,82 +130,31 @@ static inline __m512 scores(const float *q, const float *const *kp, int64_t d, f
 	return _mm512_mul_ps(hsum16(dot), _mm512_set1_ps(scale));
 }
 
-static void chunk_avx512(const struct ms_attn_chunk *c)
+/* The shared chunk walk (attention-chunk.h) on 16 lanes. */
+typedef __m512 vf;
+typedef __mmask16 vkmask, vtail;
+static inline vf v_zero(void) { return _mm512_setzero_ps(); }
+static inline vf v_set1(float x) { return _mm512_set1_ps(x); }
+static inline vf v_load(const float *p) { return _mm512_load_ps(p); }
+static inline void v_store(float *p, vf v) { _mm512_store_ps(p, v); }
+static inline vf v_add(vf a, vf b) { return _mm512_add_ps(a, b); }
+static inline vf v_sub(vf a, vf b) { return _mm512_sub_ps(a, b); }
+static inline vf v_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+static inline vf v_fmadd(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+static inline vf v_exp(vf x) { return exp512(x); }
+static inline float v_hsum(vf v) { return _mm512_reduce_add_ps(v); }
+static inline vkmask key_mask(int ja, int jb)
 {
-	const int64_t d = c->d, ld = c->ld, k0 = c->k0, k1 = c->k1;
-	const int nb = (int)((d + 15) / 16), R = c->nq * c->nkv * c->G, G = c->G;
-	const __mmask16 tail = d % 16 ? (__mmask16)((1u << (d % 16)) - 1) : 0xFFFF;
-	float *lsum = c->tmp;          /* [R][16] running sums, one per lane */
-	float *pr = c->tmp + 16 * R;   /* [G][16] a token's scores, then probabilities */
-	float *al = c->tmp + 32 * R;   /* [G][16] rescale factors (1: none) */
-	const float *kp[TILE], *vp[TILE];
-	for (int r = 0; r < R; r++) {
-		c->m[r] = -INFINITY;
-		_mm512_store_ps(lsum + 16 * r, _mm512_setzero_ps());
-		memset(c->acc + r * ld, 0, (size_t)ld * sizeof(float));
-	}
-	for (int64_t t0 = k0 - k0 % TILE; t0 < k1; t0 += TILE) {
-		for (int j = 0; j < TILE; j++) {
-			int64_t p = t0 + j;
-			bool in = p >= k0 && p < k1;
-			kp[j] = in ? c->k[p - k0] : c->zero;
-			vp[j] = in ? c->v[p - k0] : c->zero;
-		}
-		for (int i = 0; i < c->nq; i++) {
-			int64_t a = c->lo[i] > t0 ? c->lo[i] : t0;
-			int64_t b = c->hi[i] + 1 < t0 + TILE ? c->hi[i] + 1 : t0 + TILE;
-			a = a > k0 ? a : k0;
-			b = b < k1 ? b : k1;
-			if (a >= b)
-				continue;
-			int ja = (int)(a - t0), jb = (int)(b - t0);
-			__mmask16 mask = (__mmask16)(((1u << jb) - 1) & ~((1u << ja) - 1));
-			for (int hh = 0; hh < c->nkv; hh++) {
-				/* kv head hh of the item: its G query heads */
-				const float *kh[TILE], *vh[TILE];
-				for (int j = 0; j < TILE; j++)
-					kh[j] = kp[j] + hh * d, vh[j] = vp[j] + hh * d;
-				const float *qi = c->q + i * c->ldq + (int64_t)hh * G * d;
-				int r0 = (i * c->nkv + hh) * G;
-				float *m = c->m + r0, *ls = lsum + 16 * r0;
-				/* Three passes over the group's heads, each a set of
-				 * independent chains the core can overlap: scores, the
-				 * online softmax, the weighted values. */
-				for (int g = 0; g < G; g++)
-					_mm512_store_ps(pr + 16 * g, scores(qi + g * d, kh, d, c->scale));
-				for (int g = 0; g < G; g++) {
-					__m512 s = _mm512_load_ps(pr + 16 * g);
-					float mt = _mm512_mask_reduce_max_ps(mask, s), mo = m[g];
-					float mn = mt > mo ? mt : mo;
-					/* Rescale only when the max grows (and not from the
-					 * empty state, where everything is 0). */
-					bool grow = mt > mo && mo != -INFINITY;
-					__m512 alpha = grow ? exp512(_mm512_set1_ps(mo - mn)) : _mm512_set1_ps(1.0f);
-					__m512 p = _mm512_maskz_mov_ps(mask, exp512(_mm512_sub_ps(s, _mm512_set1_ps(mn))));
-					__m512 l = _mm512_load_ps(ls + 16 * g);
-					l = grow ? _mm512_fmadd_ps(l, alpha, p) : _mm512_add_ps(l, p);
-					_mm512_store_ps(ls + 16 * g, l);
-					_mm512_store_ps(pr + 16 * g, p);
-					_mm512_store_ps(al + 16 * g, alpha);
-					m[g] = mn;
-				}
-				for (int g = 0; g < G; g++) {
-					float *acc = c->acc + (int64_t)(r0 + g) * ld;
-					if (al[16 * g] != 1.0f) {
-						__m512 alpha = _mm512_load_ps(al + 16 * g);
-						for (int bb = 0; bb < nb; bb++)
-							_mm512_store_ps(acc + 16 * bb,
-									_mm512_mul_ps(_mm512_load_ps(acc + 16 * bb), alpha));
-					}
-					pv(acc, pr + 16 * g, vh, ja, jb, nb, tail);
-				}
-			}
-		}
-	}
-	for (int r = 0; r < R; r++)
-		if (c->m[r] != -INFINITY)
-			c->l[r] = _mm512_reduce_add_ps(_mm512_load_ps(lsum + 16 * r));
+	return (__mmask16)(((1u << jb) - 1) & ~((1u << ja) - 1));
 }
+static inline vtail head_tail(int64_t d)
+{
+	return d % 16 ? (__mmask16)((1u << (d % 16)) - 1) : 0xFFFF;
+}
+static inline float masked_max(vkmask m, vf s) { return _mm512_mask_reduce_max_ps(m, s); }
+static inline vf mask_zero(vkmask m, vf x) { return _mm512_maskz_mov_ps(m, x); }
+#define CHUNK_FN chunk_avx512
+#include "attention-chunk.h"
 
 const struct ms_attn_kernel ms_attn_avx512 = {
 	"avx512-attn", "avx512", MS_CPU_AVX512F | MS_CPU_FMA, chunk_avx512,

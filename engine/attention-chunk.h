@@ -1,0 +1,98 @@
+/*
+ * attention-chunk.h: the chunk walk shared by the ISA attention kernels,
+ * included once by attention-avx512.c and once by attention-avx2.c (each
+ * compiled with its own flags). The includer defines, before including:
+ *   TILE              keys per tile = vector lanes (16 or 8)
+ *   vf, vkmask, vtail the float vector, a mask of a tile's keys, a mask of
+ *                     head_dim's last vector
+ *   v_zero v_set1 v_load v_store v_add v_sub v_mul v_fmadd v_exp v_hsum
+ *   key_mask(ja, jb)  keys [ja, jb) of a tile
+ *   head_tail(d)      the lanes of head_dim's last vector
+ *   masked_max(m, s)  the max of s over the keys in m
+ *   mask_zero(m, x)   x on the keys in m, 0 elsewhere
+ *   scores(q, kh, d, scale), pv(acc, p, vh, ja, jb, nb, tail)
+ *   CHUNK_FN          the name of the function to define
+ *
+ * A chunk is walked in tiles of TILE keys aligned to absolute positions.
+ * Per row and tile: TILE dot products reduced to one vector of scores; an
+ * online softmax (running max, a TILE-lane running sum, the accumulator
+ * rescaled only when the max grows); then the values weighted by the
+ * probabilities. Each step is done for the G query heads of a kv head
+ * before the next: three passes of independent chains the core overlaps.
+ * Keys outside a row's range are masked, and each lane's arithmetic
+ * depends only on its own key, so a row's result does not depend on the
+ * other rows of its block.
+ */
+
+static void CHUNK_FN(const struct ms_attn_chunk *c)
+{
+	const int64_t d = c->d, ld = c->ld, k0 = c->k0, k1 = c->k1;
+	const int nb = (int)((d + TILE - 1) / TILE), R = c->nq * c->nkv * c->G, G = c->G;
+	const vtail tail = head_tail(d);
+	float *lsum = c->tmp;          /* [R][16] running sums, TILE lanes used */
+	float *pr = c->tmp + 16 * R;   /* [G][16] a token's scores, then probabilities */
+	float *al = c->tmp + 32 * R;   /* [G][16] rescale factors (1: none) */
+	const float *kp[TILE], *vp[TILE];
+	for (int r = 0; r < R; r++) {
+		c->m[r] = -INFINITY;
+		v_store(lsum + 16 * r, v_zero());
+		memset(c->acc + r * ld, 0, (size_t)ld * sizeof(float));
+	}
+	for (int64_t t0 = k0 - k0 % TILE; t0 < k1; t0 += TILE) {
+		for (int j = 0; j < TILE; j++) {
+			int64_t p = t0 + j;
+			bool in = p >= k0 && p < k1;
+			kp[j] = in ? c->k[p - k0] : c->zero;
+			vp[j] = in ? c->v[p - k0] : c->zero;
+		}
+		for (int i = 0; i < c->nq; i++) {
+			int64_t a = c->lo[i] > t0 ? c->lo[i] : t0;
+			int64_t b = c->hi[i] + 1 < t0 + TILE ? c->hi[i] + 1 : t0 + TILE;
+			a = a > k0 ? a : k0;
+			b = b < k1 ? b : k1;
+			if (a >= b)
+				continue;
+			int ja = (int)(a - t0), jb = (int)(b - t0);
+			vkmask mask = key_mask(ja, jb);
+			for (int hh = 0; hh < c->nkv; hh++) {
+				/* kv head hh of the item: its G query heads */
+				const float *kh[TILE], *vh[TILE];
+				for (int j = 0; j < TILE; j++)
+					kh[j] = kp[j] + hh * d, vh[j] = vp[j] + hh * d;
+				const float *qi = c->q + i * c->ldq + (int64_t)hh * G * d;
+				int r0 = (i * c->nkv + hh) * G;
+				float *m = c->m + r0, *ls = lsum + 16 * r0;
+				for (int g = 0; g < G; g++)
+					v_store(pr + 16 * g, scores(qi + g * d, kh, d, c->scale));
+				for (int g = 0; g < G; g++) {
+					vf s = v_load(pr + 16 * g);
+					float mt = masked_max(mask, s), mo = m[g];
+					float mn = mt > mo ? mt : mo;
+					/* Rescale only when the max grows (and not from the
+					 * empty state, where everything is 0). */
+					bool grow = mt > mo && mo != -INFINITY;
+					vf alpha = grow ? v_exp(v_set1(mo - mn)) : v_set1(1.0f);
+					vf p = mask_zero(mask, v_exp(v_sub(s, v_set1(mn))));
+					vf l = v_load(ls + 16 * g);
+					l = grow ? v_fmadd(l, alpha, p) : v_add(l, p);
+					v_store(ls + 16 * g, l);
+					v_store(pr + 16 * g, p);
+					v_store(al + 16 * g, alpha);
+					m[g] = mn;
+				}
+				for (int g = 0; g < G; g++) {
+					float *acc = c->acc + (int64_t)(r0 + g) * ld;
+					if (al[16 * g] != 1.0f) {
+						vf alpha = v_load(al + 16 * g);
+						for (int bb = 0; bb < nb; bb++)
+							v_store(acc + TILE * bb, v_mul(v_load(acc + TILE * bb), alpha));
+					}
+					pv(acc, pr + 16 * g, vh, ja, jb, nb, tail);
+				}
+			}
+		}
+	}
+	for (int r = 0; r < R; r++)
+		if (c->m[r] != -INFINITY)
+			c->l[r] = v_hsum(v_load(lsum + 16 * r));
+}
