@@ -25,16 +25,9 @@
 #include "attention.h"
 #include "backend.h"
 
-static uint32_t rng_state = 12345;
-static uint32_t rnd(void)
-{
-	rng_state = rng_state * 1664525u + 1013904223u;
-	return rng_state >> 8;
-}
-static float frand(void) /* uniform [-1, 1) */
-{
-	return (float)rnd() / (float)(1u << 23) - 1.0f;
-}
+#define TESTUTIL_SEED 12345u
+#include "testutil.h"
+
 static float nonzero(void)
 {
 	float x;

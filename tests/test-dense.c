@@ -39,16 +39,8 @@
 #include "quant.h"
 #include "ms-clock.h"
 
-static uint32_t rng_state = 777;
-static uint32_t rnd(void)
-{
-	rng_state = rng_state * 1664525u + 1013904223u;
-	return rng_state >> 8;
-}
-static float frand(void) /* uniform [-1, 1) */
-{
-	return (float)rnd() / (float)(1u << 23) - 1.0f;
-}
+#define TESTUTIL_SEED 777u
+#include "testutil.h"
 
 static uint16_t to_bf16(float f)
 {

@@ -29,16 +29,8 @@
 #include "kernels.h"
 #include "ms-clock.h"
 
-static uint32_t rng_state = 2024;
-static uint32_t rnd(void)
-{
-	rng_state = rng_state * 1664525u + 1013904223u;
-	return rng_state >> 8;
-}
-static float frand(void) /* uniform [-1, 1) */
-{
-	return (float)rnd() / (float)(1u << 23) - 1.0f;
-}
+#define TESTUTIL_SEED 2024u
+#include "testutil.h"
 
 #define VNNI_FLAGS (MS_CPU_AVX512F | MS_CPU_AVX512BW | MS_CPU_AVX512VL | MS_CPU_AVX512VNNI | \
 		    MS_CPU_FMA | MS_CPU_F16C)
@@ -767,30 +759,6 @@ END_TEST
 
 /* ---- --bench: GB/s and GOP/s, not a test ---- */
 
-/* Streaming read of the same packed copies the kernel reads (the roofline
- * those bytes allow), one task per copy, 4 independent 512-bit load chains. */
-struct bw_job {
-	const uint8_t *const *bufs;
-	size_t bytes;
-	uint64_t sink[64];
-};
-
-__attribute__((target("avx512f"))) static void bw_task(void *ctx, int task, int worker)
-{
-	struct bw_job *j = ctx;
-	const uint8_t *p = j->bufs[task];
-	typedef long long v8 __attribute__((vector_size(64)));
-	v8 a = {0}, b = {0}, c = {0}, d = {0};
-	for (size_t i = 0; i + 256 <= j->bytes; i += 256) {
-		a += *(const v8 *)(p + i);
-		b += *(const v8 *)(p + i + 64);
-		c += *(const v8 *)(p + i + 128);
-		d += *(const v8 *)(p + i + 192);
-	}
-	v8 s = a + b + c + d;
-	j->sink[(worker % 8) * 8] += (uint64_t)(s[0] + s[7]);
-}
-
 /* Best of `tries` passes: the VM shares its cores, so the best pass is the
  * one that ran alone. Streaming and kernel passes alternate so both see the
  * same conditions. */
@@ -852,11 +820,11 @@ static int bench(void)
 				float *x = make_x(n, K), *y = malloc((size_t)(n * R) * sizeof(float));
 				int reps = n <= 16 ? copies : (n <= 64 ? 8 : 2);
 				double best = 1e30, sbest = 1e30;
-				struct bw_job j = {.bufs = pan, .bytes = t.m.pack_bytes};
+				struct tu_bw_job j = {.bufs = pan, .bytes = t.m.pack_bytes};
 				for (int it = 0; it < (n <= 16 ? tries : 3); it++) {
 					double t0 = ms_now_s();
 					if (n <= 16)
-						ms_pool_run(&be.pool, copies, bw_task, &j);
+						ms_pool_run(&be.pool, copies, tu_bw_task, &j);
 					double t1 = ms_now_s();
 					for (int c = 0; c < reps; c++)
 						ms_backend_gemm(&be, k, &ws[c % copies], x, n, y, NULL);
