@@ -50,13 +50,11 @@ failure.  Needs numpy (the reference) and the standard library.
 """
 
 import argparse
-import math
 import os
 import re
 import sys
 import time
 
-import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -78,17 +76,6 @@ def case(name, ok, detail):
     RESULTS.append(ok)
     print(f"{'ok  ' if ok else 'FAIL'} {name}: {detail}", flush=True)
 
-
-def reference_ppl(model_dir, id_lists):
-    m = gptoss_ref.Model(model_dir)
-    total, n = 0.0, 0
-    for ids in id_lists:
-        lg = m.forward(ids)
-        lg = lg - lg.max(axis=1, keepdims=True)
-        lp = lg - np.log(np.exp(lg).sum(axis=1, keepdims=True))
-        total -= float(lp[np.arange(len(ids) - 1), ids[1:]].sum())
-        n += len(ids) - 1
-    return math.exp(total / n), n
 
 
 def words(text):
@@ -151,7 +138,7 @@ def main():
             case(f"{name} serve", False, f"{e} (log: {log})")
             continue
         ppl[name] = p
-        rp, rn = reference_ppl(d, ids)
+        rp, rn = gptoss_ref.perplexity(gptoss_ref.Model(d), ids)
         rel = p / rp - 1
         case(f"{name} ppl-reference", rn == n and abs(rel) <= REF_TOL,
              f"daemon {p:.3f}, numpy reference {rp:.3f} ({100 * rel:+.2f}%, limit "

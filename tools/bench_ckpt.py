@@ -132,12 +132,7 @@ def gptq_encode(w, gs):
     if k % gs:
         raise ValueError("bench GPTQ wants in_features % group_size == 0")
     g = w.reshape(n, k // gs, gs).astype(np.float64)
-    xmin = np.minimum(g.min(axis=-1), 0.0)
-    xmax = np.maximum(np.maximum(g.max(axis=-1), 0.0), -xmin)
-    xmin = np.where(xmin < 0, -xmax, xmin)
-    both0 = (xmin == 0) & (xmax == 0)
-    xmin = np.where(both0, -1.0, xmin)
-    xmax = np.where(both0, 1.0, xmax)
+    xmin, xmax = quantfmt.group_range(g, True)
     s16 = ((xmax - xmin) / 15).astype(np.float16)
     if np.any(s16 <= 0) or not np.all(np.isfinite(s16)):
         raise ValueError("GPTQ scale not representable in float16")

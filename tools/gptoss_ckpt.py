@@ -642,6 +642,14 @@ def calibrate_input_amax(p, weights, n_tokens=64):
     layer's experts for that projection."""
     ref = _ref()
     model = ref.Model(config=make_config(dict(p, quant=None)), tensors=dict(weights))
+    rng = np.random.default_rng([p["seed"], 0xCA1])
+    return record_input_amax(model, p, lambda: model.forward(rng.integers(0, p["vocab"], n_tokens)))
+
+
+def record_input_amax(model, p, run):
+    """Per-module max |input| seen through the reference model's observer
+    hook while run() runs it; an expert no token reached takes the maximum
+    of its layer's experts for that projection."""
     amax = {}
 
     def observe(name, x):
@@ -649,8 +657,7 @@ def calibrate_input_amax(p, weights, n_tokens=64):
             amax[name] = max(amax.get(name, 0.0), float(np.max(np.abs(x))))
 
     model.observer = observe
-    rng = np.random.default_rng([p["seed"], 0xCA1])
-    model.forward(rng.integers(0, p["vocab"], n_tokens))
+    run()
     for l in range(p["layers"]):
         for proj in ("gate_up", "down"):
             names = [f"model.layers.{l}.mlp.experts.{e}.{proj}" for e in range(p["experts"])]

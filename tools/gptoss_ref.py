@@ -1107,6 +1107,20 @@ class Model:
         return self.linear("lm_head", rms_norm(x, self.norm, cfg.eps), self.lm_head.T, None, self.lm_aq)
 
 
+def perplexity(model, id_lists):
+    """exp of the mean -log p of every token after the first of each list,
+    and that token count: each list scored alone from position 0 (the
+    held-out scoring of tools/perplexity.py)."""
+    total, n = 0.0, 0
+    for ids in id_lists:
+        lg = model.forward(ids)
+        lg = lg - lg.max(axis=1, keepdims=True)
+        lp = lg - np.log(np.exp(lg).sum(axis=1, keepdims=True))
+        total -= float(lp[np.arange(len(ids) - 1), ids[1:]].sum())
+        n += len(ids) - 1
+    return math.exp(total / n), n
+
+
 def greedy_margin(row):
     if row.size < 2:
         return math.inf

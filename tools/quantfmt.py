@@ -67,6 +67,19 @@ def pack_awq(q):
 # GPTQ (doc 1.2)
 
 
+def group_range(g, sym):
+    """(xmin, xmax) of each group (the last axis of g) as GPTQ's quantizer
+    (AutoGPTQ / GPTQModel find_params) takes them: widened to include 0,
+    made symmetric when sym, and (-1, 1) for an all-zero group."""
+    xmin = np.minimum(g.min(axis=-1), 0.0)
+    xmax = np.maximum(g.max(axis=-1), 0.0)
+    if sym:
+        xmax = np.maximum(np.abs(xmin), xmax)
+        xmin = np.where(xmin < 0, -xmax, xmin)
+    both0 = (xmin == 0) & (xmax == 0)
+    return np.where(both0, -1.0, xmin), np.where(both0, 1.0, xmax)
+
+
 def gptq_quantize(w, bits, group_size, sym, desc_act, static_groups, fmt, rng):
     """Round-to-nearest GPTQ of w [N, K] -> dict(qweight, qzeros, scales,
     g_idx, raised) with the producers' tensor layouts.
@@ -99,14 +112,7 @@ def gptq_quantize(w, bits, group_size, sym, desc_act, static_groups, fmt, rng):
     for g in range(groups):
         cols = np.nonzero(g_idx == g)[0]
         wg = w[:, cols]
-        xmin = np.minimum(wg.min(axis=1), 0.0)
-        xmax = np.maximum(wg.max(axis=1), 0.0)
-        if sym:
-            xmax = np.maximum(np.abs(xmin), xmax)
-            xmin = np.where(xmin < 0, -xmax, xmin)
-        both0 = (xmin == 0) & (xmax == 0)
-        xmin = np.where(both0, -1.0, xmin)
-        xmax = np.where(both0, 1.0, xmax)
+        xmin, xmax = group_range(wg, sym)
         scale = (xmax - xmin) / maxq
         if sym:
             zero = np.full(n, (maxq + 1) // 2, dtype=np.int64)

@@ -331,15 +331,7 @@ def gptq(w, h, bits=4, gs=GROUP, sym=True, damp=0.01, block=128):
                 # the group's parameters from the weights as they stand in w
                 # (earlier blocks' feedback applied; this block's not yet --
                 # exactly what the reference implementation reads)
-                g = w[:, col:col + gs]
-                xmin = np.minimum(g.min(axis=1), 0.0)
-                xmax = np.maximum(g.max(axis=1), 0.0)
-                if sym:
-                    xmax = np.maximum(np.abs(xmin), xmax)
-                    xmin = np.where(xmin < 0, -xmax, xmin)
-                both0 = (xmin == 0) & (xmax == 0)
-                xmin = np.where(both0, -1.0, xmin)
-                xmax = np.where(both0, 1.0, xmax)
+                xmin, xmax = quantfmt.group_range(w[:, col:col + gs], sym)
                 s16 = ((xmax - xmin) / maxq).astype(np.float16)
                 s = s16.astype(np.float64)
                 z = np.full(n, (maxq + 1) // 2) if sym else np.round(-xmin / s).astype(np.int64)
@@ -593,42 +585,24 @@ def quark_amax(p, weights, base_cfg, rows):
     float model), named as gptoss_ckpt.calibrate_input_amax names them; an
     expert no token reached takes its layer's maximum for that projection."""
     model = ref_model(p, weights, base_cfg)
-    amax = {}
-
-    def observe(name, x):
-        if x.size:
-            amax[name] = max(amax.get(name, 0.0), float(np.max(np.abs(x))))
-
     run = Runner(model, rows)
-    model.observer = observe
-    xs = run.embed()
-    for l, lw in enumerate(model.layers):
-        xs = xs + run.attn(l, lw, run.norm1(lw, xs))
-        xs = xs + run.moe(lw, run.norm2(lw, xs))
-    for l in range(p["layers"]):
-        for proj in ("gate_up", "down"):
-            names = [f"model.layers.{l}.mlp.experts.{e}.{proj}" for e in range(p["experts"])]
-            fallback = max([amax[n] for n in names if n in amax], default=1.0)
-            for n in names:
-                amax.setdefault(n, fallback)
-    return amax
+
+    def forward():
+        xs = run.embed()
+        for l, lw in enumerate(model.layers):
+            xs = xs + run.attn(l, lw, run.norm1(lw, xs))
+            xs = xs + run.moe(lw, run.norm2(lw, xs))
+
+    return gptoss_ckpt.record_input_amax(model, p, forward)
 
 
 # ---------------------------------------------------------------------------
 # held-out perplexity with the reference
 
 def ref_perplexity(model_dir, tok, heldout_text, max_chunks=None):
-    m = gptoss_ref.Model(model_dir)
-    total, n = 0.0, 0
     chunks = perplexity.chunks(heldout_text)
-    for ch in chunks[:max_chunks] if max_chunks else chunks:
-        ids = tok.encode(ch)
-        lg = m.forward(ids)
-        lg = lg - lg.max(axis=1, keepdims=True)
-        lp = lg - np.log(np.exp(lg).sum(axis=1, keepdims=True))
-        total -= float(lp[np.arange(len(ids) - 1), ids[1:]].sum())
-        n += len(ids) - 1
-    return math.exp(total / n), n
+    chunks = chunks[:max_chunks] if max_chunks else chunks
+    return gptoss_ref.perplexity(gptoss_ref.Model(model_dir), [tok.encode(ch) for ch in chunks])
 
 
 # ---------------------------------------------------------------------------
