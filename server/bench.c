@@ -628,6 +628,14 @@ static void jnum(struct jbuf *j, const char *key, double v, int decimals)
 	jadd(j, "%s\"%s\":%.*f", j->n > 1 ? "," : "", key, decimals, fin(v));
 }
 
+/* "batch<n>_<what>": one decode run's figure */
+static void jnum_batch(struct jbuf *j, int n, const char *what, double v, int decimals)
+{
+	char k[64];
+	snprintf(k, sizeof(k), "batch%d_%s", n, what);
+	jnum(j, k, v, decimals);
+}
+
 static void jbool(struct jbuf *j, const char *key, bool v)
 {
 	jadd(j, "%s\"%s\":%s", j->n > 1 ? "," : "", key, v ? "true" : "false");
@@ -849,21 +857,13 @@ int ms_cmd_bench(struct ms_model *m, struct ms_backend *be, const struct ms_benc
 	jnum(&j, "decode_roofline_share_of_peak", d[0].share_peak, 4);
 	jnum(&j, "bandwidth_min_bytes_per_s", bw_min, 0);
 	for (int i = 1; i < 4; i++) {
-		char k[64];
-		snprintf(k, sizeof(k), "batch%d_step_s", d[i].n);
-		jnum(&j, k, d[i].step_s, 6);
-		snprintf(k, sizeof(k), "batch%d_bytes_per_step", d[i].n);
-		jnum(&j, k, d[i].bytes, 0);
-		snprintf(k, sizeof(k), "batch%d_bytes_per_step_static", d[i].n);
-		jnum(&j, k, d[i].bytes_static, 0);
-		snprintf(k, sizeof(k), "batch%d_experts_per_layer", d[i].n);
-		jnum(&j, k, d[i].experts, 3);
-		snprintf(k, sizeof(k), "batch%d_roofline_share", d[i].n);
-		jnum(&j, k, d[i].share, 4);
-		snprintf(k, sizeof(k), "batch%d_bandwidth_bytes_per_s", d[i].n);
-		jnum(&j, k, d[i].bw, 0);
-		snprintf(k, sizeof(k), "batch%d_roofline_share_of_peak", d[i].n);
-		jnum(&j, k, d[i].share_peak, 4);
+		jnum_batch(&j, d[i].n, "step_s", d[i].step_s, 6);
+		jnum_batch(&j, d[i].n, "bytes_per_step", d[i].bytes, 0);
+		jnum_batch(&j, d[i].n, "bytes_per_step_static", d[i].bytes_static, 0);
+		jnum_batch(&j, d[i].n, "experts_per_layer", d[i].experts, 3);
+		jnum_batch(&j, d[i].n, "roofline_share", d[i].share, 4);
+		jnum_batch(&j, d[i].n, "bandwidth_bytes_per_s", d[i].bw, 0);
+		jnum_batch(&j, d[i].n, "roofline_share_of_peak", d[i].share_peak, 4);
 	}
 	/* prefill */
 	jadd(&j, ",\"prefill_tokens\":%lld", (long long)o->prompt_tokens);
