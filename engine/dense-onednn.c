@@ -23,6 +23,16 @@
  * to gemm:jit, 1.1-2.5x slower), so at most 64 primitives per panel width
  * and K, created on first use and shared by every matrix of that shape for
  * the life of the process (like oneDNN's own primitive cache).
+ *
+ * Batch invariance (a token's output bits never depend on how many tokens
+ * share its call): oneDNN picks its implementation per M, and on a CPU with
+ * AMX its brgemm runs small M on AVX-512 and larger M on tiles, which round
+ * sums differently (seen on a Xeon with AMX: a token alone differed from the
+ * same token in a batch of 17). So per panel shape, once, on random data
+ * (check_invariance): the smallest M0 from which every M up to 64 gives each
+ * row the bits M = 64 gives it, at any position in the chunk; shorter chunks
+ * then run zero-padded to M0 rows (on AMX, tile rows cost the same used or
+ * not). Where no such M0 exists, oneDNN is declined for the shape.
  */
 #include "dense-onednn.h"
 
@@ -71,6 +81,7 @@ static struct prim *g_prims;
 static struct ms_dense_measure g_shapes[MAX_SHAPES];
 static int g_n_shapes;
 static atomic_bool g_force;
+static _Atomic int64_t g_pad_to;
 
 static void engine_init(void)
 {
@@ -92,6 +103,11 @@ bool ms_dense_onednn_usable(unsigned cpu_flags)
 void ms_dense_onednn_force(bool always)
 {
 	atomic_store(&g_force, always);
+}
+
+void ms_dense_onednn_pad_to(int64_t m)
+{
+	atomic_store(&g_pad_to, m < 1 ? 1 : m > MCHUNK ? MCHUNK : m);
 }
 
 int ms_dense_onednn_measurements(struct ms_dense_measure *out, int max)
@@ -209,11 +225,20 @@ struct onednn_pack {
 	ms_gemm_fn ours;              /* the AVX-512 bf16 row kernel (to measure against) */
 	dnnl_memory_desc_t wmd[2];    /* [0] full panel, [1] a narrower last one */
 	bool vnni2[2];                /* wmd[i] is BA16a64b2a, which pack_row decodes */
+	int64_t mmin[2];              /* chunks shorter than this run padded to it */
 	/* Primitives by (panel kind, M), looked up once and kept: gemmq runs
 	 * concurrently on pool threads, so the slots are atomic. */
 	_Atomic(struct prim *) prim[2][MCHUNK + 1];
 	uint8_t *panels;              /* panel i at i * panel_bytes */
 };
+
+int64_t ms_dense_onednn_pads_to(const struct ms_wmat *w)
+{
+	const struct onednn_pack *pk = w->pack;
+	if (!pk)
+		return 1;
+	return pk->mmin[0] > pk->mmin[1] ? pk->mmin[0] : pk->mmin[1];
+}
 
 static int panel_kind(const struct onednn_pack *pk, int64_t p)
 {
@@ -325,15 +350,28 @@ static void onednn_rows(struct onednn_pack *pk, const struct ms_wmat *w, int64_t
 	dnnl_stream_t st = NULL;
 	if (dnnl_stream_create(&st, g_engine, dnnl_stream_default_flags) != dnnl_success)
 		st = NULL;
+	/* the last chunk, zero-padded, where it is shorter than a panel kind's
+	 * mmin (the same for every panel: made once) */
+	int64_t last = (n - 1) / MCHUNK * MCHUNK, pad_rows = 0;
+	uint16_t *pad = NULL;
+	for (int k = 0; k < 2; k++)
+		if (pk->mmin[k] > n - last && pk->mmin[k] > pad_rows)
+			pad_rows = pk->mmin[k];
+	if (pad_rows && (pad = calloc((size_t)(pad_rows * pk->K), sizeof(uint16_t))))
+		memcpy(pad, xb + last * pk->K, (size_t)((n - last) * pk->K) * sizeof(uint16_t));
 	for (int64_t p = r0 / PANEL; p * PANEL < r1; p++) {
 		int kind = panel_kind(pk, p);
 		int64_t N = kind ? pk->tail : PANEL, pr0 = p * PANEL;
 		int64_t c0 = pr0 > r0 ? pr0 : r0, c1 = pr0 + N < r1 ? pr0 + N : r1;
 		const uint8_t *panel = pk->panels + (size_t)p * pk->panel_bytes;
 		for (int64_t m0 = 0; m0 < n; m0 += MCHUNK) {
-			int64_t M = n - m0 < MCHUNK ? n - m0 : MCHUNK;
-			const uint16_t *xm = xb + m0 * pk->K;
-			struct prim *pr = st ? pack_prim(pk, kind, M) : NULL;
+			int64_t M = n - m0 < MCHUNK ? n - m0 : MCHUNK, Mp = M;
+			const uint16_t *xm = xb + m0 * pk->K, *xp = xm;
+			if (M < pk->mmin[kind]) {
+				Mp = pk->mmin[kind];
+				xp = pad;
+			}
+			struct prim *pr = st && xp ? pack_prim(pk, kind, Mp) : NULL;
 			if (pr && pr->scratch_bytes > scratch_cap) {
 				free(scratch);
 				scratch_cap = pr->scratch_bytes;
@@ -341,7 +379,7 @@ static void onednn_rows(struct onednn_pack *pk, const struct ms_wmat *w, int64_t
 					scratch = NULL, scratch_cap = 0;
 			}
 			if (!pr || (pr->scratch_bytes && !scratch) ||
-			    run_prim(pr, st, xm, panel, dst, scratch)) {
+			    run_prim(pr, st, xp, panel, dst, scratch)) {
 				/* oneDNN could not run (out of memory) */
 				fallback_rows(pk, w, c0, c1, xm, M, y + m0 * ldy, ldy);
 				continue;
@@ -354,6 +392,7 @@ static void onednn_rows(struct onednn_pack *pk, const struct ms_wmat *w, int64_t
 	if (st)
 		dnnl_stream_destroy(st);
 	free(scratch);
+	free(pad);
 	omp_one_end(was);
 }
 
@@ -457,6 +496,143 @@ static int measure(struct onednn_pack *pk, const struct ms_wmat *w, struct ms_de
 	m->chosen = sd < 0.95 * so;
 	free(x), free(xb), free(y);
 	return 0;
+}
+
+/* ---- batch invariance (see the top of the file) ---- */
+
+struct inv_shape {
+	int64_t N, K;
+	dnnl_memory_desc_t wmd;
+	int64_t mmin; /* 0: no M0 (oneDNN declined for the shape) */
+};
+static struct inv_shape g_inv[MAX_SHAPES];
+static int g_n_inv;
+
+/* dst [M][N] = xm [M][K] x panel through the (M, N, K) primitive. */
+static int run_m(struct onednn_pack *pk, int kind, int64_t M, const uint16_t *xm,
+		 const uint8_t *panel, float *dst, dnnl_stream_t st)
+{
+	struct prim *pr = pack_prim(pk, kind, M);
+	if (!pr)
+		return -ENOMEM;
+	void *scratch = NULL;
+	if (pr->scratch_bytes && posix_memalign(&scratch, 64, pr->scratch_bytes))
+		return -ENOMEM;
+	int rc = run_prim(pr, st, xm, panel, dst, scratch);
+	free(scratch);
+	return rc;
+}
+
+/* mmin for one panel kind, found on random activations against the kind's
+ * first panel: 0 when none exists, -errno when oneDNN could not run. */
+static int64_t find_mmin(struct onednn_pack *pk, int kind, dnnl_stream_t st)
+{
+	int64_t K = pk->K, N = kind ? pk->tail : PANEL;
+	const uint8_t *panel = pk->panels + (size_t)(kind ? pk->n_panels - 1 : 0) * pk->panel_bytes;
+	/* 2 x 64 rows, the second 64 a copy of the first: a window of 64 at
+	 * offset s is the rows rotated by s */
+	uint16_t *x = malloc((size_t)(2 * MCHUNK * K) * sizeof(uint16_t));
+	float *ref = malloc((size_t)(MCHUNK * N) * sizeof(float));
+	float *got = malloc((size_t)(MCHUNK * N) * sizeof(float));
+	int64_t rc = -ENOMEM;
+	if (!x || !ref || !got)
+		goto out;
+	uint32_t s = 271828;
+	for (int64_t i = 0; i < MCHUNK * K; i++) {
+		s = s * 1664525u + 1013904223u;
+		x[i] = x[MCHUNK * K + i] = f32_to_bf16((float)(s >> 8) / 8388608.0f - 1.0f);
+	}
+	size_t row = (size_t)N * sizeof(float);
+	if ((rc = run_m(pk, kind, MCHUNK, x, panel, ref, st)))
+		goto out;
+	/* a row's bits at any position and beside any rows */
+	static const int64_t shifts[] = {1, 7, 16, 33};
+	for (size_t i = 0; i < sizeof(shifts) / sizeof(shifts[0]); i++) {
+		int64_t sh = shifts[i];
+		if ((rc = run_m(pk, kind, MCHUNK, x + sh * K, panel, got, st)))
+			goto out;
+		for (int64_t j = 0; j < MCHUNK; j++)
+			if (memcmp(got + j * N, ref + ((j + sh) % MCHUNK) * N, row)) {
+				rc = 0;
+				goto out;
+			}
+	}
+	/* every M from M0 up gives its rows the M = 64 bits */
+	int64_t m0 = 1;
+	for (int64_t M = MCHUNK - 1; M >= 1 && m0 == 1; M--) {
+		if ((rc = run_m(pk, kind, M, x, panel, got, st)))
+			goto out;
+		if (memcmp(got, ref, (size_t)M * row))
+			m0 = M + 1;
+	}
+	/* and a padded chunk: one row beside zeros */
+	if (m0 > 1) {
+		uint16_t *z = calloc((size_t)(m0 * K), sizeof(uint16_t));
+		if (!z) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		memcpy(z, x, (size_t)K * sizeof(uint16_t));
+		rc = run_m(pk, kind, m0, z, panel, got, st);
+		free(z);
+		if (rc)
+			goto out;
+		if (memcmp(got, ref, row)) {
+			rc = 0;
+			goto out;
+		}
+	}
+	rc = m0;
+out:
+	free(x), free(ref), free(got);
+	return rc;
+}
+
+/* pk->mmin for both panel kinds, from the cache or found; -ENOTSUP with a
+ * message where oneDNN's results would depend on the batch. */
+static int check_invariance(struct onednn_pack *pk, struct ms_err *err)
+{
+	dnnl_stream_t st = NULL;
+	int rc = 0;
+	for (int kind = 0; kind < 2 && !rc; kind++) {
+		int64_t N = kind ? pk->tail : PANEL, mmin = -1;
+		if (kind ? pk->tail == PANEL : pk->n_panels == 1 && pk->tail != PANEL) {
+			pk->mmin[kind] = 1; /* no panel of this kind */
+			continue;
+		}
+		pthread_mutex_lock(&g_mu);
+		for (int i = 0; i < g_n_inv; i++)
+			if (g_inv[i].N == N && g_inv[i].K == pk->K &&
+			    dnnl_memory_desc_equal(&g_inv[i].wmd, &pk->wmd[kind]))
+				mmin = g_inv[i].mmin;
+		pthread_mutex_unlock(&g_mu);
+		if (mmin < 0) {
+			if (!st && dnnl_stream_create(&st, g_engine, dnnl_stream_default_flags) != dnnl_success)
+				return ms_err_set(err, -ENOMEM, "oneDNN: cannot create a stream");
+			int was = omp_one_begin();
+			mmin = find_mmin(pk, kind, st);
+			omp_one_end(was);
+			if (mmin < 0) {
+				rc = ms_err_set(err, (int)mmin, "oneDNN could not run a %lld x %lld panel",
+						(long long)N, (long long)pk->K);
+				break;
+			}
+			pthread_mutex_lock(&g_mu);
+			if (g_n_inv < MAX_SHAPES)
+				g_inv[g_n_inv++] = (struct inv_shape){.N = N, .K = pk->K,
+								      .wmd = pk->wmd[kind], .mmin = mmin};
+			pthread_mutex_unlock(&g_mu);
+		}
+		if (!mmin)
+			rc = ms_err_set(err, -ENOTSUP, "oneDNN's results for a %lld x %lld panel depend "
+					"on the batch size here (declined: a token's output must not "
+					"depend on the tokens beside it)", (long long)N, (long long)pk->K);
+		int64_t pad_to = atomic_load(&g_pad_to);
+		pk->mmin[kind] = mmin && pad_to > mmin ? pad_to : mmin;
+	}
+	if (st)
+		dnnl_stream_destroy(st);
+	return rc;
 }
 
 static bool shape_lookup(int64_t rows, int64_t cols, struct ms_dense_measure *out)
@@ -599,6 +775,10 @@ static int pack_locked(struct ms_wmat *w, void **owned, struct ms_err *err)
 	if (rc) {
 		free(buf);
 		return ms_err_set(err, -ENOTSUP, "oneDNN could not reorder the weights");
+	}
+	if ((rc = check_invariance(pk, err))) {
+		free(buf);
+		return rc;
 	}
 	if (!forced) {
 		pthread_mutex_lock(&g_measure_mu);

@@ -53,6 +53,16 @@ bool ms_dense_onednn_usable(unsigned cpu_flags);
  * them (tests); false restores measuring. Process-wide. */
 void ms_dense_onednn_force(bool always);
 
+/* Run chunks shorter than m tokens zero-padded to m rows in matrices packed
+ * from now on, as on a CPU where the batch-invariance check finds M0 = m
+ * (tests: the padded path on any CPU); 0 or 1 restores the check's own
+ * M0. Process-wide. */
+void ms_dense_onednn_pad_to(int64_t m);
+
+/* The chunk length a matrix packed by this kernel pads shorter chunks to
+ * (1: none), the larger of its two panel kinds'. */
+int64_t ms_dense_onednn_pads_to(const struct ms_wmat *w);
+
 /* One measured shape: seconds per call on `rows_timed` rows, single thread,
  * ours vs oneDNN, at n = MS_ONEDNN_MEASURE_N[i]. */
 #define MS_ONEDNN_N_MEASURED 4

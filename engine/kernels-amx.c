@@ -8,10 +8,27 @@
  * with --kernels amx-sim, so that the whole daemon and its tests run these
  * code paths on machines without AMX; symbols get a _sim suffix).
  *
- * Tiles pay only when a matrix sees at least AMX_MIN_TOKENS tokens in one
- * call (prefill chunks, experts with many tokens); with fewer, each kernel
- * runs an AVX-512 path with bitwise the same results, so a token's output
- * never depends on how many tokens share the call (batch invariance).
+ * A token's output never depends on how many tokens share the call (batch
+ * invariance): int8 under AMX_MIN_TOKENS tokens runs the AVX-512 VNNI
+ * kernel, bitwise the same results; bf16 runs the tiles at any count (fewer
+ * than 16 tokens: the prepared rows are zero-padded to 16, whose products
+ * cost nothing extra in a tile). An AVX-512 path computing TDPBF16PS's
+ * arithmetic was used under 16 tokens before; on a Xeon with AMX it matched
+ * the tiles bit for bit but streamed decode's weights at about half the
+ * memory bandwidth, where the tiles are not compute-bound even at 1 token.
+ *
+ * Measured on that Xeon (5th generation, 2 threads, tests/test-amx --bench,
+ * 4096 x 2048, GFLOP/s): bf16 tiles 716 / 1216 / 1068 at 16 / 64 / 512
+ * tokens (AVX512-BF16 142-162, oneDNN 488-960); int8 tiles for MXFP4 314 /
+ * 680 / 484 and INTQ 402 / 654 / 611 (VNNI 539 / 555 / 512 and 526 / 518 /
+ * 464), hence the int8 threshold of 32 tokens, between the measured counts
+ * where VNNI and the tiles cross. Dequantizing MXFP4 / INTQ weights to bf16
+ * per call for the bf16 tiles was tried: 1161-1237 GFLOP/s at 64-512
+ * tokens, but batch invariance makes decode take the same path, and there
+ * it ran at 32 (MXFP4) and 22 (INTQ) GFLOP/s at 1 token against VNNI's
+ * 175 and 161 (every streamed weight dequantized): decode fell from 0.95
+ * to 0.42 of the bandwidth roofline, prefill did not gain (0.41 of oneDNN
+ * either way), so the q8 formats stay on int8 tiles.
  *
  * int8 (MXFP4, INTQ; formats of kernels-q8.h): weights in q8 panels,
  * activations prepared by the q8 prep. Per 32-column block: the block's
@@ -20,18 +37,16 @@
  * are), 16 tokens' int8 values the A tile (16 x 32 bytes, the prepared rows'
  * own stride), TDPBSUD gives the 16 x 16 int32 dots, then the q8 epilogue
  * in fp32 per block, in K order: exactly the integers and float operations
- * of ms_q8_gemmq_ref, hence bitwise its results. Under 16 tokens:
- * ms_q8_gemmq_avx512vnni (bitwise equal too).
+ * of ms_q8_gemmq_ref, hence bitwise its results. Under AMX_MIN_TOKENS
+ * tokens: ms_q8_gemmq_avx512vnni (bitwise equal too). The 16 accumulators
+ * of a token group stay in registers over all blocks (with them in memory,
+ * updated per block, the Xeon's prefill was 0.35 of oneDNN's rate, not
+ * 0.41).
  *
  * bf16 (MS_WFMT_BF16): packed at load into VNNI-2 B tiles (per panel of 16
  * rows, per 32 columns: 16 tile rows of 64 bytes, row kp = the 16 rows'
  * columns 2kp, 2kp + 1), activations rounded to bf16 (nearest even); C
- * tiles accumulate over all K with TDPBF16PS. Under 16 tokens an AVX-512
- * path computes TDPBF16PS's arithmetic itself (even and odd products summed
- * apart from zero per 32 columns, then added to the running sum; FMAs under
- * MXCSR FTZ|DAZ with nearest-even rounding), so it matches the tile path bit
- * for bit as the SDM describes it (on the model: tested; on real tiles:
- * as far as the hardware follows its pseudo-code, untested here).
+ * tiles accumulate over all K with TDPBF16PS.
  * Error against the fp32 reference: the bf16 rounding of activations
  * (nearest of an 8-bit significand: relative 2^-8 per element) plus fp32
  * summation. Matrices of fewer than BF16_MIN_ROWS rows are declined at
@@ -65,8 +80,7 @@
 #define AMX_ISA "amx"
 #endif
 
-#define AMX_MIN_TOKENS 16 /* below: the AVX-512 path */
-#define TCH 64            /* tokens whose int8 accumulators stay in L1 at once */
+#define AMX_MIN_TOKENS 32 /* int8: below, the AVX-512 VNNI kernel (measured above) */
 
 /* Tile numbers (immediates in the instructions). */
 #define T_C00 0 /* tokens group 0 x panel 0 */
@@ -187,98 +201,99 @@ static inline const uint8_t *q8_block(const struct ms_q8_pack *pk, const uint8_t
 	return bt;
 }
 
-/* acc[t][16 lanes] = fma((float)(dot - zero * s), scale * d, acc) for the
- * rows of one C tile (c) that map to tokens [ta, tb); row = token - g. */
-static inline void q8_epilogue(const int32_t c[16][16], float (*acc)[32], int lane0, int64_t ta,
-			       int64_t tb, int64_t g, int64_t c0, const void *xq, int64_t kp,
-			       int64_t b, __m512 scale, __m512i zero)
+/* One block's tile product for 16 tokens (rows g..g+15 of the prepared
+ * activations) and one panel: C = A x B, stored to ct. Tile numbers are
+ * immediates, hence a macro. */
+#define Q8_ISSUE(tc, ta, tb, xq_g, b, bp, ct)                                                   \
+	do {                                                                                   \
+		MS_TILE_LOADD(ta, (xq_g) + 32 * (b), xs);                                      \
+		MS_TILE_LOADD(tb, (bp)[b], 64);                                                \
+		MS_TILE_ZERO(tc);                                                              \
+		MS_TILE_DPBSUD(tc, ta, tb);                                                    \
+		MS_TILE_STORED(tc, ct, 64);                                                    \
+	} while (0)
+
+/* Block b's epilogue for 16 tokens held in registers: acc[i] =
+ * fma((float)(dot - zero * s), scale * d, acc[i]), the q8 reference's
+ * operations in its order. (float)(dot - zero * s) is computed as
+ * fnmadd(zero, s, (float)dot): dot, zero * s and their difference are
+ * integers below 2^24 in magnitude (|dot|, |zero * s| <= 32 * 128 * 255),
+ * so both forms are exact and equal, and the FMA saves the integer
+ * multiply. d and sm: token 0's per-block d and s, tokens tstride bytes
+ * apart. (Copying a group's d and s into one table first, per panel,
+ * measured 20% slower on a Xeon with AMX.) */
+static inline void q8_epilogue16(const int32_t c[16][16], __m512 acc[16], const float *d,
+				 const int32_t *sm, long tstride, int64_t b, __m512 scale, __m512 zf)
 {
-	for (int64_t t = ta; t < tb; t++) {
-		__m512i dot = _mm512_load_si512((const void *)c[t - g]);
-		__m512i corr = _mm512_mullo_epi32(zero, _mm512_set1_epi32(ms_q8_xq_s(xq, kp, t)[b]));
-		__m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(dot, corr));
-		__m512 sd = _mm512_mul_ps(scale, _mm512_set1_ps(ms_q8_xq_d(xq, kp, t)[b]));
-		float *a = acc[t - c0] + lane0;
-		_mm512_store_ps(a, _mm512_fmadd_ps(f, sd, _mm512_load_ps(a)));
+	for (int i = 0; i < 16; i++) {
+		const float *dt = (const float *)((const char *)d + i * tstride);
+		const int32_t *st = (const int32_t *)((const char *)sm + i * tstride);
+		__m512 f = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)c[i]));
+		f = _mm512_fnmadd_ps(zf, _mm512_set1_ps((float)st[b]), f);
+		acc[i] = _mm512_fmadd_ps(f, _mm512_mul_ps(scale, _mm512_set1_ps(dt[b])), acc[i]);
 	}
 }
 
+/* AMX_MIN_TOKENS or more: per panel of 16 rows, its blocks' B tiles expanded
+ * once (and the scales and zero points as vectors), then per group of 16
+ * tokens a pass over the blocks whose 16 accumulators stay in registers,
+ * the next block's tile product issued before this block's epilogue. */
 static void q8_gemmq(const struct ms_wmat *w, int64_t r0, int64_t r1, const void *xq, int64_t n,
 		     float *y, int64_t ldy)
 {
-	if (n < AMX_MIN_TOKENS) {
+	const struct ms_q8_pack *pk = w->pack;
+	int64_t kp = pk->kp, nb = pk->n_blocks, bb = pk->block_bytes;
+	/* one panel's expanded B tiles, scales, zero points and B pointers */
+	size_t ex_bytes = (size_t)nb * (512 + 64 + 64 + sizeof(void *)) + 64;
+	uint8_t *ex = n < AMX_MIN_TOKENS ? NULL : aligned_alloc(64, (ex_bytes + 63) / 64 * 64);
+	if (!ex) { /* few tokens, or no memory: bitwise the same results */
 		ms_q8_gemmq_avx512vnni(w, r0, r1, xq, n, y, ldy);
 		return;
 	}
-	const struct ms_q8_pack *pk = w->pack;
-	int64_t kp = pk->kp, nb = pk->n_blocks, bb = pk->block_bytes;
+	float *scv = (float *)(ex + (size_t)nb * 512), *zfv = scv + nb * 16;
+	const uint8_t **bp = (const uint8_t **)(zfv + nb * 16);
 	long xs = (long)ms_q8_xq_stride(kp);
-	int64_t p_end = (r1 + 15) / 16;
-	_Alignas(64) uint8_t bt[2][512];
-	_Alignas(64) int32_t ct[4][16][16];
-	_Alignas(64) float acc[TCH][32];
+	_Alignas(64) int32_t ct[2][16][16];
 	MS_TILE_LOADCONFIG(&q8_cfg);
-	for (int64_t p0 = r0 / 16; p0 < p_end; p0 += 2) {
-		bool two_p = p0 + 1 < p_end;
-		const uint8_t *pan0 = pk->panels + p0 * pk->panel_bytes;
-		const uint8_t *pan1 = two_p ? pan0 + pk->panel_bytes : pan0;
-		for (int64_t c0 = 0; c0 < n; c0 += TCH) {
-			int64_t c1 = c0 + TCH < n ? c0 + TCH : n;
-			memset(acc, 0, sizeof(acc));
-			for (int64_t b = 0; b < nb; b++) {
-				__m512 sc0, sc1 = _mm512_setzero_ps();
-				__m512i z0, z1 = _mm512_setzero_si512();
-				const uint8_t *b0 = q8_block(pk, pan0 + b * bb, bt[0], &sc0, &z0);
-				const uint8_t *b1 = two_p ? q8_block(pk, pan1 + b * bb, bt[1], &sc1, &z1) : b0;
-				MS_TILE_LOADD(T_B0, b0, 64);
-				if (two_p)
-					MS_TILE_LOADD(T_B1, b1, 64);
-				for (int64_t t0 = c0; t0 < c1; t0 += 32) {
-					bool two_g = t0 + 16 < c1;
-					int64_t g0 = t0 < n - 16 ? t0 : n - 16;
-					int64_t g1 = t0 + 16 < n - 16 ? t0 + 16 : n - 16;
-					MS_TILE_LOADD(T_A0, ms_q8_xq_q(xq, kp, g0) + 32 * b, xs);
-					MS_TILE_ZERO(T_C00);
-					MS_TILE_DPBSUD(T_C00, T_A0, T_B0);
-					MS_TILE_STORED(T_C00, ct[0], 64);
-					if (two_p) {
-						MS_TILE_ZERO(T_C01);
-						MS_TILE_DPBSUD(T_C01, T_A0, T_B1);
-						MS_TILE_STORED(T_C01, ct[1], 64);
-					}
-					if (two_g) {
-						MS_TILE_LOADD(T_A1, ms_q8_xq_q(xq, kp, g1) + 32 * b, xs);
-						MS_TILE_ZERO(T_C10);
-						MS_TILE_DPBSUD(T_C10, T_A1, T_B0);
-						MS_TILE_STORED(T_C10, ct[2], 64);
-						if (two_p) {
-							MS_TILE_ZERO(T_C11);
-							MS_TILE_DPBSUD(T_C11, T_A1, T_B1);
-							MS_TILE_STORED(T_C11, ct[3], 64);
-						}
-					}
-					int64_t e0 = t0 + 16 < c1 ? t0 + 16 : c1;
-					q8_epilogue(ct[0], acc, 0, t0, e0, g0, c0, xq, kp, b, sc0, z0);
-					if (two_p)
-						q8_epilogue(ct[1], acc, 16, t0, e0, g0, c0, xq, kp, b, sc1, z1);
-					if (two_g) {
-						int64_t e1 = t0 + 32 < c1 ? t0 + 32 : c1;
-						q8_epilogue(ct[2], acc, 0, t0 + 16, e1, g1, c0, xq, kp, b, sc0, z0);
-						if (two_p)
-							q8_epilogue(ct[3], acc, 16, t0 + 16, e1, g1, c0, xq, kp, b,
-								    sc1, z1);
-					}
-				}
+	for (int64_t p = r0 / 16; p < (r1 + 15) / 16; p++) {
+		const uint8_t *pan = pk->panels + p * pk->panel_bytes;
+		for (int64_t b = 0; b < nb; b++) {
+			__m512 sc;
+			__m512i z;
+			bp[b] = q8_block(pk, pan + b * bb, ex + b * 512, &sc, &z);
+			_mm512_store_ps(scv + b * 16, sc);
+			_mm512_store_ps(zfv + b * 16, _mm512_cvtepi32_ps(z));
+		}
+		__mmask16 lanes = lane_mask(p, r1);
+		for (int64_t t0 = 0; t0 < n; t0 += 16) {
+			/* a last group shorter than 16: the call's last 16 tokens */
+			int64_t g = t0 < n - 16 ? t0 : n - 16;
+			const int8_t *xg = ms_q8_xq_q(xq, kp, g);
+			const float *dg = ms_q8_xq_d(xq, kp, g);
+			const int32_t *sg = ms_q8_xq_s(xq, kp, g);
+			__m512 acc[16];
+			for (int i = 0; i < 16; i++)
+				acc[i] = _mm512_setzero_ps();
+			Q8_ISSUE(T_C00, T_A0, T_B0, xg, 0, bp, ct[0]);
+			for (int64_t b = 0; b < nb; b += 2) {
+				if (b + 1 < nb)
+					Q8_ISSUE(T_C01, T_A1, T_B1, xg, b + 1, bp, ct[1]);
+				q8_epilogue16(ct[0], acc, dg, sg, xs, b, _mm512_load_ps(scv + b * 16),
+					      _mm512_load_ps(zfv + b * 16));
+				if (b + 1 >= nb)
+					break;
+				if (b + 2 < nb)
+					Q8_ISSUE(T_C00, T_A0, T_B0, xg, b + 2, bp, ct[0]);
+				q8_epilogue16(ct[1], acc, dg, sg, xs, b + 1,
+					      _mm512_load_ps(scv + (b + 1) * 16),
+					      _mm512_load_ps(zfv + (b + 1) * 16));
 			}
-			for (int64_t t = c0; t < c1; t++) {
-				_mm512_mask_storeu_ps(y + t * ldy + p0 * 16, lane_mask(p0, r1), _mm512_load_ps(acc[t - c0]));
-				if (two_p)
-					_mm512_mask_storeu_ps(y + t * ldy + (p0 + 1) * 16, lane_mask(p0 + 1, r1),
-							      _mm512_load_ps(acc[t - c0] + 16));
-			}
+			for (int64_t t = t0; t < t0 + 16 && t < n; t++)
+				_mm512_mask_storeu_ps(y + t * ldy + p * 16, lanes, acc[t - g]);
 		}
 	}
 	MS_TILE_RELEASE();
+	free(ex);
 	sim_check(r0, r1, n, y, ldy);
 }
 
@@ -362,10 +377,11 @@ static int bf16_pack(struct ms_wmat *w, void **owned, struct ms_err *err)
 	return 0;
 }
 
+/* At least 16 rows: a call of fewer tokens gets zero rows up to a tile. */
 static size_t bf16_prep_size(const struct ms_wmat *w, int64_t n)
 {
 	int64_t kp = (w->cols + 31) / 32 * 32;
-	return (size_t)(n > 0 ? n : 1) * (size_t)kp * 2;
+	return (size_t)(n > 16 ? n : 16) * (size_t)kp * 2;
 }
 
 /* fp32 to bf16, round to nearest even; NaN stays a (quiet) NaN. */
@@ -380,10 +396,12 @@ static inline __m256i f32_bf16(__m512 x)
 	return _mm512_cvtepi32_epi16(r);
 }
 
-/* Row t: kp bf16 values (zeros past cols), stride kp. */
+/* Row t: kp bf16 values (zeros past cols), stride kp; rows n..15 zero. */
 static void bf16_prep(const struct ms_wmat *w, const float *x, int64_t ldx, int64_t n, void *xq)
 {
 	int64_t K = w->cols, kp = (K + 31) / 32 * 32;
+	if (n < 16)
+		memset((uint16_t *)xq + n * kp, 0, (size_t)((16 - n) * kp) * 2);
 	for (int64_t t = 0; t < n; t++) {
 		const float *xt = x + t * ldx;
 		uint16_t *o = (uint16_t *)xq + t * kp;
@@ -396,48 +414,62 @@ static void bf16_prep(const struct ms_wmat *w, const float *x, int64_t ldx, int6
 	}
 }
 
-#define TB 4 /* tokens per pass of the AVX-512 path */
-
-/* TDPBF16PS's arithmetic on AVX-512 for n < 16 tokens; the caller sets
- * MXCSR to FTZ | DAZ | nearest (not inlined: the FP operations must stay
- * between the MXCSR writes, which the compiler does not order them by). */
-static __attribute__((noinline)) void bf16_small(const struct bf16_pack *pk, int64_t r0,
-						 int64_t r1, const uint16_t *xb, int64_t n, float *y,
-						 int64_t ldy)
+/* One pair of 16-row panels (the second only if two_p) of VNNI-2 B tiles,
+ * n_tiles of 1 KiB each, against n tokens of prepared bf16 rows (nt >= 16
+ * of them, kp apart): rows p0 * 16 .. of y, lanes past r1 masked. The
+ * tile configuration is bf16_cfg. */
+static inline void bf16_pair(const uint8_t *pan0, const uint8_t *pan1, bool two_p, int64_t n_tiles,
+			     const uint16_t *xb, int64_t kp, int64_t n, int64_t p0, int64_t r1, float *y,
+			     int64_t ldy)
 {
-	int64_t kp = pk->kp;
-	const __m512i hi16 = _mm512_set1_epi32((int)0xFFFF0000u);
-	for (int64_t p = r0 / 16; p < (r1 + 15) / 16; p++) {
-		const uint8_t *pan = pk->panels + p * pk->panel_bytes;
-		for (int64_t t0 = 0; t0 < n; t0 += TB) {
-			int nt = (int)(n - t0 < TB ? n - t0 : TB);
-			__m512 c[TB];
-			for (int t = 0; t < nt; t++)
-				c[t] = _mm512_setzero_ps();
-			for (int64_t j = 0; j < pk->n_tiles; j++) {
-				__m512 te[TB], to[TB];
-				for (int t = 0; t < nt; t++)
-					te[t] = to[t] = _mm512_setzero_ps();
-				for (int kq = 0; kq < 16; kq++) {
-					__m512i bv = _mm512_load_si512((const void *)(pan + j * 1024 + kq * 64));
-					__m512 be = _mm512_castsi512_ps(_mm512_slli_epi32(bv, 16));
-					__m512 bo = _mm512_castsi512_ps(_mm512_and_si512(bv, hi16));
-					for (int t = 0; t < nt; t++) {
-						uint32_t pr;
-						memcpy(&pr, xb + (t0 + t) * kp + j * 32 + 2 * kq, 4);
-						__m512i pv = _mm512_set1_epi32((int)pr);
-						__m512 ae = _mm512_castsi512_ps(_mm512_slli_epi32(pv, 16));
-						__m512 ao = _mm512_castsi512_ps(_mm512_and_si512(pv, hi16));
-						te[t] = _mm512_fmadd_ps(ae, be, te[t]);
-						to[t] = _mm512_fmadd_ps(ao, bo, to[t]);
-					}
-				}
-				for (int t = 0; t < nt; t++)
-					c[t] = _mm512_add_ps(c[t], _mm512_add_ps(te[t], to[t]));
+	/* token groups over nt >= 16 prepared rows; outputs for the n real ones */
+	int64_t nt = n > 16 ? n : 16;
+	long xs = (long)(kp * 2);
+	_Alignas(64) float ct[4][16][16];
+	for (int64_t t0 = 0; t0 < n; t0 += 32) {
+		bool two_g = t0 + 16 < n;
+		int64_t g0 = t0 < nt - 16 ? t0 : nt - 16;
+		int64_t g1 = t0 + 16 < nt - 16 ? t0 + 16 : nt - 16;
+		const uint16_t *a0 = xb + g0 * kp, *a1 = xb + g1 * kp;
+		MS_TILE_ZERO(T_C00);
+		MS_TILE_ZERO(T_C01);
+		MS_TILE_ZERO(T_C10);
+		MS_TILE_ZERO(T_C11);
+		for (int64_t j = 0; j < n_tiles; j++) {
+			MS_TILE_LOADD(T_A0, a0 + 32 * j, xs);
+			MS_TILE_LOADD(T_B0, pan0 + j * 1024, 64);
+			MS_TILE_DPBF16PS(T_C00, T_A0, T_B0);
+			if (two_p) {
+				MS_TILE_LOADD(T_B1, pan1 + j * 1024, 64);
+				MS_TILE_DPBF16PS(T_C01, T_A0, T_B1);
 			}
-			for (int t = 0; t < nt; t++)
-				_mm512_mask_storeu_ps(y + (t0 + t) * ldy + p * 16, lane_mask(p, r1), c[t]);
+			if (two_g) {
+				MS_TILE_LOADD(T_A1, a1 + 32 * j, xs);
+				MS_TILE_DPBF16PS(T_C10, T_A1, T_B0);
+				if (two_p)
+					MS_TILE_DPBF16PS(T_C11, T_A1, T_B1);
+			}
 		}
+		MS_TILE_STORED(T_C00, ct[0], 64);
+		MS_TILE_STORED(T_C01, ct[1], 64);
+		MS_TILE_STORED(T_C10, ct[2], 64);
+		MS_TILE_STORED(T_C11, ct[3], 64);
+		int64_t e0 = t0 + 16 < n ? t0 + 16 : n, e1 = t0 + 32 < n ? t0 + 32 : n;
+		for (int64_t t = t0; t < e0; t++) {
+			_mm512_mask_storeu_ps(y + t * ldy + p0 * 16, lane_mask(p0, r1),
+					      _mm512_load_ps(ct[0][t - g0]));
+			if (two_p)
+				_mm512_mask_storeu_ps(y + t * ldy + (p0 + 1) * 16, lane_mask(p0 + 1, r1),
+						      _mm512_load_ps(ct[1][t - g0]));
+		}
+		if (two_g)
+			for (int64_t t = t0 + 16; t < e1; t++) {
+				_mm512_mask_storeu_ps(y + t * ldy + p0 * 16, lane_mask(p0, r1),
+						      _mm512_load_ps(ct[2][t - g1]));
+				if (two_p)
+					_mm512_mask_storeu_ps(y + t * ldy + (p0 + 1) * 16, lane_mask(p0 + 1, r1),
+							      _mm512_load_ps(ct[3][t - g1]));
+			}
 	}
 }
 
@@ -445,69 +477,14 @@ static void bf16_gemmq(const struct ms_wmat *w, int64_t r0, int64_t r1, const vo
 		       float *y, int64_t ldy)
 {
 	const struct bf16_pack *pk = w->pack;
-	const uint16_t *xb = xq;
-	if (n < AMX_MIN_TOKENS) {
-		unsigned csr = _mm_getcsr();
-		/* FTZ (bit 15) and DAZ (bit 6) on, rounding (bits 13-14) nearest */
-		_mm_setcsr((csr & ~0x6000u) | 0x8040u);
-		bf16_small(pk, r0, r1, xb, n, y, ldy);
-		_mm_setcsr(csr);
+	if (n <= 0 || r1 <= r0)
 		return;
-	}
-	int64_t kp = pk->kp, p_end = (r1 + 15) / 16;
-	long xs = (long)(kp * 2);
-	_Alignas(64) float ct[4][16][16];
+	int64_t p_end = (r1 + 15) / 16;
 	MS_TILE_LOADCONFIG(&bf16_cfg);
 	for (int64_t p0 = r0 / 16; p0 < p_end; p0 += 2) {
-		bool two_p = p0 + 1 < p_end;
 		const uint8_t *pan0 = pk->panels + p0 * pk->panel_bytes;
-		const uint8_t *pan1 = pan0 + pk->panel_bytes;
-		for (int64_t t0 = 0; t0 < n; t0 += 32) {
-			bool two_g = t0 + 16 < n;
-			int64_t g0 = t0 < n - 16 ? t0 : n - 16;
-			int64_t g1 = t0 + 16 < n - 16 ? t0 + 16 : n - 16;
-			const uint16_t *a0 = xb + g0 * kp, *a1 = xb + g1 * kp;
-			MS_TILE_ZERO(T_C00);
-			MS_TILE_ZERO(T_C01);
-			MS_TILE_ZERO(T_C10);
-			MS_TILE_ZERO(T_C11);
-			for (int64_t j = 0; j < pk->n_tiles; j++) {
-				MS_TILE_LOADD(T_A0, a0 + 32 * j, xs);
-				MS_TILE_LOADD(T_B0, pan0 + j * 1024, 64);
-				MS_TILE_DPBF16PS(T_C00, T_A0, T_B0);
-				if (two_p) {
-					MS_TILE_LOADD(T_B1, pan1 + j * 1024, 64);
-					MS_TILE_DPBF16PS(T_C01, T_A0, T_B1);
-				}
-				if (two_g) {
-					MS_TILE_LOADD(T_A1, a1 + 32 * j, xs);
-					MS_TILE_DPBF16PS(T_C10, T_A1, T_B0);
-					if (two_p)
-						MS_TILE_DPBF16PS(T_C11, T_A1, T_B1);
-				}
-			}
-			MS_TILE_STORED(T_C00, ct[0], 64);
-			MS_TILE_STORED(T_C01, ct[1], 64);
-			MS_TILE_STORED(T_C10, ct[2], 64);
-			MS_TILE_STORED(T_C11, ct[3], 64);
-			int64_t e0 = t0 + 16 < n ? t0 + 16 : n, e1 = t0 + 32 < n ? t0 + 32 : n;
-			for (int64_t t = t0; t < e0; t++) {
-				_mm512_mask_storeu_ps(y + t * ldy + p0 * 16, lane_mask(p0, r1),
-						      _mm512_load_ps(ct[0][t - g0]));
-				if (two_p)
-					_mm512_mask_storeu_ps(y + t * ldy + (p0 + 1) * 16, lane_mask(p0 + 1, r1),
-							      _mm512_load_ps(ct[1][t - g0]));
-			}
-			if (two_g)
-				for (int64_t t = t0 + 16; t < e1; t++) {
-					_mm512_mask_storeu_ps(y + t * ldy + p0 * 16, lane_mask(p0, r1),
-							      _mm512_load_ps(ct[2][t - g1]));
-					if (two_p)
-						_mm512_mask_storeu_ps(y + t * ldy + (p0 + 1) * 16,
-								      lane_mask(p0 + 1, r1),
-								      _mm512_load_ps(ct[3][t - g1]));
-				}
-		}
+		bf16_pair(pan0, pan0 + pk->panel_bytes, p0 + 1 < p_end, pk->n_tiles, xq, pk->kp, n, p0, r1,
+			  y, ldy);
 	}
 	MS_TILE_RELEASE();
 	sim_check(r0, r1, n, y, ldy);

@@ -36,6 +36,8 @@
 #include <string.h>
 
 #include "backend.h"
+#include "dense-onednn.h"
+#include "ms-clock.h"
 #include "kernels-q8.h"
 #include "kernels.h"
 
@@ -711,6 +713,14 @@ static void q8_shapes(const struct ms_kernel *kmx, const struct ms_kernel *kiq)
 	mat_free(&b);
 }
 
+static const struct ms_kernel *kernel_named(const struct ms_kernel *list, const char *name)
+{
+	for (const struct ms_kernel *k = list; k->name; k++)
+		if (!strcmp(k->name, name))
+			return k;
+	return NULL;
+}
+
 static const struct ms_kernel *kernel_of(const struct ms_kernel *list, enum ms_wfmt f)
 {
 	for (const struct ms_kernel *k = list; k->name; k++)
@@ -725,7 +735,7 @@ START_TEST(sim_q8_kernel_matches_reference)
 		     MS_CPU_FMA | MS_CPU_F16C))
 		return; /* the amx-sim kernels' AVX-512 parts cannot run here */
 	unsigned long f0 = ms_kernels_amx_sim_faults();
-	q8_shapes(kernel_of(ms_kernels_amx_sim, MS_WFMT_MXFP4), kernel_of(ms_kernels_amx_sim, MS_WFMT_INTQ));
+	q8_shapes(kernel_named(ms_kernels_amx_sim, "amx-sim-mxfp4"), kernel_named(ms_kernels_amx_sim, "amx-sim-intq"));
 	ck_assert_int_eq(ms_kernels_amx_sim_faults(), f0);
 }
 END_TEST
@@ -866,7 +876,7 @@ START_TEST(backend_amx_selection)
 	} else {
 		/* real tiles: the same checks as on the model */
 		ck_assert_str_eq(be.isa, "amx");
-		q8_shapes(kernel_of(ms_kernels_amx, MS_WFMT_MXFP4), kernel_of(ms_kernels_amx, MS_WFMT_INTQ));
+		q8_shapes(kernel_named(ms_kernels_amx, "amx-mxfp4"), kernel_named(ms_kernels_amx, "amx-intq"));
 		bf16_shapes(kernel_of(ms_kernels_amx, MS_WFMT_BF16));
 		ms_backend_free(&be);
 	}
@@ -929,8 +939,93 @@ START_TEST(backend_amx_selection)
 }
 END_TEST
 
-int main(void)
+/* ---- --bench: GFLOP/s of the tile kernels against the AVX-512 ones and
+ * oneDNN at prefill token counts (not a test; needs real AMX, or runs the
+ * software model with AMX_BENCH_SIM=1, slowly). Weights are hot in cache:
+ * these counts are compute-bound. ---- */
+
+static double bench_gemm(struct ms_backend *be, const struct ms_kernel *k, const struct ms_wmat *w,
+			 const float *x, int64_t n, float *y)
 {
+	double best = 1e30;
+	for (int it = 0; it < 5; it++) {
+		double t0 = ms_now_s();
+		ms_backend_gemm(be, k, w, x, n, y, NULL);
+		best = fmin(best, ms_now_s() - t0);
+	}
+	return 2.0 * (double)w->rows * (double)w->cols * (double)n / best / 1e9;
+}
+
+static int bench(void)
+{
+	bool sim = getenv("AMX_BENCH_SIM") != NULL;
+	struct ms_err err = {0};
+	struct ms_backend be;
+	if (!sim && ms_backend_init(&be, "amx", 1, &err)) {
+		printf("bench: %s\n", err.msg);
+		return 0;
+	}
+	if (!sim)
+		ms_backend_free(&be);
+	const struct ms_kernel *amx = sim ? ms_kernels_amx_sim : ms_kernels_amx;
+	const char *pre = sim ? "amx-sim-" : "amx-";
+	const int64_t R = 4096, K = 2048, ns[] = {1, 4, 16, 64, 512};
+	/* per format: the tile kernel (its name after amx-), then others */
+	const char *names[3][3] = {{"mxfp4", "avx512vnni-q8-mxfp4", NULL},
+				   {"intq", "avx512vnni-q8-intq", NULL},
+				   {"bf16", "avx512bf16-vnni2", "onednn-bf16"}};
+	for (int th = 1; th <= 2; th++) {
+		if (ms_backend_init_opts(&be, &(struct ms_backend_opts){.threads = th}, &err)) {
+			printf("bench: %s\n", err.msg);
+			return 1;
+		}
+		for (int f = 0; f < 3; f++) {
+			struct mat b = f == 0 ? make_mxfp4(R, K) : f == 1 ? make_intq(4, R, K, 32) : make_bf16(R, K, 1.0f);
+			if (f == 0) /* realistic scales: subnormal ones cost microcode assists on Intel */
+				for (int64_t i = 0; i < R * (K / 32); i++)
+					b.s[i] = (uint8_t)(120 + i % 8);
+			for (int ni = 0; ni < 5; ni++) {
+				int64_t n = ns[ni];
+				float *x = make_x(n, K), *y = malloc((size_t)(n * R) * sizeof(float));
+				printf("%-5s %lldx%lld %d thr n %3lld:", f == 0 ? "mxfp4" : f == 1 ? "int4" : "bf16",
+				       (long long)R, (long long)K, th, (long long)n);
+				for (int v = 0; v < 3 && names[f][v]; v++) {
+					char name[64];
+					bool tile = v == 0;
+					snprintf(name, sizeof(name), "%s%s", tile ? pre : "", names[f][v]);
+					const struct ms_kernel *k = tile ? kernel_named(amx, name)
+							 : v == 2 && f == 2 ? &ms_kernel_onednn_bf16
+									    : kernel_named(ms_kernels_avx512, name);
+					struct ms_wmat w = b.m;
+					void *owned = NULL;
+					if (k == &ms_kernel_onednn_bf16)
+						ms_dense_onednn_force(true);
+					int rc = k && k->pack ? k->pack(&w, &owned, &err) : k ? 0 : -ENOENT;
+					if (k == &ms_kernel_onednn_bf16)
+						ms_dense_onednn_force(false);
+					if (rc) {
+						printf("  %s: -", name);
+						continue;
+					}
+					printf("  %s %6.1f", k->name, bench_gemm(&be, k, &w, x, n, y));
+					if (owned)
+						k->pack_free ? k->pack_free(owned) : free(owned);
+				}
+				printf("  GFLOP/s\n");
+				fflush(stdout);
+				free(x), free(y);
+			}
+			mat_free(&b);
+		}
+		ms_backend_free(&be);
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && !strcmp(argv[1], "--bench"))
+		return bench();
 	Suite *s = suite_create("amx");
 	TCase *tc = tcase_create("amx");
 	tcase_set_timeout(tc, 600);

@@ -234,8 +234,11 @@ START_TEST(backend_auto_and_exact)
 	struct ms_backend be;
 	ck_assert_int_eq(ms_backend_init_opts(&be, &(struct ms_backend_opts){.threads = 2}, &err), 0);
 	const struct ms_kernel *k0 = ms_backend_find_kernel(&be, MS_WFMT_BF16);
+	/* where AMX runs, its tile kernel comes first and declines this
+	 * matrix (too few rows for tiles): the same kernel binds it */
+	bool amx = !strcmp(be.isa, "amx");
 	if (have_bf16()) {
-		ck_assert_str_eq(k0->name, "avx512bf16-vnni2");
+		ck_assert_str_eq(k0->name, amx ? "amx-bf16" : "avx512bf16-vnni2");
 		struct tmat t = make_mat(100, 100);
 		free(t.pack);
 		t.m.pack = NULL;

@@ -175,31 +175,56 @@ START_TEST(matches_reference_on_ragged_shapes)
 END_TEST
 
 /* A token gives the same bits alone and in a batch of any size (oneDNN's
- * M-blocking and our 64-token chunks must not change a row's sums). */
+ * M-blocking and our 64-token chunks must not change a row's sums). Twice:
+ * with the chunk padding the pack-time check chose for this CPU (none where
+ * oneDNN computes a row alike for every M, as on AVX512-BF16; 16-ish where
+ * small M run on AVX-512 and larger on AMX tiles), and with short chunks
+ * forced through a 17-row primitive, the padded path, whatever this CPU;
+ * both give the same bits. */
 START_TEST(batch_invariant)
 {
 	const int64_t shapes[][2] = {{100, 2880}, {64, 32}, {17, 100}, {130, 300}};
 	const int64_t ns[] = {2, 3, 17, 64, 65, 130};
 	for (size_t s = 0; s < 4; s++) {
 		int64_t rows = shapes[s][0], K = shapes[s][1];
-		struct mat m = make_mat(rows, K, 0);
-		pack_with(&m, true);
 		float *x = malloc((size_t)(130 * K) * sizeof(float));
 		float *y = malloc((size_t)(130 * rows) * sizeof(float));
 		float *y1 = malloc((size_t)rows * sizeof(float));
+		float *yp[2] = {malloc((size_t)(130 * rows) * sizeof(float)),
+				malloc((size_t)(130 * rows) * sizeof(float))};
 		for (int64_t i = 0; i < 130 * K; i++)
 			x[i] = frand();
-		for (size_t c = 0; c < 6; c++) {
-			run_kernel(&m.w, x, ns[c], y);
-			for (int64_t t = 0; t < ns[c]; t += 1 + t / 8) {
-				run_kernel(&m.w, x + t * K, 1, y1);
-				ck_assert_msg(!memcmp(y1, y + t * rows, (size_t)rows * sizeof(float)),
-					      "%lldx%lld: token %lld alone differs from it in a batch of %lld",
-					      (long long)rows, (long long)K, (long long)t, (long long)ns[c]);
+		struct mat m = make_mat(rows, K, 0);
+		for (int v = 0; v < 2; v++) {
+			ms_dense_onednn_pad_to(v ? 17 : 1); /* repacks m */
+			int rc = pack_with(&m, true);
+			ms_dense_onednn_pad_to(1);
+			if (rc) { /* declined: the kernel is not used on this CPU */
+				memset(yp[v], 0, (size_t)(130 * rows) * sizeof(float));
+				continue;
 			}
+			int64_t pads = ms_dense_onednn_pads_to(&m.w);
+			printf("batch_invariant %lldx%lld: short chunks padded to %lld%s\n", (long long)rows,
+			       (long long)K, (long long)pads, v ? " (at least 17 forced)" : "");
+			fflush(stdout);
+			ck_assert(pads >= (v ? 17 : 1) && pads <= 64);
+			for (size_t c = 0; c < 6; c++) {
+				run_kernel(&m.w, x, ns[c], y);
+				for (int64_t t = 0; t < ns[c]; t += 1 + t / 8) {
+					run_kernel(&m.w, x + t * K, 1, y1);
+					ck_assert_msg(!memcmp(y1, y + t * rows, (size_t)rows * sizeof(float)),
+						      "%lldx%lld: token %lld alone differs from it in a batch of %lld",
+						      (long long)rows, (long long)K, (long long)t, (long long)ns[c]);
+				}
+			}
+			/* the last n: 130 tokens, the long chunk and a short one */
+			memcpy(yp[v], y, (size_t)(130 * rows) * sizeof(float));
+			check_against_double(&m, x, 130, y, "onednn");
 		}
-		free(x), free(y), free(y1);
 		free_mat(&m);
+		ck_assert_msg(!memcmp(yp[0], yp[1], (size_t)(130 * rows) * sizeof(float)),
+			      "%lldx%lld: padded chunks give other bits", (long long)rows, (long long)K);
+		free(x), free(y), free(y1), free(yp[0]), free(yp[1]);
 	}
 }
 END_TEST
