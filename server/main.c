@@ -25,6 +25,7 @@
 #include "bench.h"
 #include "serve.h"
 #include "ms-clock.h"
+#include "ms-malloc.h"
 
 #ifndef MS_VERSION
 #define MS_VERSION "0.0.0"
@@ -170,6 +171,7 @@ static int load(const struct common_opts *o, struct ms_backend *be, struct ms_mo
 		ms_backend_free(be);
 		return fail(&err);
 	}
+	ms_keep_freed_memory();
 	return 0;
 }
 

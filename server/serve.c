@@ -18,6 +18,7 @@
 #include "options.h"
 #include "serve.h"
 #include "ms-clock.h"
+#include "ms-malloc.h"
 
 extern char **environ;
 
@@ -84,6 +85,8 @@ int ms_cmd_serve(int argc, char **argv, const char *default_model)
 		ms_backend_set_numa(&be, o.numa);
 		rc = ms_model_load(&m, model_dir, &be, &err);
 		have_m = !rc;
+		if (have_m)
+			ms_keep_freed_memory();
 	}
 	if (!rc) {
 		char tp[4096];
