@@ -446,6 +446,16 @@ static void gemmq(const struct ms_wmat *w, int64_t r0, int64_t r1, const void *x
 
 /* ---- packing and measuring ---- */
 
+/* count activations uniform in [-1, 1), as bf16, from an LCG seeded with
+ * seed: the data of the load-time measurement and invariance check. */
+static void random_bf16(uint16_t *xb, int64_t count, uint32_t seed)
+{
+	for (int64_t i = 0; i < count; i++) {
+		seed = seed * 1664525u + 1013904223u;
+		xb[i] = f32_to_bf16((float)(seed >> 8) / 8388608.0f - 1.0f);
+	}
+}
+
 /* Time both paths single-threaded on the same leading rows (at most
  * MEASURE_ROWS, whole panels), best of MEASURE_REPS after a warm-up that
  * also creates the primitives: each runs on one thread per row task in
@@ -463,12 +473,9 @@ static int measure(struct onednn_pack *pk, const struct ms_wmat *w, struct ms_de
 		free(x), free(xb), free(y);
 		return -ENOMEM;
 	}
-	uint32_t s = 12345;
-	for (int64_t i = 0; i < nmax * K; i++) {
-		s = s * 1664525u + 1013904223u;
-		xb[i] = f32_to_bf16((float)(s >> 8) / 8388608.0f - 1.0f);
+	random_bf16(xb, nmax * K, 12345);
+	for (int64_t i = 0; i < nmax * K; i++)
 		x[i] = ms_bf16_to_f32(xb[i]);
-	}
 	*m = (struct ms_dense_measure){.rows = pk->rows, .cols = K, .rows_timed = R};
 	for (int i = 0; i < MS_ONEDNN_N_MEASURED; i++) {
 		int64_t n = MS_ONEDNN_MEASURE_N[i];
@@ -537,11 +544,8 @@ static int64_t find_mmin(struct onednn_pack *pk, int kind, dnnl_stream_t st)
 	int64_t rc = -ENOMEM;
 	if (!x || !ref || !got)
 		goto out;
-	uint32_t s = 271828;
-	for (int64_t i = 0; i < MCHUNK * K; i++) {
-		s = s * 1664525u + 1013904223u;
-		x[i] = x[MCHUNK * K + i] = f32_to_bf16((float)(s >> 8) / 8388608.0f - 1.0f);
-	}
+	random_bf16(x, MCHUNK * K, 271828);
+	memcpy(x + MCHUNK * K, x, (size_t)(MCHUNK * K) * sizeof(uint16_t));
 	size_t row = (size_t)N * sizeof(float);
 	if ((rc = run_m(pk, kind, MCHUNK, x, panel, ref, st)))
 		goto out;

@@ -414,77 +414,69 @@ static void bf16_prep(const struct ms_wmat *w, const float *x, int64_t ldx, int6
 	}
 }
 
-/* One pair of 16-row panels (the second only if two_p) of VNNI-2 B tiles,
- * n_tiles of 1 KiB each, against n tokens of prepared bf16 rows (nt >= 16
- * of them, kp apart): rows p0 * 16 .. of y, lanes past r1 masked. The
- * tile configuration is bf16_cfg. */
-static inline void bf16_pair(const uint8_t *pan0, const uint8_t *pan1, bool two_p, int64_t n_tiles,
-			     const uint16_t *xb, int64_t kp, int64_t n, int64_t p0, int64_t r1, float *y,
-			     int64_t ldy)
-{
-	/* token groups over nt >= 16 prepared rows; outputs for the n real ones */
-	int64_t nt = n > 16 ? n : 16;
-	long xs = (long)(kp * 2);
-	_Alignas(64) float ct[4][16][16];
-	for (int64_t t0 = 0; t0 < n; t0 += 32) {
-		bool two_g = t0 + 16 < n;
-		int64_t g0 = t0 < nt - 16 ? t0 : nt - 16;
-		int64_t g1 = t0 + 16 < nt - 16 ? t0 + 16 : nt - 16;
-		const uint16_t *a0 = xb + g0 * kp, *a1 = xb + g1 * kp;
-		MS_TILE_ZERO(T_C00);
-		MS_TILE_ZERO(T_C01);
-		MS_TILE_ZERO(T_C10);
-		MS_TILE_ZERO(T_C11);
-		for (int64_t j = 0; j < n_tiles; j++) {
-			MS_TILE_LOADD(T_A0, a0 + 32 * j, xs);
-			MS_TILE_LOADD(T_B0, pan0 + j * 1024, 64);
-			MS_TILE_DPBF16PS(T_C00, T_A0, T_B0);
-			if (two_p) {
-				MS_TILE_LOADD(T_B1, pan1 + j * 1024, 64);
-				MS_TILE_DPBF16PS(T_C01, T_A0, T_B1);
-			}
-			if (two_g) {
-				MS_TILE_LOADD(T_A1, a1 + 32 * j, xs);
-				MS_TILE_DPBF16PS(T_C10, T_A1, T_B0);
-				if (two_p)
-					MS_TILE_DPBF16PS(T_C11, T_A1, T_B1);
-			}
-		}
-		MS_TILE_STORED(T_C00, ct[0], 64);
-		MS_TILE_STORED(T_C01, ct[1], 64);
-		MS_TILE_STORED(T_C10, ct[2], 64);
-		MS_TILE_STORED(T_C11, ct[3], 64);
-		int64_t e0 = t0 + 16 < n ? t0 + 16 : n, e1 = t0 + 32 < n ? t0 + 32 : n;
-		for (int64_t t = t0; t < e0; t++) {
-			_mm512_mask_storeu_ps(y + t * ldy + p0 * 16, lane_mask(p0, r1),
-					      _mm512_load_ps(ct[0][t - g0]));
-			if (two_p)
-				_mm512_mask_storeu_ps(y + t * ldy + (p0 + 1) * 16, lane_mask(p0 + 1, r1),
-						      _mm512_load_ps(ct[1][t - g0]));
-		}
-		if (two_g)
-			for (int64_t t = t0 + 16; t < e1; t++) {
-				_mm512_mask_storeu_ps(y + t * ldy + p0 * 16, lane_mask(p0, r1),
-						      _mm512_load_ps(ct[2][t - g1]));
-				if (two_p)
-					_mm512_mask_storeu_ps(y + t * ldy + (p0 + 1) * 16, lane_mask(p0 + 1, r1),
-							      _mm512_load_ps(ct[3][t - g1]));
-			}
-	}
-}
-
 static void bf16_gemmq(const struct ms_wmat *w, int64_t r0, int64_t r1, const void *xq, int64_t n,
 		       float *y, int64_t ldy)
 {
 	const struct bf16_pack *pk = w->pack;
+	const uint16_t *xb = xq;
 	if (n <= 0 || r1 <= r0)
 		return;
-	int64_t p_end = (r1 + 15) / 16;
+	/* token groups over nt >= 16 prepared rows; outputs for the n real ones */
+	int64_t nt = n > 16 ? n : 16;
+	int64_t kp = pk->kp, p_end = (r1 + 15) / 16;
+	long xs = (long)(kp * 2);
+	_Alignas(64) float ct[4][16][16];
 	MS_TILE_LOADCONFIG(&bf16_cfg);
 	for (int64_t p0 = r0 / 16; p0 < p_end; p0 += 2) {
+		bool two_p = p0 + 1 < p_end;
 		const uint8_t *pan0 = pk->panels + p0 * pk->panel_bytes;
-		bf16_pair(pan0, pan0 + pk->panel_bytes, p0 + 1 < p_end, pk->n_tiles, xq, pk->kp, n, p0, r1,
-			  y, ldy);
+		const uint8_t *pan1 = pan0 + pk->panel_bytes;
+		for (int64_t t0 = 0; t0 < n; t0 += 32) {
+			bool two_g = t0 + 16 < n;
+			int64_t g0 = t0 < nt - 16 ? t0 : nt - 16;
+			int64_t g1 = t0 + 16 < nt - 16 ? t0 + 16 : nt - 16;
+			const uint16_t *a0 = xb + g0 * kp, *a1 = xb + g1 * kp;
+			MS_TILE_ZERO(T_C00);
+			MS_TILE_ZERO(T_C01);
+			MS_TILE_ZERO(T_C10);
+			MS_TILE_ZERO(T_C11);
+			for (int64_t j = 0; j < pk->n_tiles; j++) {
+				MS_TILE_LOADD(T_A0, a0 + 32 * j, xs);
+				MS_TILE_LOADD(T_B0, pan0 + j * 1024, 64);
+				MS_TILE_DPBF16PS(T_C00, T_A0, T_B0);
+				if (two_p) {
+					MS_TILE_LOADD(T_B1, pan1 + j * 1024, 64);
+					MS_TILE_DPBF16PS(T_C01, T_A0, T_B1);
+				}
+				if (two_g) {
+					MS_TILE_LOADD(T_A1, a1 + 32 * j, xs);
+					MS_TILE_DPBF16PS(T_C10, T_A1, T_B0);
+					if (two_p)
+						MS_TILE_DPBF16PS(T_C11, T_A1, T_B1);
+				}
+			}
+			MS_TILE_STORED(T_C00, ct[0], 64);
+			MS_TILE_STORED(T_C01, ct[1], 64);
+			MS_TILE_STORED(T_C10, ct[2], 64);
+			MS_TILE_STORED(T_C11, ct[3], 64);
+			int64_t e0 = t0 + 16 < n ? t0 + 16 : n, e1 = t0 + 32 < n ? t0 + 32 : n;
+			for (int64_t t = t0; t < e0; t++) {
+				_mm512_mask_storeu_ps(y + t * ldy + p0 * 16, lane_mask(p0, r1),
+						      _mm512_load_ps(ct[0][t - g0]));
+				if (two_p)
+					_mm512_mask_storeu_ps(y + t * ldy + (p0 + 1) * 16, lane_mask(p0 + 1, r1),
+							      _mm512_load_ps(ct[1][t - g0]));
+			}
+			if (two_g)
+				for (int64_t t = t0 + 16; t < e1; t++) {
+					_mm512_mask_storeu_ps(y + t * ldy + p0 * 16, lane_mask(p0, r1),
+							      _mm512_load_ps(ct[2][t - g1]));
+					if (two_p)
+						_mm512_mask_storeu_ps(y + t * ldy + (p0 + 1) * 16,
+								      lane_mask(p0 + 1, r1),
+								      _mm512_load_ps(ct[3][t - g1]));
+				}
+		}
 	}
 	MS_TILE_RELEASE();
 	sim_check(r0, r1, n, y, ldy);
