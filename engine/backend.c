@@ -106,6 +106,8 @@ unsigned ms_cpu_detect(void)
 			flags |= MS_CPU_AVX512VL;
 		if ((c >> 11) & 1)
 			flags |= MS_CPU_AVX512VNNI;
+		if ((c >> 1) & 1)
+			flags |= MS_CPU_AVX512VBMI;
 	}
 	if (tile_ok) {
 		if ((d >> 24) & 1)
@@ -125,7 +127,8 @@ unsigned ms_cpu_detect(void)
 const char *ms_cpu_flags_str(unsigned flags, char *buf, size_t len)
 {
 	static const char *names[] = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
-				      "avx512vnni", "avx512bf16", "amx-tile", "amx-int8", "amx-bf16"};
+				      "avx512vnni", "avx512bf16", "amx-tile", "amx-int8", "amx-bf16",
+				      "avx512vbmi"};
 	size_t n = 0;
 	buf[0] = '\0';
 	for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++)

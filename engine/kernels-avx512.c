@@ -266,6 +266,10 @@ static void gemm_fp8(const struct ms_wmat *w, int64_t r0, int64_t r1, const floa
 const struct ms_kernel ms_kernels_avx512[] = {
 	/* int8 activations (kernels-q8.h states their error); first for their
 	 * formats, the fp32 kernels below take what they decline */
+	{.name = "avx512vbmi-q8-mxfp4", .isa = "avx512", .fmt = MS_WFMT_MXFP4,
+	 .cpu_flags = AVX512_FLAGS | MS_CPU_AVX512VNNI | MS_CPU_AVX512VBMI, .pack = ms_q8_pack,
+	 .prep_size = ms_q8_prep_size, .prep = ms_q8_prep_avx512, .gemmq = ms_q8_gemmq_avx512vbmi,
+	 .row_align = MS_Q8_PANEL, .rounds_acts = true},
 	{.name = "avx512vnni-q8-mxfp4", .isa = "avx512", .fmt = MS_WFMT_MXFP4,
 	 .cpu_flags = AVX512_FLAGS | MS_CPU_AVX512VNNI, .pack = ms_q8_pack,
 	 .prep_size = ms_q8_prep_size, .prep = ms_q8_prep_avx512, .gemmq = ms_q8_gemmq_avx512vnni,

@@ -162,6 +162,13 @@ void ms_q8_prep_avx512(const struct ms_wmat *w, const float *x, int64_t ldx, int
 void ms_q8_gemmq_avx512vnni(const struct ms_wmat *w, int64_t r0, int64_t r1, const void *xq,
 			    int64_t n, float *y, int64_t ldy);
 
+/* The same with AVX512-VBMI (kernels-q8-avx512.c built with MS_Q8_VBMI):
+ * MXFP4's codes go through vpermb on a 64-byte table, which ignores the
+ * bits above the nibble, so the two `and`s and the second shuffle of the
+ * VNNI version drop out (4-bit INT and INT8 unchanged). Bitwise the same. */
+void ms_q8_gemmq_avx512vbmi(const struct ms_wmat *w, int64_t r0, int64_t r1, const void *xq,
+			    int64_t n, float *y, int64_t ldy);
+
 /* AVX2 (+ FMA, F16C) version of the gemmq, bitwise equal to the portable
  * one, for CPUs without AVX-512 VNNI (kernels-q8-avx2.c); its prep is the
  * portable ms_q8_prep. */

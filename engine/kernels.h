@@ -106,6 +106,7 @@ enum ms_cpu_flag {
 	MS_CPU_AMX_TILE = 1u << 8,
 	MS_CPU_AMX_INT8 = 1u << 9,
 	MS_CPU_AMX_BF16 = 1u << 10,
+	MS_CPU_AVX512VBMI = 1u << 11,
 };
 
 /* A kernel is either a plain one (gemm on fp32 activations and the rows of

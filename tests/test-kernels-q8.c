@@ -3,8 +3,9 @@
  * engine/kernels-q8.h, and the fp32 AVX-512 INTQ / FP8 kernels.
  *
  * All on random non-zero data of ragged shapes:
- *  - the AVX-512 VNNI gemmq and prep equal the portable scalar ones bit for
- *    bit (every format and code width, act-order, both activation rules);
+ *  - the AVX-512 VNNI gemmq (and its VBMI build, where the CPU has VBMI)
+ *    and prep equal the portable scalar ones bit for bit (every format and
+ *    code width, act-order, both activation rules);
  *  - the scalar gemmq stays within the int8 rounding bound of the fp32
  *    reference kernel, and is exact up to fp32 summation on activations
  *    that were MXFP4-quantized (power-of-two rule);
@@ -35,6 +36,19 @@
 #define VNNI_FLAGS (MS_CPU_AVX512F | MS_CPU_AVX512BW | MS_CPU_AVX512VL | MS_CPU_AVX512VNNI | \
 		    MS_CPU_FMA | MS_CPU_F16C)
 #define AVX512_FLAGS (MS_CPU_AVX512F | MS_CPU_AVX512BW | MS_CPU_AVX512VL | MS_CPU_FMA | MS_CPU_F16C)
+
+typedef void (*gemmq_fn)(const struct ms_wmat *, int64_t, int64_t, const void *, int64_t, float *,
+			 int64_t);
+
+/* The AVX-512 gemmq versions this CPU runs: VNNI, and VBMI where present. */
+static int avx512_gemmqs(gemmq_fn g[2], const char *names[2])
+{
+	int n = 0;
+	g[n] = ms_q8_gemmq_avx512vnni, names[n++] = "avx512vnni";
+	if (ms_cpu_detect() & MS_CPU_AVX512VBMI)
+		g[n] = ms_q8_gemmq_avx512vbmi, names[n++] = "avx512vbmi";
+	return n;
+}
 
 static bool have(unsigned flags, const char *what)
 {
@@ -230,11 +244,15 @@ static void check_bitwise(struct tmat *t, int64_t n, const char *what)
 		yr[i] = ya[i] = 1e30f;
 	ms_q8_gemmq_ref(w, 0, rows, xr, n, yr, ldy);
 	int64_t split = rows > 32 ? (rows / 16 / 2) * 16 : 0;
-	/* the AVX-512 VNNI kernel, then the AVX2 one (on the portable prep),
-	 * each over two row ranges */
-	for (int isa = 0; isa < 2; isa++) {
-		void (*g)(const struct ms_wmat *, int64_t, int64_t, const void *, int64_t, float *,
-			  int64_t) = isa ? ms_q8_gemmq_avx2 : ms_q8_gemmq_avx512vnni;
+	/* the AVX-512 kernels (VNNI, VBMI where the CPU has it), then the AVX2
+	 * one (on the portable prep), each over two row ranges */
+	gemmq_fn gs[3];
+	const char *gn[3];
+	int ng = avx512_gemmqs(gs, gn);
+	gs[ng] = ms_q8_gemmq_avx2, gn[ng++] = "avx2";
+	for (int gi = 0; gi < ng; gi++) {
+		gemmq_fn g = gs[gi];
+		bool isa = g == ms_q8_gemmq_avx2; /* reads the portable prep */
 		for (int64_t i = 0; i < n * ldy; i++)
 			ya[i] = 1e30f;
 		if (split)
@@ -250,7 +268,7 @@ static void check_bitwise(struct tmat *t, int64_t n, const char *what)
 				ck_assert_msg(same_bits(a, b),
 					      "%s %lldx%lld n=%lld: row %lld tok %lld: scalar %.9g %s %.9g",
 					      what, (long long)rows, (long long)w->cols, (long long)n,
-					      (long long)r, (long long)tt, a, isa ? "avx2" : "avx512", b);
+					      (long long)r, (long long)tt, a, gn[gi], b);
 			}
 	}
 	free(x), free(xr), free(xa), free(yr), free(ya);
@@ -319,9 +337,13 @@ START_TEST(avx512_matches_scalar_bitwise)
 		ck_assert(!memcmp(xr, xa, ms_q8_prep_size(&t.m, n)));
 		float ya[17 * 3], yr[17 * 3];
 		ms_q8_gemmq_ref(&t.m, 0, 17, xr, n, yr, 17);
-		ms_q8_gemmq_avx512vnni(&t.m, 0, 17, xa, n, ya, 17);
-		for (int i = 0; i < 17 * 3; i++)
-			ck_assert(same_bits(ya[i], yr[i]));
+		gemmq_fn gs[2];
+		const char *gn[2];
+		for (int gi = 0, ng = avx512_gemmqs(gs, gn); gi < ng; gi++) {
+			gs[gi](&t.m, 0, 17, xa, n, ya, 17);
+			for (int i = 0; i < 17 * 3; i++)
+				ck_assert_msg(same_bits(ya[i], yr[i]), "%s: element %d", gn[gi], i);
+		}
 		for (int i = 0; i < 17; i++) {
 			ck_assert(isfinite(yr[i]) && isfinite(yr[17 + i]));
 			ck_assert(isnan(yr[34 + i])); /* a NaN input poisons its token */
@@ -443,8 +465,13 @@ START_TEST(pow2_exact_on_mxfp4_activations)
 				ck_assert(!memcmp(xa, xq, ms_q8_prep_size(&t.m, n)));
 				free(xa);
 				float *ya = malloc((size_t)(n * rows) * sizeof(float));
-				ms_q8_gemmq_avx512vnni(&t.m, 0, rows, xq, n, ya, rows);
-				ck_assert(!memcmp(ya, yq, (size_t)(n * rows) * sizeof(float)));
+				gemmq_fn gs[2];
+				const char *gn[2];
+				for (int gi = 0, ng = avx512_gemmqs(gs, gn); gi < ng; gi++) {
+					gs[gi](&t.m, 0, rows, xq, n, ya, rows);
+					ck_assert_msg(!memcmp(ya, yq, (size_t)(n * rows) * sizeof(float)),
+						      "%s differs from the portable gemmq", gn[gi]);
+				}
 				free(ya);
 			}
 			double gamma = ((double)cols / 8 + (double)cols / 32 + 16) * ldexp(1, -24);
@@ -549,16 +576,20 @@ START_TEST(batch_invariance)
 	if (!have(VNNI_FLAGS, "batch_invariance"))
 		return;
 	const size_t use[] = {0, 2, 4, 7, 8};
-	for (size_t u = 0; u < 5; u++) {
+	gemmq_fn gs[2];
+	const char *gn[2];
+	int ng = avx512_gemmqs(gs, gn);
+	for (size_t u = 0; u < 5 * (size_t)ng; u++) {
+		gemmq_fn g = gs[u / 5];
 		int64_t rows = 100, cols = 2880, n = 17;
-		struct tmat t = make_cfg(&cfgs[use[u]], rows, cols);
+		struct tmat t = make_cfg(&cfgs[use[u % 5]], rows, cols);
 		pack_ok(&t);
 		float *x = make_x(n, cols);
 		float *yall = malloc((size_t)(n * rows) * sizeof(float));
 		float *ysub = malloc((size_t)(n * rows) * sizeof(float));
 		void *xq = malloc(ms_q8_prep_size(&t.m, n));
 		ms_q8_prep_avx512(&t.m, x, cols, n, xq);
-		ms_q8_gemmq_avx512vnni(&t.m, 0, rows, xq, n, yall, rows);
+		g(&t.m, 0, rows, xq, n, yall, rows);
 		/* every token alone, then windows of 2, 3, 5, 8 and 9 tokens */
 		const int64_t widths[] = {1, 2, 3, 5, 8, 9};
 		for (size_t wi = 0; wi < 6; wi++) {
@@ -566,10 +597,10 @@ START_TEST(batch_invariance)
 			for (int64_t t0 = 0; t0 + wd <= n; t0 += wd > 4 ? 3 : wd) {
 				void *xs = malloc(ms_q8_prep_size(&t.m, wd));
 				ms_q8_prep_avx512(&t.m, x + t0 * cols, cols, wd, xs);
-				ms_q8_gemmq_avx512vnni(&t.m, 0, rows, xs, wd, ysub, rows);
+				g(&t.m, 0, rows, xs, wd, ysub, rows);
 				ck_assert_msg(!memcmp(ysub, yall + t0 * rows, (size_t)(wd * rows) * sizeof(float)),
-					      "%s: tokens %lld..%lld differ in a call of %lld and of %lld",
-					      cfgs[use[u]].name, (long long)t0, (long long)(t0 + wd - 1),
+					      "%s %s: tokens %lld..%lld differ in a call of %lld and of %lld",
+					      gn[u / 5], cfgs[use[u % 5]].name, (long long)t0, (long long)(t0 + wd - 1),
 					      (long long)wd, (long long)n);
 				free(xs);
 			}
@@ -601,8 +632,11 @@ START_TEST(backend_binds_and_threads)
 		void *ox = NULL;
 		char why[512];
 		ck_assert_int_eq(ms_backend_bind(&be1, &t.m, &k1, &t.pack, why, sizeof(why), &err), 0);
-		/* AVX-512 VNNI, or where AMX runs its tiles (bitwise the same, below) */
-		ck_assert_msg((k1->gemmq == ms_q8_gemmq_avx512vnni || !strcmp(be1.isa, "amx")) &&
+		/* AVX-512 VNNI (VBMI for MXFP4 where the CPU has it), or where AMX
+		 * runs its tiles (bitwise the same, below) */
+		gemmq_fn want = cfg->fmt == MS_WFMT_MXFP4 && (be1.cpu_flags & MS_CPU_AVX512VBMI) ?
+					ms_q8_gemmq_avx512vbmi : ms_q8_gemmq_avx512vnni;
+		ck_assert_msg((k1->gemmq == want || !strcmp(be1.isa, "amx")) &&
 				      !strcmp(k1->isa, be1.isa) && k1->rounds_acts,
 			      "%s: auto chose %s (%s)", cfg->name, k1->name, why);
 		ck_assert_int_eq(ms_backend_bind(&bex, &wx, &kx, &ox, why, sizeof(why), &err), 0);
@@ -802,13 +836,18 @@ static int bench(void)
 			for (size_t o = 0; o < t.m.pack_bytes; o += 512)
 				pp[o] ^= (uint8_t)(c * 131 + (int)(o >> 9));
 		}
-		/* Q8_BENCH_ISA=avx2: the AVX2 kernel instead */
+		/* Q8_BENCH_ISA=avx2: the AVX2 kernel instead; =vbmi: MXFP4's VBMI
+		 * build (otherwise the VNNI one, the last in the table) */
 		const char *isa = getenv("Q8_BENCH_ISA");
-		bool avx2 = isa && !strcmp(isa, "avx2");
+		bool avx2 = isa && !strcmp(isa, "avx2"), vbmi = isa && !strcmp(isa, "vbmi");
 		const struct ms_kernel *k = NULL;
 		for (const struct ms_kernel *kk = avx2 ? ms_kernels_avx2 : ms_kernels_avx512; kk->name; kk++)
-			if (kk->fmt == t.m.fmt && kk->gemmq)
+			if (kk->fmt == t.m.fmt && kk->gemmq && (!k || !vbmi))
 				k = kk;
+		if (vbmi && !(ms_cpu_detect() & MS_CPU_AVX512VBMI)) {
+			printf("bench: this CPU lacks AVX512-VBMI\n");
+			return 0;
+		}
 		for (int th = 1; th <= 2; th++) {
 			struct ms_backend be;
 			if (ms_backend_init_opts(&be, &(struct ms_backend_opts){.threads = th}, &err)) {
