@@ -9,6 +9,7 @@
 #include "backend.h"
 #include "dense-onednn.h"
 #include "kernels-bf16.h"
+#include "moe.h"
 
 #include <cpuid.h>
 #include <errno.h>
@@ -199,6 +200,15 @@ int ms_backend_init_opts(struct ms_backend *be, const struct ms_backend_opts *o,
 			}
 	if (!be->isa)
 		be->isa = "ref";
+	/* The experts' activation: the widest build the set allows (the same
+	 * bits from each; the ref set keeps the generic one). */
+	bool ref = !strcmp(be->isa, "ref"), avx2 = !strcmp(be->isa, "avx2");
+	if (!ref && !avx2 && (be->cpu_flags & MS_CPU_AVX512F))
+		be->swiglu_row = ms_swiglu_row_avx512;
+	else if (!ref && (be->cpu_flags & MS_CPU_AVX2))
+		be->swiglu_row = ms_swiglu_row_avx2;
+	else
+		be->swiglu_row = ms_swiglu_row;
 	/* Candidates per format: the chosen set's usable kernels in order, then
 	 * the lower sets' (a set may lack a format, or a CPU one of its
 	 * kernels' extensions), the reference always last. */

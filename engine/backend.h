@@ -21,6 +21,7 @@ struct ms_backend {
 	bool exact;                /* only kernels that keep fp32 activations */
 	bool dense_int8;           /* requantize dense bf16 projections to int8 at load */
 	struct ms_pool pool;
+	ms_swiglu_row_fn swiglu_row; /* the experts' activation, for this CPU */
 	/* Per format, the kernels to try in order (a packed kernel may decline
 	 * a matrix it cannot take); the last is always the reference. */
 	const struct ms_kernel *kernels[MS_WFMT_COUNT][MS_KERNEL_CANDIDATES];

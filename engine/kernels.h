@@ -29,6 +29,15 @@ enum ms_wfmt {
 
 const char *ms_wfmt_name(enum ms_wfmt f);
 
+/* GPT-OSS expert activation constants, and the row kernel that applies the
+ * activation to interleaved gate/up outputs (engine/moe.h). */
+struct ms_swiglu {
+	float limit;  /* gate clamped above, up clamped to [-limit, limit] */
+	float alpha;  /* gate * sigmoid(alpha * gate) */
+};
+typedef void (*ms_swiglu_row_fn)(struct ms_swiglu act, const float *restrict g,
+				 const float *restrict b, int64_t n, float *restrict a);
+
 /* A weight matrix W [rows = out features, cols = in features]. Every row is
  * self-contained (its codes, scales and zeros are addressed by row), so rows
  * of two matrices can be spliced into one (quant/ fuses gate and up). */

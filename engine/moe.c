@@ -42,6 +42,7 @@ struct moe_item {
 struct moe_job {
 	const struct ms_qmoe *m;
 	struct ms_swiglu act;
+	ms_swiglu_row_fn swiglu_row;
 	const struct moe_item *items;
 	const int64_t *off;    /* [E+1] start of each expert's rows in the grouped buffers */
 	const int32_t *slot;   /* [n*k] grouped row -> token*k + j */
@@ -111,7 +112,7 @@ static void gate_up_task(void *ctx, int it, int worker)
 		if (scaled)
 			for (int64_t r = r0; r < r1; r++)
 				gt[r] *= s;
-		ms_swiglu_row(j->act, gt + r0, b + r0, (r1 - r0) / 2, at + r0 / 2);
+		j->swiglu_row(j->act, gt + r0, b + r0, (r1 - r0) / 2, at + r0 / 2);
 	}
 }
 
@@ -191,7 +192,8 @@ int ms_moe_forward(struct ms_backend *be, const struct ms_qmoe *m, struct ms_swi
 		slot[row] = (int32_t)s;
 		memcpy(xg + row * H, h + (s / k) * H, (size_t)H * sizeof(float));
 	}
-	struct moe_job job = {m, act, items, off, slot, w, xg, g, a, rs, ys, xqs, 0, false};
+	struct moe_job job = {m, act, be->swiglu_row, items, off, slot, w, xg, g, a, rs, ys, xqs, 0,
+			      false};
 	bool quant_in = false, quant_mid = false;
 	int64_t align = 16;
 	uint64_t bytes = 0;

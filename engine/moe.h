@@ -80,12 +80,6 @@ static inline float ms_exp_clamped(float x)
 	return p * ms_i2f(((int32_t)n + 127) << 23);
 }
 
-/* GPT-OSS expert activation constants. */
-struct ms_swiglu {
-	float limit;  /* gate clamped above, up clamped to [-limit, limit] */
-	float alpha;  /* gate * sigmoid(alpha * gate) */
-};
-
 /* One gate/up pair -> activation: gate clamped above only, up on both
  * sides, (up + 1) * gate * sigmoid(alpha * gate). */
 static inline float ms_swiglu_eval(struct ms_swiglu a, float gate, float up)
@@ -96,9 +90,15 @@ static inline float ms_swiglu_eval(struct ms_swiglu a, float gate, float up)
 }
 
 /* a[i] = ms_swiglu_eval(act, g[2i] + b[2i], g[2i+1] + b[2i+1]) for i < n
- * (engine/swiglu.c, vectorized). */
+ * (engine/swiglu.c, vectorized): built for generic x86-64 (SSE2), AVX2 and
+ * AVX-512, all without FMA contraction, so all three give the scalar
+ * function's bits; the backend picks one at start (be->swiglu_row). */
 void ms_swiglu_row(struct ms_swiglu act, const float *restrict g, const float *restrict b,
 		   int64_t n, float *restrict a);
+void ms_swiglu_row_avx2(struct ms_swiglu act, const float *restrict g, const float *restrict b,
+			int64_t n, float *restrict a);
+void ms_swiglu_row_avx512(struct ms_swiglu act, const float *restrict g, const float *restrict b,
+			  int64_t n, float *restrict a);
 
 /* Top-k of the router logits (largest first; ties to the lower index) and a
  * softmax over the k selected values. logits [n, E]; sel and w [n, k]. */

@@ -9,8 +9,15 @@
  */
 #include "moe.h"
 
-void ms_swiglu_row(struct ms_swiglu act, const float *restrict g, const float *restrict b,
-		   int64_t n, float *restrict a)
+/* engine/meson.build builds this file three times: as is, and with AVX2 or
+ * AVX-512 flags under these names (-ffp-contract=off each time: a fused
+ * multiply-add would round differently). */
+#ifndef MS_SWIGLU_NAME
+#define MS_SWIGLU_NAME ms_swiglu_row
+#endif
+
+void MS_SWIGLU_NAME(struct ms_swiglu act, const float *restrict g, const float *restrict b,
+		    int64_t n, float *restrict a)
 {
 	for (int64_t i = 0; i < n; i++)
 		a[i] = ms_swiglu_eval(act, g[2 * i] + b[2 * i], g[2 * i + 1] + b[2 * i + 1]);

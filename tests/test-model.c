@@ -139,8 +139,11 @@ START_TEST(expert_activation)
 END_TEST
 
 /* The activation's exp against double over every 61st float of [-87, 88]
- * (3.1 ulp, the bound moe.h states); the vectorized row (swiglu.c) equals
- * the scalar function bit for bit on random pairs, ragged lengths. */
+ * (3.1 ulp, the bound moe.h states); the vectorized rows (swiglu.c: the
+ * generic build and, where the CPU has them, the AVX2 and AVX-512 ones)
+ * equal the scalar function bit for bit on random pairs, ragged lengths,
+ * with clamped, huge, infinite and NaN values among them; the backend
+ * picks the widest the kernel set allows. */
 START_TEST(expert_activation_exp)
 {
 	double worst = 0;
@@ -157,6 +160,18 @@ START_TEST(expert_activation_exp)
 	}
 	ck_assert_msg(worst <= 3.1, "exp: %.3f ulp", worst);
 	struct ms_swiglu a = {7.0f, 1.702f};
+	unsigned cpu = ms_cpu_detect();
+	const struct {
+		const char *name;
+		ms_swiglu_row_fn f;
+		bool runs;
+	} rows[] = {
+		{"generic", ms_swiglu_row, true},
+		{"avx2", ms_swiglu_row_avx2, (cpu & MS_CPU_AVX2) != 0},
+		{"avx512", ms_swiglu_row_avx512, (cpu & MS_CPU_AVX512F) != 0},
+	};
+	const float special[] = {NAN, -NAN, INFINITY, -INFINITY, 1e30f, -1e30f, 7.0f, -7.0f,
+				 0.0f, -0.0f, 1e-40f, 60.0f, -60.0f};
 	uint32_t seed = 12345;
 	for (int64_t n = 1; n < 300; n += 37) {
 		float g[600], b[600], y[300];
@@ -164,14 +179,33 @@ START_TEST(expert_activation_exp)
 			seed = seed * 1664525u + 1013904223u;
 			g[i] = ((float)(seed >> 8) / 16777216.0f - 0.5f) * 24.0f;
 			b[i] = ((float)(seed & 255) / 256.0f - 0.5f);
+			if (seed % 11 == 0)
+				g[i] = special[(seed >> 4) % (sizeof(special) / sizeof(special[0]))];
 		}
-		ms_swiglu_row(a, g, b, n, y);
-		for (int64_t i = 0; i < n; i++) {
-			float want = ms_swiglu_eval(a, g[2 * i] + b[2 * i], g[2 * i + 1] + b[2 * i + 1]);
-			ck_assert_msg(memcmp(&want, &y[i], 4) == 0, "n %lld i %lld: %a vs %a",
-				      (long long)n, (long long)i, (double)y[i], (double)want);
+		for (size_t f = 0; f < sizeof(rows) / sizeof(rows[0]); f++) {
+			if (!rows[f].runs)
+				continue;
+			rows[f].f(a, g, b, n, y);
+			for (int64_t i = 0; i < n; i++) {
+				float want = ms_swiglu_eval(a, g[2 * i] + b[2 * i],
+							    g[2 * i + 1] + b[2 * i + 1]);
+				ck_assert_msg(memcmp(&want, &y[i], 4) == 0, "%s n %lld i %lld: %a vs %a",
+					      rows[f].name, (long long)n, (long long)i, (double)y[i],
+					      (double)want);
+			}
 		}
 	}
+	struct ms_err err = {0};
+	struct ms_backend be;
+	ck_assert_int_eq(ms_backend_init_opts(&be, &(struct ms_backend_opts){.threads = 1}, &err), 0);
+	ck_assert_msg(be.swiglu_row == (!strcmp(be.isa, "avx2") ? ms_swiglu_row_avx2 :
+					strcmp(be.isa, "ref") ? ms_swiglu_row_avx512 : ms_swiglu_row),
+		      "set %s", be.isa);
+	ms_backend_free(&be);
+	ck_assert_int_eq(ms_backend_init_opts(&be, &(struct ms_backend_opts){.kernels = "ref",
+									   .threads = 1}, &err), 0);
+	ck_assert(be.swiglu_row == ms_swiglu_row);
+	ms_backend_free(&be);
 }
 END_TEST
 
