@@ -38,7 +38,7 @@
 
 #define AI static inline __attribute__((always_inline))
 
-#define BF16_HUGE_MIN ((size_t)2 << 20) /* packs from this size on use huge pages */
+#define BF16_HUGE_MIN ((size_t)4 << 20) /* packs from this size on use huge pages */
 #define BF16_HUGE_PAGE ((size_t)2 << 20)
 /* Prefetch distance in 64-byte steps per panel (tuned on 2 Zen 4 cores). */
 #define BF16_PF_STEPS 32

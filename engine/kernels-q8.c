@@ -14,7 +14,7 @@
 #include "ms-error.h"
 
 #define Q8_HUGE_PAGE ((size_t)2 << 20)
-#define Q8_HUGE_MIN ((size_t)2 << 20) /* packs from this size on use huge pages */
+#define Q8_HUGE_MIN ((size_t)4 << 20) /* packs from this size on use huge pages */
 
 const uint8_t ms_q8_lut12[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
 
@@ -329,13 +329,14 @@ int ms_q8_pack(struct ms_wmat *w, void **owned, struct ms_err *err)
 	size_t total = (hdr + perm_b + (size_t)(np * PB) + 63) / 64 * 64;
 	/* Decode streams the panels from DRAM: on 4 KiB pages the TLB walks
 	 * cost ~10% of the bandwidth (measured: 30 vs 34 GB/s on 2 Zen 4
-	 * cores), so a pack of 2 MiB or more asks for transparent huge pages,
+	 * cores), so a pack of 4 MiB or more asks for transparent huge pages,
 	 * 2 MiB aligned (the slack of the alignment is address space, never
 	 * touched; the tail past the last whole huge page stays on 4 KiB).
-	 * From 4 MiB on, as before, left an expert's down projection of the
-	 * bench model (2.2 MiB) and a third of the experts' bytes on 4 KiB
-	 * pages, its rows ~2-3% slower per byte than gate_up's. A refusal only
-	 * costs that speed. */
+	 * Not from 2 MiB: that put the bench model's down projections (2.2
+	 * MiB, a third of the expert bytes) on huge pages too and made their
+	 * rows ~2-3% faster per byte, but the kernel's compaction for the
+	 * extra huge-page faults doubled the load's system time (MXFP4 bench
+	 * model: 1.5-1.8 -> 2.4-3.7 s). A refusal only costs that speed. */
 	bool huge = total >= Q8_HUGE_MIN;
 	uint8_t *buf = NULL;
 	if (posix_memalign((void **)&buf, huge ? Q8_HUGE_PAGE : 64, total))
