@@ -364,12 +364,18 @@ void ms_kernel_run(const struct ms_kernel *k, const struct ms_wmat *w, int64_t r
 
 /* ---- parallel gemm over row blocks ---- */
 
+/* One pool run over the row blocks of up to MS_GEMM_MULTI_MAX matrices
+ * (ms_backend_gemm is the case of one): task t is block t - first[i] of
+ * matrix i, where first[i] <= t < first[i + 1]. */
 struct gemm_job {
 	const struct ms_kernel *k;
-	const struct ms_wmat *w;
-	const float *x, *bias;
-	const void *xq;
-	float *y;
+	int m;
+	const struct ms_wmat *w[MS_GEMM_MULTI_MAX];
+	const float *bias[MS_GEMM_MULTI_MAX];
+	const void *xq[MS_GEMM_MULTI_MAX];
+	float *y[MS_GEMM_MULTI_MAX];
+	int first[MS_GEMM_MULTI_MAX + 1];
+	const float *x;
 	int64_t n, rows_per_task;
 };
 
@@ -377,13 +383,17 @@ static void gemm_task(void *ctx, int task, int worker)
 {
 	(void)worker;
 	const struct gemm_job *j = ctx;
-	int64_t r0 = (int64_t)task * j->rows_per_task;
-	int64_t r1 = r0 + j->rows_per_task < j->w->rows ? r0 + j->rows_per_task : j->w->rows;
-	ms_kernel_run(j->k, j->w, r0, r1, j->xq, j->x, j->w->cols, j->n, j->y, j->w->rows);
-	if (j->bias)
+	int i = 0;
+	while (task >= j->first[i + 1])
+		i++;
+	const struct ms_wmat *w = j->w[i];
+	int64_t r0 = (int64_t)(task - j->first[i]) * j->rows_per_task;
+	int64_t r1 = r0 + j->rows_per_task < w->rows ? r0 + j->rows_per_task : w->rows;
+	ms_kernel_run(j->k, w, r0, r1, j->xq[i], j->x, w->cols, j->n, j->y[i], w->rows);
+	if (j->bias[i])
 		for (int64_t t = 0; t < j->n; t++)
 			for (int64_t r = r0; r < r1; r++)
-				j->y[t * j->w->rows + r] += j->bias[r];
+				j->y[i][t * w->rows + r] += j->bias[i][r];
 }
 
 int64_t ms_kernel_rows_per_task(const struct ms_kernel *k, int64_t rows, int64_t tasks)
@@ -394,27 +404,45 @@ int64_t ms_kernel_rows_per_task(const struct ms_kernel *k, int64_t rows, int64_t
 	return (per + a - 1) / a * a;
 }
 
+void ms_backend_gemm_multi(struct ms_backend *be, const struct ms_kernel *k, int m,
+			   const struct ms_wmat *const *w, const float *x, int64_t n,
+			   float *const *y, const float *const *bias)
+{
+	/* About four tasks per thread over all the rows balances uneven
+	 * progress; 16-row minimum keeps per-task overhead small. The split
+	 * does not affect results: each row is computed by exactly one task. */
+	struct gemm_job j = {.k = k, .m = m, .x = x, .n = n};
+	int64_t rows = 0;
+	for (int i = 0; i < m; i++)
+		rows += w[i]->rows;
+	j.rows_per_task = ms_kernel_rows_per_task(k, rows, 4 * (int64_t)be->pool.n_threads);
+	for (int i = 0; i < m; i++) {
+		j.w[i] = w[i];
+		j.y[i] = y[i];
+		j.bias[i] = bias ? bias[i] : NULL;
+		if (k->prep) {
+			void *xq = malloc(k->prep_size(w[i], n));
+			if (!xq)
+				abort(); /* out of memory mid-forward: fail loud, never compute garbage */
+			k->prep(w[i], x, w[i]->cols, n, xq);
+			j.xq[i] = xq;
+		}
+		j.first[i + 1] = j.first[i] + (int)((w[i]->rows + j.rows_per_task - 1) / j.rows_per_task);
+	}
+	if (m == 1 && k->whole && k->whole(w[0], n)) {
+		j.rows_per_task = w[0]->rows;
+		gemm_task(&j, 0, 0);
+	} else {
+		ms_pool_run(&be->pool, j.first[m], gemm_task, &j);
+	}
+	for (int i = 0; i < m; i++) {
+		ms_backend_count_bytes(be, ms_wmat_bytes(w[i]));
+		free((void *)j.xq[i]);
+	}
+}
+
 void ms_backend_gemm(struct ms_backend *be, const struct ms_kernel *k, const struct ms_wmat *w,
 		     const float *x, int64_t n, float *y, const float *bias)
 {
-	/* About four tasks per thread balances uneven progress; 16-row
-	 * minimum keeps per-task overhead small. The split does not affect
-	 * results: each row is computed by exactly one task. */
-	int64_t per = ms_kernel_rows_per_task(k, w->rows, 4 * (int64_t)be->pool.n_threads);
-	void *xq = NULL;
-	if (k->prep) {
-		xq = malloc(k->prep_size(w, n));
-		if (!xq)
-			abort(); /* out of memory mid-forward: fail loud, never compute garbage */
-		k->prep(w, x, w->cols, n, xq);
-	}
-	struct gemm_job j = {k, w, x, bias, xq, y, n, per};
-	if (k->whole && k->whole(w, n)) {
-		j.rows_per_task = w->rows;
-		gemm_task(&j, 0, 0);
-	} else {
-		ms_pool_run(&be->pool, (int)((w->rows + per - 1) / per), gemm_task, &j);
-	}
-	ms_backend_count_bytes(be, ms_wmat_bytes(w));
-	free(xq);
+	ms_backend_gemm_multi(be, k, 1, &w, x, n, &y, &bias);
 }

@@ -113,4 +113,15 @@ extern const char ms_backend_kernel_sets[];
 void ms_backend_gemm(struct ms_backend *be, const struct ms_kernel *k, const struct ms_wmat *w,
 		     const float *x, int64_t n, float *y, const float *bias);
 
+/* The same for m <= MS_GEMM_MULTI_MAX matrices of one kernel and one
+ * width on the same x (attention's q, k and v), y[i] and bias[i] (bias may
+ * be NULL, or bias[i]) for w[i]: one pool run over all their row blocks, so
+ * the small ones share the threads with the large and the pool is entered
+ * once. Each row is computed by exactly one task with w[i]'s kernel, so the
+ * results are those of m separate calls, bit for bit. */
+#define MS_GEMM_MULTI_MAX 4
+void ms_backend_gemm_multi(struct ms_backend *be, const struct ms_kernel *k, int m,
+			   const struct ms_wmat *const *w, const float *x, int64_t n,
+			   float *const *y, const float *const *bias);
+
 #endif

@@ -354,9 +354,10 @@ static int gptoss_forward_batch(struct ms_model *m, const struct ms_batch *bt, f
 		const struct gptoss_layer *L = &g->layers[li];
 		for (int64_t t = 0; t < n; t++)
 			rmsnorm(b.h + t * H, b.x + t * H, L->attn_norm, H, c->rms_eps);
-		ms_qlinear_apply(be, &L->q, b.h, n, b.q);
-		ms_qlinear_apply(be, &L->k, b.h, n, b.k);
-		ms_qlinear_apply(be, &L->v, b.h, n, b.v);
+		/* q, k and v in one pass over the pool (k and v alone are too
+		 * small to keep two threads busy) */
+		ms_qlinear_apply_multi(be, 3, (const struct ms_qlinear *[]){&L->q, &L->k, &L->v}, b.h,
+				       n, (float *[]){b.q, b.k, b.v});
 		for (int64_t t = 0; t < n; t++) {
 			int64_t pos = bt->pos[t];
 			const float *cs = b.rope + t * d, *sn = cs + d / 2;

@@ -581,6 +581,25 @@ void ms_qlinear_apply(struct ms_backend *be, const struct ms_qlinear *l, const f
 	free(rs);
 }
 
+void ms_qlinear_apply_multi(struct ms_backend *be, int m, const struct ms_qlinear *const *l,
+			    const float *x, int64_t n, float *const *y)
+{
+	bool together = m >= 1 && m <= MS_GEMM_MULTI_MAX;
+	for (int i = 0; together && i < m; i++)
+		together = l[i]->act.kind == MS_ACTQ_NONE && l[i]->kernel == l[0]->kernel &&
+			   l[i]->w.cols == l[0]->w.cols;
+	if (!together) {
+		for (int i = 0; i < m; i++)
+			ms_qlinear_apply(be, l[i], x, n, y[i]);
+		return;
+	}
+	const struct ms_wmat *w[MS_GEMM_MULTI_MAX];
+	const float *b[MS_GEMM_MULTI_MAX];
+	for (int i = 0; i < m; i++)
+		w[i] = &l[i]->w, b[i] = l[i]->bias;
+	ms_backend_gemm_multi(be, l[0]->kernel, m, w, x, n, y, b);
+}
+
 /* ---- splicing rows of two matrices ---- */
 
 /* Source group map of a matrix whose rows share one (all our loaders make
