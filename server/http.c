@@ -1681,9 +1681,30 @@ static enum MHD_Result h_chat(struct ms_server *s, struct MHD_Connection *c, str
 
 /* ---- small endpoints ---- */
 
+/* The state and its reason, read together. */
+static int read_status(struct ms_server *s, char *reason, size_t len)
+{
+	pthread_mutex_lock(&s->reason_mu);
+	int st = atomic_load(&s->state);
+	snprintf(reason, len, "%s", s->reason);
+	pthread_mutex_unlock(&s->reason_mu);
+	return st;
+}
+
+/* Change the state; reason NULL leaves it as it is. */
+static void set_status(struct ms_server *s, int st, const char *reason)
+{
+	pthread_mutex_lock(&s->reason_mu);
+	if (reason)
+		snprintf(s->reason, sizeof(s->reason), "%s", reason);
+	atomic_store(&s->state, st);
+	pthread_mutex_unlock(&s->reason_mu);
+}
+
 static enum MHD_Result h_health(struct ms_server *s, struct MHD_Connection *c, struct conn *k)
 {
-	int st = atomic_load(&s->state);
+	char reason[sizeof(s->reason)];
+	int st = read_status(s, reason, sizeof(reason));
 	cJSON *j = cJSON_CreateObject();
 	if (st == MS_SERVER_READY) {
 		cJSON_AddStringToObject(j, "status", "ok");
@@ -1691,7 +1712,7 @@ static enum MHD_Result h_health(struct ms_server *s, struct MHD_Connection *c, s
 	}
 	cJSON_AddStringToObject(j, "status", st == MS_SERVER_LOADING ? "loading"
 					     : st == MS_SERVER_FAILED ? "failed" : "draining");
-	cJSON_AddStringToObject(j, "reason", s->reason);
+	cJSON_AddStringToObject(j, "reason", reason);
 	return send_json(s, c, k, 503, j);
 }
 
@@ -1874,11 +1895,12 @@ static enum MHD_Result dispatch(struct ms_server *s, struct MHD_Connection *c, s
 	bool wants_get = !strncmp(u, "/v1/models", 10);
 	if (wants_get ? !get : !post)
 		goto method;
-	int st = atomic_load(&s->state);
+	char reason[sizeof(s->reason)];
+	int st = read_status(s, reason, sizeof(reason));
 	if (st != MS_SERVER_READY)
 		return send_error(s, c, k, 503, "server_unavailable", NULL, "the server is %s: %s",
 				  st == MS_SERVER_LOADING ? "loading the model" : st == MS_SERVER_FAILED
-				  ? "not serving" : "shutting down", s->reason);
+				  ? "not serving" : "shutting down", reason);
 	if (wants_get)
 		return h_models(s, c, k, u[10] == '/' ? u + 11 : NULL);
 	if (k->too_big)
@@ -1999,8 +2021,8 @@ int ms_server_start(struct ms_server *s, const struct ms_server_config *cfg,
 	memset(s, 0, sizeof(*s));
 	s->cfg = *cfg;
 	s->metrics = metrics;
-	atomic_store(&s->state, MS_SERVER_LOADING);
-	snprintf(s->reason, sizeof(s->reason), "loading the model");
+	pthread_mutex_init(&s->reason_mu, NULL);
+	set_status(s, MS_SERVER_LOADING, "loading the model");
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->port)};
 	if (inet_pton(AF_INET, cfg->host, &a.sin_addr) != 1)
 		return ms_err_set(err, -EINVAL, "--host: \"%s\" is not an IPv4 address", cfg->host);
@@ -2036,22 +2058,19 @@ void ms_server_set_ready(struct ms_server *s, struct ms_model *m, struct ms_toke
 		s->harmony = s->hids.start >= 0 && s->hids.end >= 0 && s->hids.message >= 0 &&
 			     s->hids.channel >= 0 && s->hids.ret >= 0 && s->hids.call >= 0;
 	}
-	s->reason[0] = '\0';
 	if (s->metrics)
 		ms_metrics_set_loaded(s->metrics, true);
-	atomic_store(&s->state, MS_SERVER_READY);
+	set_status(s, MS_SERVER_READY, "");
 }
 
 void ms_server_set_failed(struct ms_server *s, const char *reason)
 {
-	snprintf(s->reason, sizeof(s->reason), "%s", reason);
-	atomic_store(&s->state, MS_SERVER_FAILED);
+	set_status(s, MS_SERVER_FAILED, reason);
 }
 
 void ms_server_quiesce(struct ms_server *s)
 {
-	snprintf(s->reason, sizeof(s->reason), "shutting down");
-	atomic_store(&s->state, MS_SERVER_DRAINING);
+	set_status(s, MS_SERVER_DRAINING, "shutting down");
 	if (s->daemon) {
 		/* MHD stops accepting but leaves the socket listening: connections
 		 * would wait in its backlog, unanswered, until the exit. Shut it
@@ -2065,7 +2084,9 @@ void ms_server_quiesce(struct ms_server *s)
 
 void ms_server_stop(struct ms_server *s)
 {
-	if (s->daemon)
-		MHD_stop_daemon(s->daemon);
+	if (s->daemon) {
+		MHD_stop_daemon(s->daemon); /* joins its threads: none reads the reason now */
+		pthread_mutex_destroy(&s->reason_mu);
+	}
 	s->daemon = NULL;
 }

@@ -9,6 +9,7 @@
 #ifndef MS_HTTP_H
 #define MS_HTTP_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -42,7 +43,11 @@ struct ms_server {
 	struct ms_server_config cfg;
 	struct MHD_Daemon *daemon;
 	atomic_int state;
-	char reason[512];               /* why not ready */
+	/* Why not ready; state and reason change together under reason_mu, and
+	 * readers take both under it (read_status), so a reader never sees a
+	 * state with another state's reason or a half-written one. */
+	pthread_mutex_t reason_mu;
+	char reason[512];
 	struct ms_model *model;
 	struct ms_tokenizer *tok;       /* NULL: token prompts only */
 	struct ms_engine *engine;
