@@ -33,29 +33,34 @@ static inline __m256 load_f16(const uint16_t *p)
 	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }
 
-/* A row (decoded by DEC for the vector part, by SCALAR for the tail). */
-#define DOT_ROW(VLOAD, SCALAR)                                                            \
-	do {                                                                              \
-		__m256 acc[TB];                                                           \
-		float tail[TB] = {0};                                                     \
-		for (int t = 0; t < nt; t++)                                              \
-			acc[t] = _mm256_setzero_ps();                                     \
-		int64_t k = 0;                                                            \
-		for (; k + 8 <= K; k += 8) {                                              \
-			__m256 wv = VLOAD;                                                \
-			for (int t = 0; t < nt; t++)                                      \
-				acc[t] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (t0 + t) * ldx + k), acc[t]); \
-		}                                                                         \
-		for (; k < K; k++)                                                        \
-			for (int t = 0; t < nt; t++)                                      \
-				tail[t] += (SCALAR) * x[(t0 + t) * ldx + k];              \
-		for (int t = 0; t < nt; t++)                                              \
-			y[(t0 + t) * ldy + r] = hsum8(acc[t]) + tail[t];                  \
-	} while (0)
+/* A row against tokens t0..t0+NT-1 (VLOAD(p) loads eight weights from p as
+ * floats, SCALAR(e) converts one, for the tail). NT is a constant (the
+ * switch in DEF_GEMM), so the token loops unroll and the accumulators stay
+ * in registers; with a run-time count every fmadd went through memory. */
+#define DEF_DOT_ROW(NAME, ELEM, VLOAD, SCALAR)                                                 \
+	static inline __attribute__((always_inline)) void NAME(                               \
+		const ELEM *row, int64_t K, const float *x, int64_t ldx, int64_t t0, const int NT, \
+		float *y, int64_t ldy, int64_t r)                                              \
+	{                                                                                      \
+		__m256 acc[TB];                                                                \
+		float tail[TB] = {0};                                                          \
+		_Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps(); \
+		int64_t k = 0;                                                                 \
+		for (; k + 8 <= K; k += 8) {                                                   \
+			__m256 wv = VLOAD(row + k);                                            \
+			_Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) acc[t] =          \
+				_mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (t0 + t) * ldx + k), acc[t]); \
+		}                                                                              \
+		for (; k < K; k++)                                                             \
+			_Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) tail[t] +=        \
+				SCALAR(row[k]) * x[(t0 + t) * ldx + k];                        \
+		_Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                           \
+			y[(t0 + t) * ldy + r] = hsum8(acc[t]) + tail[t];                       \
+	}
 
-/* gemm over rows r0..r1 for one element type: VLOAD(row + k) loads eight
- * weights as floats, SCALAR(row[k]) one, for the tail. */
+/* gemm over rows r0..r1 for one element type. */
 #define DEF_GEMM(NAME, ELEM, VLOAD, SCALAR)                                                    \
+	DEF_DOT_ROW(NAME##_row, ELEM, VLOAD, SCALAR)                                           \
 	static void NAME(const struct ms_wmat *w, int64_t r0, int64_t r1, const float *x,     \
 			 int64_t ldx, int64_t n, float *y, int64_t ldy)                       \
 	{                                                                                      \
@@ -64,7 +69,14 @@ static inline __m256 load_f16(const uint16_t *p)
 			const ELEM *row = (const ELEM *)(w->w + (size_t)r * w->row_bytes);     \
 			for (int64_t t0 = 0; t0 < n; t0 += TB) {                               \
 				int nt = (int)(n - t0 < TB ? n - t0 : TB);                     \
-				DOT_ROW(VLOAD(row + k), SCALAR(row[k]));                       \
+				if (nt == 4)                                                   \
+					NAME##_row(row, K, x, ldx, t0, 4, y, ldy, r);          \
+				else if (nt == 3)                                              \
+					NAME##_row(row, K, x, ldx, t0, 3, y, ldy, r);          \
+				else if (nt == 2)                                              \
+					NAME##_row(row, K, x, ldx, t0, 2, y, ldy, r);          \
+				else                                                           \
+					NAME##_row(row, K, x, ldx, t0, 1, y, ldy, r);          \
 			}                                                                      \
 		}                                                                              \
 	}
