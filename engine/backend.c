@@ -411,6 +411,13 @@ void ms_backend_gemm_multi(struct ms_backend *be, const struct ms_kernel *k, int
 	/* About four tasks per thread over all the rows balances uneven
 	 * progress; 16-row minimum keeps per-task overhead small. The split
 	 * does not affect results: each row is computed by exactly one task. */
+	/* a kernel that wants a whole matrix in one call gets each on its own */
+	for (int i = 0; m > 1 && k->whole && i < m; i++)
+		if (k->whole(w[i], n)) {
+			for (int q = 0; q < m; q++)
+				ms_backend_gemm_multi(be, k, 1, &w[q], x, n, &y[q], bias ? &bias[q] : NULL);
+			return;
+		}
 	struct gemm_job j = {.k = k, .m = m, .x = x, .n = n};
 	int64_t rows = 0;
 	for (int i = 0; i < m; i++)

@@ -117,7 +117,8 @@ void ms_backend_gemm(struct ms_backend *be, const struct ms_kernel *k, const str
  * width on the same x (attention's q, k and v), y[i] and bias[i] (bias may
  * be NULL, or bias[i]) for w[i]: one pool run over all their row blocks, so
  * the small ones share the threads with the large and the pool is entered
- * once. Each row is computed by exactly one task with w[i]'s kernel, so the
+ * once (a kernel that asks for whole matrices, k->whole, gets them one by
+ * one). Each row is computed by exactly one task with w[i]'s kernel, so the
  * results are those of m separate calls, bit for bit. */
 #define MS_GEMM_MULTI_MAX 4
 void ms_backend_gemm_multi(struct ms_backend *be, const struct ms_kernel *k, int m,
