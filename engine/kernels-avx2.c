@@ -34,13 +34,12 @@ static inline __m256 load_f16(const uint16_t *p)
 }
 
 /* A row against tokens t0..t0+NT-1 (VLOAD(p) loads eight weights from p as
- * floats, SCALAR(e) converts one, for the tail). NT is a constant (the
- * switch in DEF_GEMM), so the token loops unroll and the accumulators stay
- * in registers; with a run-time count every fmadd went through memory. */
+ * floats, SCALAR(e) converts one, for the tail); NT is a constant
+ * (MS_CALL_NT4 in DEF_GEMM). */
 #define DEF_DOT_ROW(NAME, ELEM, VLOAD, SCALAR)                                                 \
 	static inline __attribute__((always_inline)) void NAME(                               \
-		const ELEM *row, int64_t K, const float *x, int64_t ldx, int64_t t0, const int NT, \
-		float *y, int64_t ldy, int64_t r)                                              \
+		const ELEM *row, int64_t K, const float *x, int64_t ldx, int64_t t0, float *y,    \
+		int64_t ldy, int64_t r, const int NT)                                          \
 	{                                                                                      \
 		__m256 acc[TB];                                                                \
 		float tail[TB] = {0};                                                          \
@@ -69,14 +68,7 @@ static inline __m256 load_f16(const uint16_t *p)
 			const ELEM *row = (const ELEM *)(w->w + (size_t)r * w->row_bytes);     \
 			for (int64_t t0 = 0; t0 < n; t0 += TB) {                               \
 				int nt = (int)(n - t0 < TB ? n - t0 : TB);                     \
-				if (nt == 4)                                                   \
-					NAME##_row(row, K, x, ldx, t0, 4, y, ldy, r);          \
-				else if (nt == 3)                                              \
-					NAME##_row(row, K, x, ldx, t0, 3, y, ldy, r);          \
-				else if (nt == 2)                                              \
-					NAME##_row(row, K, x, ldx, t0, 2, y, ldy, r);          \
-				else                                                           \
-					NAME##_row(row, K, x, ldx, t0, 1, y, ldy, r);          \
+				MS_CALL_NT4(nt, NAME##_row, row, K, x, ldx, t0, y, ldy, r);    \
 			}                                                                      \
 		}                                                                              \
 	}

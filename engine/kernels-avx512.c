@@ -23,27 +23,6 @@
 #define TB 4 /* tokens per pass over a row */
 #define AI static inline __attribute__((always_inline))
 
-/* The token loops below run with a constant count (NT = 1..TB, chosen by
- * a switch once per row pass), so the compiler unrolls them and keeps the
- * accumulators in registers: with a run-time count each fmadd went through
- * memory (load, fmadd, store back; the router's 32 x 2048 at 16 tokens took
- * ~100 us a layer). The same operations in the same order either way. */
-#define NT_SWITCH(nt, CALL)     \
-	switch (nt) {           \
-	case 4:                 \
-		CALL(4);        \
-		break;          \
-	case 3:                 \
-		CALL(3);        \
-		break;          \
-	case 2:                 \
-		CALL(2);        \
-		break;          \
-	default:                \
-		CALL(1);        \
-		break;          \
-	}
-
 static inline __m512 load_bf16(const uint16_t *p, __mmask16 m)
 {
 	__m256i h = _mm256_maskz_loadu_epi16(m, p);
@@ -60,10 +39,11 @@ static inline __m512 load_f32(const float *p, __mmask16 m)
 	return _mm512_maskz_loadu_ps(m, p);
 }
 
-/* One row against tokens t0..t0+NT-1 (NT <= TB), for a 16-wide loader. */
+/* One row against tokens t0..t0+NT-1 (NT <= TB, a constant: MS_CALL_NT4),
+ * for a 16-wide loader. */
 #define DEF_DOT_ROW(NAME, ELEM, LOADW)                                                         \
 	AI void NAME(const ELEM *row, int64_t K, const float *x, int64_t ldx, int64_t t0,     \
-		     const int NT, float *y, int64_t ldy, int64_t r)                          \
+		     float *y, int64_t ldy, int64_t r, const int NT)                          \
 	{                                                                                      \
 		__m512 acc[TB];                                                                \
 		_Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps(); \
@@ -95,14 +75,7 @@ static inline __m512 load_f32(const float *p, __mmask16 m)
 			const ELEM *row = (const ELEM *)(w->w + (size_t)r * w->row_bytes);     \
 			for (int64_t t0 = 0; t0 < n; t0 += TB) {                               \
 				int nt = (int)(n - t0 < TB ? n - t0 : TB);                     \
-				if (nt == 4)                                                   \
-					NAME##_row(row, K, x, ldx, t0, 4, y, ldy, r);          \
-				else if (nt == 3)                                              \
-					NAME##_row(row, K, x, ldx, t0, 3, y, ldy, r);          \
-				else if (nt == 2)                                              \
-					NAME##_row(row, K, x, ldx, t0, 2, y, ldy, r);          \
-				else                                                           \
-					NAME##_row(row, K, x, ldx, t0, 1, y, ldy, r);          \
+				MS_CALL_NT4(nt, NAME##_row, row, K, x, ldx, t0, y, ldy, r);    \
 			}                                                                      \
 		}                                                                              \
 	}
@@ -111,9 +84,9 @@ DEF_GEMM(gemm_bf16, uint16_t, load_bf16)
 DEF_GEMM(gemm_f16, uint16_t, load_f16)
 DEF_GEMM(gemm_f32, float, load_f32)
 
-/* Row r (codes row, scales sc) against tokens t0..t0+NT-1. */
+/* Row r (codes row, scales sc) against tokens t0..t0+NT-1 (MS_CALL_NT4). */
 AI void mxfp4_row(const struct ms_wmat *w, const uint8_t *row, const uint8_t *sc, const float *x,
-		  int64_t ldx, int64_t t0, const int NT, float *y, int64_t ldy, int64_t r)
+		  int64_t ldx, int64_t t0, float *y, int64_t ldy, int64_t r, const int NT)
 {
 	int64_t K = w->cols, full = K / 32;
 	const __m512 lut = _mm512_loadu_ps(ms_e2m1_lut);
@@ -171,9 +144,7 @@ static void gemm_mxfp4(const struct ms_wmat *w, int64_t r0, int64_t r1, const fl
 		const uint8_t *sc = w->scales + (size_t)r * w->scale_row_bytes;
 		for (int64_t t0 = 0; t0 < n; t0 += TB) {
 			int nt = (int)(n - t0 < TB ? n - t0 : TB);
-#define CALL(N) mxfp4_row(w, row, sc, x, ldx, t0, N, y, ldy, r)
-			NT_SWITCH(nt, CALL)
-#undef CALL
+			MS_CALL_NT4(nt, mxfp4_row, w, row, sc, x, ldx, t0, y, ldy, r);
 		}
 	}
 }
@@ -260,9 +231,10 @@ static void fp8_chunk(const struct ms_wmat *w, int64_t r, int64_t c0, int64_t c1
 
 typedef void (*chunk_fn)(const struct ms_wmat *w, int64_t r, int64_t c0, int64_t c1, float *out);
 
-/* A decoded chunk (L columns from c0) of row r against tokens t0..t0+NT-1. */
+/* A decoded chunk (L columns from c0) of row r against tokens t0..t0+NT-1
+ * (MS_CALL_NT4). */
 AI void chunk_tokens(const float *buf, int64_t L, int64_t c0, const float *x, int64_t ldx,
-		     int64_t t0, const int NT, float *y, int64_t ldy, int64_t r)
+		     int64_t t0, float *y, int64_t ldy, int64_t r, const int NT)
 {
 	__m512 acc[TB];
 #pragma GCC unroll 4
@@ -295,9 +267,7 @@ static inline void gemm_chunked(const struct ms_wmat *w, int64_t r0, int64_t r1,
 			dec(w, r, c0, c1, buf);
 			for (int64_t t0 = 0; t0 < n; t0 += TB) {
 				int nt = (int)(n - t0 < TB ? n - t0 : TB);
-#define CALL(N) chunk_tokens(buf, L, c0, x, ldx, t0, N, y, ldy, r)
-				NT_SWITCH(nt, CALL)
-#undef CALL
+				MS_CALL_NT4(nt, chunk_tokens, buf, L, c0, x, ldx, t0, y, ldy, r);
 			}
 		}
 	}

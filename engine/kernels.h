@@ -157,6 +157,24 @@ extern const struct ms_kernel ms_kernels_ref[MS_WFMT_COUNT + 1];
 extern const struct ms_kernel ms_kernels_avx512[];
 extern const struct ms_kernel ms_kernels_avx2[];
 
+/* FN(args..., NT) with NT the literal 1..4 equal to nt, for the fp32 ISA
+ * kernels' token passes (up to 4 tokens per pass over a row): with a
+ * constant count their token loops unroll and the accumulators stay in
+ * registers; with a run-time one each fmadd went through memory (load,
+ * fmadd, store back: the router's 32 x 2048 at 16 tokens took ~100 us a
+ * layer). The same operations in the same order either way. */
+#define MS_CALL_NT4(nt, FN, ...)                  \
+	do {                                      \
+		if ((nt) == 4)                    \
+			FN(__VA_ARGS__, 4);       \
+		else if ((nt) == 3)               \
+			FN(__VA_ARGS__, 3);       \
+		else if ((nt) == 2)               \
+			FN(__VA_ARGS__, 2);       \
+		else                              \
+			FN(__VA_ARGS__, 1);       \
+	} while (0)
+
 /* ---- scalar format helpers, shared by kernels, loaders and tests ---- */
 
 static inline float ms_bf16_to_f32(uint16_t h)
