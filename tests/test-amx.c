@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "benchutil.h"
 #include "dense-onednn.h"
 #include "ms-clock.h"
 #include "kernels-q8.h"
@@ -947,12 +948,7 @@ END_TEST
 static double bench_gemm(struct ms_backend *be, const struct ms_kernel *k, const struct ms_wmat *w,
 			 const float *x, int64_t n, float *y)
 {
-	double best = 1e30;
-	for (int it = 0; it < 5; it++) {
-		double t0 = ms_now_s();
-		ms_backend_gemm(be, k, w, x, n, y, NULL);
-		best = fmin(best, ms_now_s() - t0);
-	}
+	double best = bu_best_gemm_s(be, k, w, x, n, y, 5, 0);
 	return 2.0 * (double)w->rows * (double)w->cols * (double)n / best / 1e9;
 }
 

@@ -33,6 +33,7 @@
 #include <time.h>
 
 #include "backend.h"
+#include "benchutil.h"
 #include "dense-onednn.h"
 #include "kernels.h"
 #include "model.h"
@@ -431,15 +432,7 @@ END_TEST
 static double time_gemm(struct ms_backend *be, const struct ms_kernel *k, const struct ms_wmat *w,
 			const float *x, int64_t n, float *y)
 {
-	double best = 1e30;
-	for (int r = 0; r < 6; r++) {
-		double t0 = ms_now_s();
-		ms_backend_gemm(be, k, w, x, n, y, NULL);
-		double t = ms_now_s() - t0;
-		if (r && t < best)
-			best = t;
-	}
-	return best;
+	return bu_best_gemm_s(be, k, w, x, n, y, 6, 1);
 }
 
 static void bench(void)
