@@ -2,6 +2,7 @@
 #include "moe.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,6 +42,8 @@ struct moe_item {
 
 struct moe_job {
 	const struct ms_qmoe *m;
+	const float *h;        /* [n, H] the layer's inputs */
+	int64_t n, k;          /* tokens, experts per token */
 	struct ms_swiglu act;
 	ms_swiglu_row_fn swiglu_row;
 	const struct moe_item *items;
@@ -53,21 +56,22 @@ struct moe_job {
 	float *rs;             /* [n*k] per-row output scale of the current stage */
 	float *ys;             /* [n*k, H] weighted expert outputs by slot */
 	void **xq;             /* [E] prepared inputs of the current stage, or NULL */
-	int stage;             /* 0: gate_up inputs, 1: down inputs (for quant_task) */
+	atomic_int *left;      /* [E] gate_up items of each expert still to finish */
+	float *out;            /* [n, H] the sum over each token's experts is added here */
+	int64_t cols_per_task; /* of the final reduction */
 	bool failed;           /* a prep buffer could not be allocated */
 };
 
-/* Quantize the inputs of expert e for its projection of the current stage
- * (each expert has its own activation scale). */
-static void quant_task(void *ctx, int e, int worker)
+/* Quantize the inputs of expert e for its projection of stage 0 (gate_up)
+ * or 1 (down): each expert has its own activation scale. Stage 1 first
+ * releases stage 0's prepared inputs. */
+static void quant(struct moe_job *j, int stage, int64_t e)
 {
-	(void)worker;
-	struct moe_job *j = ctx;
-	const struct ms_qlinear *L = j->stage ? &j->m->down[e] : &j->m->gate_up[e];
+	const struct ms_qlinear *L = stage ? &j->m->down[e] : &j->m->gate_up[e];
 	int64_t o = j->off[e], ne = j->off[e + 1] - o, K = L->w.cols;
-	float *x = (j->stage ? j->a : j->xg) + o * K;
-	if (!ne)
-		return;
+	float *x = (stage ? j->a : j->xg) + o * K;
+	free(j->xq[e]);
+	j->xq[e] = NULL;
 	if (L->act.kind != MS_ACTQ_NONE)
 		ms_actq_apply(&L->act, x, K, ne, K, x, j->rs + o);
 	/* Kernels that read activations in their own form get them converted
@@ -82,18 +86,24 @@ static void quant_task(void *ctx, int e, int worker)
 	}
 }
 
-static void free_prep(struct moe_job *j, int64_t E)
+/* Expert e's inputs: its tokens' rows gathered, then prepared for gate_up
+ * (one pool run over the experts: the copies were serial before). */
+static void in_task(void *ctx, int e, int worker)
 {
-	for (int64_t e = 0; e < E; e++) {
-		free(j->xq[e]);
-		j->xq[e] = NULL;
-	}
+	(void)worker;
+	struct moe_job *j = ctx;
+	int64_t o = j->off[e], ne = j->off[e + 1] - o, H = j->m->hidden;
+	if (!ne)
+		return;
+	for (int64_t r = o; r < o + ne; r++)
+		memcpy(j->xg + r * H, j->h + (j->slot[r] / j->k) * H, (size_t)H * sizeof(float));
+	quant(j, 0, e);
 }
 
 static void gate_up_task(void *ctx, int it, int worker)
 {
 	(void)worker;
-	const struct moe_job *j = ctx;
+	struct moe_job *j = ctx;
 	const struct moe_item *item = &j->items[it];
 	const struct ms_qmoe *m = j->m;
 	const struct ms_qlinear *L = &m->gate_up[item->e];
@@ -114,6 +124,12 @@ static void gate_up_task(void *ctx, int it, int worker)
 				gt[r] *= s;
 		j->swiglu_row(j->act, gt + r0, b + r0, (r1 - r0) / 2, at + r0 / 2);
 	}
+	/* The expert's last block to finish prepares its down inputs (the
+	 * activations are then complete): no pool run and barrier of its own,
+	 * and the work lands where a core has just become free. acq_rel: the
+	 * other blocks' activations are visible to it. */
+	if (atomic_fetch_sub_explicit(&j->left[e], 1, memory_order_acq_rel) == 1)
+		quant(j, 1, e);
 }
 
 static void down_task(void *ctx, int it, int worker)
@@ -137,11 +153,32 @@ static void down_task(void *ctx, int it, int worker)
 	}
 }
 
+/* Token rows [t0, t1) of columns c: out += the sum over the token's k
+ * experts in slot order (fixed: deterministic whatever ran where). */
+static void out_task(void *ctx, int c, int worker)
+{
+	(void)worker;
+	const struct moe_job *j = ctx;
+	int64_t H = j->m->hidden, k = j->k, n = j->n;
+	int64_t c0 = (int64_t)c * j->cols_per_task;
+	int64_t c1 = c0 + j->cols_per_task < H ? c0 + j->cols_per_task : H;
+	for (int64_t t = 0; t < n; t++) {
+		float *o = j->out + t * H;
+		const float *y0 = j->ys + (t * k) * H;
+		for (int64_t r = c0; r < c1; r++) {
+			float s = y0[r];
+			for (int64_t q = 1; q < k; q++)
+				s += y0[q * H + r];
+			o[r] += s;
+		}
+	}
+}
+
 /* Split every active expert's rows into blocks (a multiple of 16 rows and
  * of every kernel's panel: even, so gate/up pairs stay together); about
- * four blocks per thread overall. */
-static int64_t make_items(struct moe_item *items, const int64_t *off, int64_t E, int64_t rows,
-			  int threads, int64_t align)
+ * four blocks per thread overall. left[e]: expert e's block count. */
+static int64_t make_items(struct moe_item *items, atomic_int *left, const int64_t *off, int64_t E,
+			  int64_t rows, int threads, int64_t align)
 {
 	int64_t active = 0;
 	for (int64_t e = 0; e < E; e++)
@@ -152,10 +189,11 @@ static int64_t make_items(struct moe_item *items, const int64_t *off, int64_t E,
 	per = (per + align - 1) / align * align;
 	int64_t n = 0;
 	for (int64_t e = 0; e < E; e++) {
-		if (off[e + 1] == off[e])
-			continue;
-		for (int64_t r = 0; r < rows; r += per)
+		int blocks = 0;
+		for (int64_t r = 0; off[e + 1] > off[e] && r < rows; r += per, blocks++)
 			items[n++] = (struct moe_item){(int32_t)e, r, r + per < rows ? r + per : rows};
+		if (left)
+			atomic_init(&left[e], blocks);
 	}
 	return n;
 }
@@ -171,6 +209,7 @@ int ms_moe_forward(struct ms_backend *be, const struct ms_qmoe *m, struct ms_swi
 	int64_t *fill = calloc((size_t)E, sizeof(*fill));
 	int32_t *slot = malloc((size_t)nk * sizeof(*slot));
 	struct moe_item *items = malloc((size_t)max_items * sizeof(*items));
+	atomic_int *left = malloc((size_t)E * sizeof(*left));
 	float *xg = malloc((size_t)(nk * H) * sizeof(float));
 	float *g = malloc((size_t)(nk * maxrows) * sizeof(float));
 	float *a = malloc((size_t)(nk * I) * sizeof(float));
@@ -178,7 +217,7 @@ int ms_moe_forward(struct ms_backend *be, const struct ms_qmoe *m, struct ms_swi
 	float *rs = malloc((size_t)nk * sizeof(float));
 	void **xqs = calloc((size_t)E, sizeof(*xqs));
 	int rc = 0;
-	if (!off || !fill || !slot || !items || !xg || !g || !a || !ys || !rs || !xqs) {
+	if (!off || !fill || !slot || !items || !left || !xg || !g || !a || !ys || !rs || !xqs) {
 		rc = ms_err_set(err, -ENOMEM, "MoE: out of memory for %lld tokens", (long long)n);
 		goto out;
 	}
@@ -188,52 +227,42 @@ int ms_moe_forward(struct ms_backend *be, const struct ms_qmoe *m, struct ms_swi
 	for (int64_t e = 0; e < E; e++)
 		off[e + 1] += off[e];
 	for (int64_t s = 0; s < nk; s++) {
-		int64_t e = sel[s], row = off[e] + fill[e]++;
-		slot[row] = (int32_t)s;
-		memcpy(xg + row * H, h + (s / k) * H, (size_t)H * sizeof(float));
+		int64_t e = sel[s];
+		slot[off[e] + fill[e]++] = (int32_t)s;
 	}
-	struct moe_job job = {m, act, be->swiglu_row, items, off, slot, w, xg, g, a, rs, ys, xqs, 0,
-			      false};
-	bool quant_in = false, quant_mid = false;
+	struct moe_job job = {.m = m, .h = h, .n = n, .k = k, .act = act, .swiglu_row = be->swiglu_row,
+			      .items = items, .off = off, .slot = slot, .w = w, .xg = xg, .g = g,
+			      .a = a, .rs = rs, .ys = ys, .xq = xqs, .left = left, .out = out};
 	int64_t align = 16;
 	uint64_t bytes = 0;
 	for (int64_t e = 0; e < E; e++) {
 		const struct ms_qlinear *gu = &m->gate_up[e], *dn = &m->down[e];
-		quant_in |= gu->act.kind != MS_ACTQ_NONE || gu->kernel->prep;
-		quant_mid |= dn->act.kind != MS_ACTQ_NONE || dn->kernel->prep;
 		align = gu->kernel->row_align > align ? gu->kernel->row_align : align;
 		align = dn->kernel->row_align > align ? dn->kernel->row_align : align;
 		if (off[e + 1] > off[e])
 			bytes += ms_wmat_bytes(&gu->w) + ms_wmat_bytes(&dn->w);
 	}
 	ms_backend_count_bytes(be, bytes);
-	if (quant_in)
-		ms_pool_run(&be->pool, (int)E, quant_task, &job);
+	/* gather and prepare gate_up's inputs; gate_up, whose last block of
+	 * each expert prepares its down inputs; down */
+	ms_pool_run(&be->pool, (int)E, in_task, &job);
 	if (job.failed) {
 		rc = ms_err_set(err, -ENOMEM, "MoE: out of memory for prepared inputs");
 		goto out;
 	}
-	int64_t ni = make_items(items, off, E, 2 * I, be->pool.n_threads, align);
+	int64_t ni = make_items(items, left, off, E, 2 * I, be->pool.n_threads, align);
 	ms_pool_run(&be->pool, (int)ni, gate_up_task, &job);
-	free_prep(&job, E);
-	if (quant_mid) {
-		job.stage = 1;
-		ms_pool_run(&be->pool, (int)E, quant_task, &job);
-	}
 	if (job.failed) {
 		rc = ms_err_set(err, -ENOMEM, "MoE: out of memory for prepared inputs");
 		goto out;
 	}
-	ni = make_items(items, off, E, H, be->pool.n_threads, align);
+	ni = make_items(items, NULL, off, E, H, be->pool.n_threads, align);
 	ms_pool_run(&be->pool, (int)ni, down_task, &job);
-	/* Fixed-order reduction over the k experts of each token. */
-	for (int64_t t = 0; t < n; t++) {
-		float *o = out + t * H;
-		memcpy(o, ys + (t * k) * H, (size_t)H * sizeof(float));
-		for (int64_t j = 1; j < k; j++)
-			for (int64_t r = 0; r < H; r++)
-				o[r] += ys[(t * k + j) * H + r];
-	}
+	/* out += each token's experts, over column blocks of the pool */
+	int64_t per = (H + 4 * be->pool.n_threads - 1) / (4 * be->pool.n_threads);
+	job.cols_per_task = per < 64 ? 64 : (per + 15) / 16 * 16;
+	ms_pool_run(&be->pool, (int)((H + job.cols_per_task - 1) / job.cols_per_task), out_task,
+		    &job);
 out:
 	if (xqs)
 		for (int64_t e = 0; e < E; e++)
@@ -243,6 +272,7 @@ out:
 	free(fill);
 	free(slot);
 	free(items);
+	free(left);
 	free(xg);
 	free(g);
 	free(a);

@@ -105,8 +105,10 @@ void ms_swiglu_row_avx512(struct ms_swiglu act, const float *restrict g, const f
 void ms_moe_route(const float *logits, int64_t n, int64_t n_experts, int64_t k, int32_t *sel,
 		  float *w);
 
-/* out[n, H] = sum_j w[t, j] * (down_e(act(gate_up_e(h[t]) + b)) + b),
- * e = sel[t, j]. Returns -ENOMEM when scratch cannot be allocated. */
+/* out[n, H] += sum_j w[t, j] * (down_e(act(gate_up_e(h[t]) + b)) + b),
+ * e = sel[t, j], the sum formed first in j order, then added (so adding
+ * into the residual stream is the same as adding a separate result).
+ * Returns -ENOMEM when scratch cannot be allocated. */
 int ms_moe_forward(struct ms_backend *be, const struct ms_qmoe *m, struct ms_swiglu act,
 		   const float *h, int64_t n, const int32_t *sel, const float *w, int64_t k,
 		   float *out, struct ms_err *err);
