@@ -38,7 +38,7 @@
 
 #define AI static inline __attribute__((always_inline))
 
-#define BF16_HUGE_MIN ((size_t)4 << 20) /* packs from this size on use huge pages */
+#define BF16_HUGE_MIN ((size_t)2 << 20) /* packs from this size on use huge pages */
 #define BF16_HUGE_PAGE ((size_t)2 << 20)
 /* Prefetch distance in 64-byte steps per panel (tuned on 2 Zen 4 cores). */
 #define BF16_PF_STEPS 32
@@ -72,7 +72,12 @@ int ms_bf16_pack(struct ms_wmat *w, void **owned, struct ms_err *err)
 	/* Decode streams the panels from DRAM: on 4 KiB pages the TLB walks
 	 * cost ~10% of the bandwidth (measured for the q8 panels), so a large
 	 * pack asks for transparent huge pages, 2 MiB aligned. A refusal only
-	 * costs that speed. */
+	 * costs that speed. From 2 MiB on, not 4: k and v (512 x 2048 of the
+	 * bench model, 512 x 2880 of gpt-oss) are 2-3 MiB, and on small pages
+	 * q, k and v at 16 tokens took 0.68-0.78 ms against 0.63-0.65 (2 Zen 4
+	 * cores); there are only a few such packs a layer, so the load does
+	 * not feel the extra huge-page faults (the q8 packs' threshold is
+	 * another matter: kernels-q8.c). */
 	bool huge = total >= BF16_HUGE_MIN;
 	uint8_t *buf = NULL;
 	if (posix_memalign((void **)&buf, huge ? BF16_HUGE_PAGE : 64, total))
