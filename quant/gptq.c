@@ -250,11 +250,20 @@ static void unpack_task(void *ctx, int task, int worker)
 		int64_t W = j->K * j->bits / 32;
 		const uint8_t *src = j->qweight;
 		uint8_t *dst = j->l->owned[0];
-		size_t rb = j->l->w.row_bytes;
-		for (int64_t w = 0; w < W; w++)
-			for (int64_t n = n0; n < n1; n++)
-				memcpy(dst + (size_t)n * rb + 4 * (size_t)w,
-				       src + 4 * ((size_t)w * (size_t)j->N + (size_t)n), 4);
+		size_t rb = j->l->w.row_bytes, N = (size_t)j->N;
+		/* 16 words at a time: a row's line gets 64 bytes per pass instead
+		 * of 4, the 16 source rows are read side by side (one word at a
+		 * time, the rows written in between left L1 every pass: ~17% of
+		 * a GPTQ load's CPU time) */
+		for (int64_t w0 = 0; w0 < W; w0 += 16) {
+			int64_t wn = W - w0 < 16 ? W - w0 : 16;
+			for (int64_t n = n0; n < n1; n++) {
+				uint8_t *d = dst + (size_t)n * rb + 4 * (size_t)w0;
+				const uint8_t *s = src + 4 * ((size_t)w0 * N + (size_t)n);
+				for (int64_t i = 0; i < wn; i++)
+					memcpy(d + 4 * i, s + 4 * (size_t)i * N, 4);
+			}
+		}
 	}
 	for (int64_t n = n0; n < n1; n++) {
 		/* qweight column n is a bitstream along K: word w at [w, n] */
