@@ -194,6 +194,7 @@ AI void store_rows(float *y, __m512 v, int64_t r, int64_t r_end)
  * [at, end), two per step pair from the start of the pass. */
 struct l2_ahead {
 	const uint8_t *at, *end;
+	int64_t per_pass; /* lines a pass brings in: at most one per step pair */
 };
 
 /* NT tokens x P panels from panel p0, accumulators in registers. */
@@ -204,7 +205,7 @@ AI void reg_pass(const int P, const int NT, const struct ms_bf16_pack *h, int64_
 	/* this pass's share of the lines: as many as its step pairs fetch */
 	const uint8_t *la = ahead->at;
 	int64_t lines = ahead->end > la ? (ahead->end - la) / 64 : 0;
-	lines = lines < h->kp2 ? lines : h->kp2;
+	lines = lines < ahead->per_pass ? lines : ahead->per_pass;
 	ahead->at = la + lines * 64;
 	const int64_t kp2 = h->kp2;
 	const uint8_t *pan[4];
@@ -222,16 +223,19 @@ AI void reg_pass(const int P, const int NT, const struct ms_bf16_pack *h, int64_
 			a1[t][p] = _mm512_setzero_ps();
 		}
 	}
+	/* the lines into L2: one per step pair, two where a pass has more */
+	const int64_t lpp = lines > kp2 / 2 ? 2 : 1;
 	int64_t k = 0;
 	for (; k + 2 <= kp2; k += 2) {
+		int64_t i = k / 2 * lpp;
+		if (i < lines) {
+			_mm_prefetch((const char *)la + i * 64, _MM_HINT_T1);
+			if (lpp == 2 && i + 1 < lines)
+				_mm_prefetch((const char *)la + (i + 1) * 64, _MM_HINT_T1);
+		}
 		/* a few lines ahead of the demand loads of every panel: those
 		 * wait behind the arithmetic in the reorder window; a prefetch
 		 * past the end does not fault */
-		if (k < lines) {
-			_mm_prefetch((const char *)la + k * 64, _MM_HINT_T1);
-			if (k + 1 < lines)
-				_mm_prefetch((const char *)la + (k + 1) * 64, _MM_HINT_T1);
-		}
 		if (NT >= BF16_PF_MIN_NT)
 #pragma GCC unroll 4
 			for (int p = 0; p < P; p++) {
@@ -298,17 +302,27 @@ void ms_bf16_gemmq_avx512(const struct ms_wmat *w, int64_t r0, int64_t r1, const
 	/* Up to 8 tokens: one group, the panels streamed from DRAM once. More:
 	 * balanced groups of at most 4 (9 = 3 + 3 + 3), each over 4 panels at
 	 * a time, so the later groups find those panels' weights in L2; and
-	 * while they compute there, the passes bring the next 4 panels into L2
-	 * (front-loaded, two lines per step pair), so DRAM streams all along
-	 * instead of only during each first group (measured, 16 tokens on 2
-	 * Zen 4 cores: the bench model's dense matrices 23.0 -> 20.2 ms per
-	 * step, 2048 x 2048 ~270 -> ~320 GFLOP/s). Up to 8 tokens the stream
-	 * already keeps DRAM busy and nothing is added. */
+	 * while they compute there, the passes bring the next 4 panels into L2,
+	 * so DRAM streams all along instead of only during each first group
+	 * (measured, 16 tokens on 2 Zen 4 cores: the bench model's dense
+	 * matrices 23.0 -> 20.2 ms per step, 2048 x 2048 ~270 -> ~320
+	 * GFLOP/s). Spread evenly over all the groups' passes, one line per
+	 * step pair, rather than two per step pair in the first passes: those
+	 * asked two cores for more than DRAM gives (2048 x 2048, alternating
+	 * runs: 0.384 -> 0.370 ms mean of 6; 32000 x 2048: 5.39 -> 5.06 ms of
+	 * 3). Up to 8 tokens the stream already keeps DRAM busy and nothing is
+	 * added. */
 	const int64_t PG = 4, gmax = n <= BF16_ONE_GROUP_MAX ? 8 : 4, ng = (n + gmax - 1) / gmax;
 	for (int64_t g0 = pa; g0 < pb; g0 += PG) {
 		int64_t g1 = g0 + PG < pb ? g0 + PG : pb, g2 = g1 + PG < pb ? g1 + PG : pb;
 		struct l2_ahead ahead = {h->panels + (size_t)g1 * h->panel_bytes,
-					 h->panels + (size_t)(ng > 1 ? g2 : g1) * h->panel_bytes};
+					 h->panels + (size_t)(ng > 1 ? g2 : g1) * h->panel_bytes, 0};
+		/* spread over all the passes of these panels' groups (more than 8
+		 * tokens: groups of 3-4, two panels a pass) */
+		int64_t passes = ng * ((g1 - g0 + 1) / 2);
+		ahead.per_pass = (ahead.end - ahead.at) / 64;
+		ahead.per_pass = (ahead.per_pass + passes - 1) / passes;
+		ahead.per_pass = ahead.per_pass < h->kp2 ? ahead.per_pass : h->kp2;
 		for (int64_t gi = 0, t = 0; gi < ng; gi++) {
 			int64_t G = n / ng + (gi < n % ng);
 			switch (G) {
