@@ -258,11 +258,17 @@ int ms_moe_forward(struct ms_backend *be, const struct ms_qmoe *m, struct ms_swi
 	}
 	ni = make_items(items, NULL, off, E, H, be->pool.n_threads, align);
 	ms_pool_run(&be->pool, (int)ni, down_task, &job);
-	/* out += each token's experts, over column blocks of the pool */
-	int64_t per = (H + 4 * be->pool.n_threads - 1) / (4 * be->pool.n_threads);
-	job.cols_per_task = per < 64 ? 64 : (per + 15) / 16 * 16;
-	ms_pool_run(&be->pool, (int)((H + job.cols_per_task - 1) / job.cols_per_task), out_task,
-		    &job);
+	/* out += each token's experts, over column blocks of the pool; a few
+	 * tokens' worth (decode of one or two) costs less than a pool run */
+	if (nk * H <= 16384) {
+		job.cols_per_task = H;
+		out_task(&job, 0, 0);
+	} else {
+		int64_t per = (H + 4 * be->pool.n_threads - 1) / (4 * be->pool.n_threads);
+		job.cols_per_task = per < 64 ? 64 : (per + 15) / 16 * 16;
+		ms_pool_run(&be->pool, (int)((H + job.cols_per_task - 1) / job.cols_per_task),
+			    out_task, &job);
+	}
 out:
 	if (xqs)
 		for (int64_t e = 0; e < E; e++)
