@@ -401,12 +401,17 @@ static void gemm_task(void *ctx, int task, int worker)
 	}
 }
 
+int64_t ms_split_per(int64_t total, int64_t tasks, int64_t align)
+{
+	int64_t per = (total + tasks - 1) / tasks;
+	if (per < align)
+		per = align;
+	return (per + align - 1) / align * align;
+}
+
 int64_t ms_kernel_rows_per_task(const struct ms_kernel *k, int64_t rows, int64_t tasks)
 {
-	int64_t per = (rows + tasks - 1) / tasks, a = k->row_align > 16 ? k->row_align : 16;
-	if (per < a)
-		per = a;
-	return (per + a - 1) / a * a;
+	return ms_split_per(rows, tasks, k->row_align > 16 ? k->row_align : 16);
 }
 
 void ms_backend_gemm_multi(struct ms_backend *be, const struct ms_kernel *k, int m,

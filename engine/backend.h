@@ -75,6 +75,10 @@ const struct ms_kernel *ms_backend_find_kernel(const struct ms_backend *be, enum
 int ms_backend_bind(struct ms_backend *be, struct ms_wmat *w, const struct ms_kernel **k,
 		    void **owned, char *why, size_t why_len, struct ms_err *err);
 
+/* Items per task for about `tasks` tasks over `total`: a multiple of align,
+ * at least align. */
+int64_t ms_split_per(int64_t total, int64_t tasks, int64_t align);
+
 /* Rows per task for about `tasks` tasks over `rows`, a multiple of the
  * kernel's row_align and at least 16. */
 int64_t ms_kernel_rows_per_task(const struct ms_kernel *k, int64_t rows, int64_t tasks);

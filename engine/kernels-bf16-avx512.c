@@ -190,11 +190,11 @@ AI void store_rows(float *y, __m512 v, int64_t r, int64_t r_end)
 		_mm512_mask_storeu_ps(y, (__mmask16)((1u << (r_end - r)) - 1), v);
 }
 
-/* Lines to bring into L2 while a pass runs (see ms_bf16_gemmq_avx512):
- * [at, end), two per step pair from the start of the pass. */
+/* Lines to bring into L2 while the passes run (see ms_bf16_gemmq_avx512):
+ * [at, end), per_pass of them in each pass from its start. */
 struct l2_ahead {
 	const uint8_t *at, *end;
-	int64_t per_pass; /* lines a pass brings in: at most one per step pair */
+	int64_t per_pass; /* lines a pass brings in: at most kp2, two per step pair */
 };
 
 /* NT tokens x P panels from panel p0, accumulators in registers. */

@@ -153,8 +153,8 @@ static void down_task(void *ctx, int it, int worker)
 	}
 }
 
-/* Token rows [t0, t1) of columns c: out += the sum over the token's k
- * experts in slot order (fixed: deterministic whatever ran where). */
+/* Column block c of every token: out += the sum over the token's k experts
+ * in slot order (fixed: deterministic whatever ran where). */
 static void out_task(void *ctx, int c, int worker)
 {
 	(void)worker;
@@ -185,8 +185,7 @@ static int64_t make_items(struct moe_item *items, atomic_int *left, const int64_
 		active += off[e + 1] > off[e];
 	if (!active)
 		return 0;
-	int64_t per = (active * rows + 4 * threads - 1) / (4 * threads);
-	per = (per + align - 1) / align * align;
+	int64_t per = ms_split_per(active * rows, 4 * (int64_t)threads, align);
 	int64_t n = 0;
 	for (int64_t e = 0; e < E; e++) {
 		int blocks = 0;
@@ -264,8 +263,7 @@ int ms_moe_forward(struct ms_backend *be, const struct ms_qmoe *m, struct ms_swi
 		job.cols_per_task = H;
 		out_task(&job, 0, 0);
 	} else {
-		int64_t per = (H + 4 * be->pool.n_threads - 1) / (4 * be->pool.n_threads);
-		job.cols_per_task = per < 64 ? 64 : (per + 15) / 16 * 16;
+		job.cols_per_task = ms_split_per(H, 4 * (int64_t)be->pool.n_threads, 16);
 		ms_pool_run(&be->pool, (int)((H + job.cols_per_task - 1) / job.cols_per_task),
 			    out_task, &job);
 	}
