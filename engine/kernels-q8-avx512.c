@@ -47,15 +47,13 @@ AI __m512i bcast4(const int8_t *p)
  * - sc: MXFP4: e - 128 as fp32 (scale * d is then scalef(d, sc): the exact
  *   product 2^(e-128) d rounded once, as fl(scale * d); it runs beside the
  *   vpdpbusd instead of on the multiply ports); INTQ: the fp16 scales;
- * - INT4: bias = 16 - zero in every byte of a lane's dword, added to the
- *   codes so the operand u' = code + 16 - zero stays unsigned and
- *   dot' = dot - zero * s + 16 s: the zero point costs a shift and a
- *   vpsubd per token (MXFP4 uses lut12 + 4 to the same end);
- * - INT8: zero as fp32 (code - zero does not fit a byte): dot - zero * s by
- *   an fnmadd on exact fp32 integers. */
+ * - INTQ: the zero points as fp32: the codes go in as they are (unsigned)
+ *   and dot - zero * s is one fnmadd on exact fp32 integers per token and
+ *   panel. (4-bit codes once had 16 - zero added to them, two vpaddb per
+ *   64 bytes of every panel whatever the tokens: measured slower at 1-4
+ *   tokens, the same integers.) */
 struct bmeta {
 	__m512 sc, zf;
-	__m512i bias;
 };
 
 AI struct bmeta block_meta(int kind, const uint8_t *meta)
@@ -65,30 +63,17 @@ AI struct bmeta block_meta(int kind, const uint8_t *meta)
 		__m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)meta));
 		m.sc = _mm512_cvtepi32_ps(_mm512_sub_epi32(e, _mm512_set1_epi32(128)));
 		m.zf = _mm512_setzero_ps();
-		m.bias = _mm512_setzero_si512();
 	} else {
 		m.sc = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)meta));
 		__m128i z = _mm_loadu_si128((const __m128i *)(meta + 32));
-		if (kind == MS_Q8_INT4) {
-			/* byte 16c + j of the result: zero of lane 4c + j / 4 */
-			const __m512i rep = _mm512_set_epi32(
-				0x0F0F0F0F, 0x0E0E0E0E, 0x0D0D0D0D, 0x0C0C0C0C, 0x0B0B0B0B, 0x0A0A0A0A,
-				0x09090909, 0x08080808, 0x07070707, 0x06060606, 0x05050505, 0x04040404,
-				0x03030303, 0x02020202, 0x01010101, 0x00000000);
-			__m512i zr = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(z), rep);
-			m.bias = _mm512_sub_epi8(_mm512_set1_epi8(16), zr);
-			m.zf = _mm512_setzero_ps();
-		} else {
-			m.zf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(z));
-			m.bias = _mm512_setzero_si512();
-		}
+		m.zf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(z));
 	}
 	return m;
 }
 
 /* The two u8 operands of sub-step s of a 4-bit block (columns 8s..8s+3
- * and 8s+4..8s+7): lut12 + 4 for MXFP4, code + bias for INT4. */
-AI void operands4(int kind, const uint8_t *blk, int s, __m512i bias, __m512i *lo, __m512i *hi)
+ * and 8s+4..8s+7): lut12 + 4 for MXFP4, the code for INT4. */
+AI void operands4(int kind, const uint8_t *blk, int s, __m512i *lo, __m512i *hi)
 {
 	const __m512i m0f = _mm512_set1_epi8(0x0F);
 	__m512i v = _mm512_loadu_si512(blk + 64 * s);
@@ -106,22 +91,19 @@ AI void operands4(int kind, const uint8_t *blk, int s, __m512i bias, __m512i *lo
 	__m512i l = _mm512_and_si512(v, m0f);
 	__m512i u = _mm512_and_si512(_mm512_srli_epi16(v, 4), m0f);
 	if (kind == MS_Q8_MXFP4) {
-		/* lut12 + 4: the same bias of 16 as INT4 (dot - 12 s = dot' - 16 s) */
+		/* lut12 + 4: a bias of 16 on the operand (dot - 12 s = dot' - 16 s) */
 		const __m512i lut = _mm512_set4_epi32(0x04080A0C, 0x0D0E0F10, 0x1C181614, 0x13121110);
 		l = _mm512_shuffle_epi8(lut, l);
 		u = _mm512_shuffle_epi8(lut, u);
-	} else {
-		l = _mm512_add_epi8(l, bias);
-		u = _mm512_add_epi8(u, bias);
 	}
 	*lo = l;
 	*hi = u;
 }
 
-/* Per token and block: the correction -16 s (MXFP4, INT4), the dot's
- * start, or, for INT8, s as fp32. Formed from a broadcast load, a shift
- * and a negation, off the ports the vpdpbusd need (a broadcast from a
- * general register is not). */
+/* Per token and block: MXFP4's correction -16 s, the dot's start (formed
+ * from a broadcast load, a shift and a negation, off the ports the vpdpbusd
+ * need; a broadcast from a general register is not), or, for INTQ, s as
+ * fp32. */
 struct tcorr {
 	__m512i cs;
 	__m512 sf;
@@ -130,7 +112,7 @@ struct tcorr {
 AI struct tcorr token_corr(int kind, const int32_t *s)
 {
 	struct tcorr c;
-	if (kind == MS_Q8_INT8) {
+	if (kind != MS_Q8_MXFP4) {
 		c.sf = _mm512_cvtepi32_ps(_mm512_set1_epi32(*s));
 		c.cs = _mm512_setzero_si512();
 	} else {
@@ -146,7 +128,7 @@ AI struct tcorr token_corr(int kind, const int32_t *s)
 AI __m512 epilogue(int kind, __m512i dot, struct tcorr c, struct bmeta m, __m512 d, __m512 acc)
 {
 	__m512 x, sd;
-	if (kind == MS_Q8_INT8)
+	if (kind != MS_Q8_MXFP4)
 		x = _mm512_fnmadd_ps(m.zf, c.sf, _mm512_cvtepi32_ps(dot));
 	else
 		x = _mm512_cvtepi32_ps(dot); /* the correction is in dot's start */
@@ -219,9 +201,9 @@ AI void reg_pass(const int kind, const int P, const int NT, const struct ms_q8_p
 #pragma GCC unroll 4
 		for (int p = 0; p < P; p++)
 			m[p] = block_meta(kind, pan[p] + b * BB + cb);
-		/* 4-bit kinds: the dot starts at -16 s, so that the epilogue's
-		 * integer is the sum itself (the same exact integer as dot - 16 s;
-		 * one instruction less per token and panel) */
+		/* MXFP4: the dot starts at -16 s, so that the epilogue's integer
+		 * is the sum itself (the same exact integer as dot - 16 s; one
+		 * instruction less per token and panel) */
 		struct tcorr c[4];
 #pragma GCC unroll 4
 		for (int t = 0; t < NT; t++) {
@@ -242,7 +224,7 @@ AI void reg_pass(const int kind, const int P, const int NT, const struct ms_q8_p
 #pragma GCC unroll 4
 				for (int p = 0; p < P; p++) {
 					__m512i lo, hi;
-					operands4(kind, pan[p] + b * BB, ss, m[p].bias, &lo, &hi);
+					operands4(kind, pan[p] + b * BB, ss, &lo, &hi);
 #pragma GCC unroll 4
 					for (int t = 0; t < NT; t++) {
 						dot[t][p] = _mm512_dpbusd_epi32(dot[t][p], lo, al[t]);

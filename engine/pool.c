@@ -42,6 +42,16 @@ static inline void cpu_relax(void)
 #endif
 }
 
+void ms_pool_wait_ge(atomic_int *v, int want)
+{
+	for (int i = 0; atomic_load_explicit(v, memory_order_acquire) < want; i++) {
+		if (i < SPIN_ITERS)
+			cpu_relax();
+		else
+			sched_yield();
+	}
+}
+
 static void *helper_main(void *argp)
 {
 	struct helper_arg a = *(struct helper_arg *)argp;

@@ -47,8 +47,14 @@ struct ms_pool {
 int ms_pool_init(struct ms_pool *pool, int n_threads, bool pin, struct ms_err *err);
 
 /* Run fn over n_tasks tasks and return when all are done. Not reentrant:
- * one job at a time per pool. */
+ * one job at a time per pool. Tasks are claimed one at a time in index
+ * order, so a task may wait for one with a smaller index: that one has
+ * already been claimed by a running thread (ms_pool_wait_ge). */
 void ms_pool_run(struct ms_pool *pool, int n_tasks, ms_pool_fn fn, void *ctx);
+
+/* Wait until *v >= want (acquire), spinning, then yielding the CPU (a
+ * thread that is not running cannot finish what we wait for). */
+void ms_pool_wait_ge(atomic_int *v, int want);
 
 void ms_pool_free(struct ms_pool *pool);
 
