@@ -274,7 +274,7 @@ static int gptoss_load(struct ms_model *m, struct ms_err *err)
 		rc = load_layer(m, i, &g->layers[i], err);
 		/* pack layer by layer: peak memory stays near the final size */
 		if (!rc)
-			rc = ms_quant_bind_flush(m->be, &m->pack_stats, err);
+			rc = ms_quant_bind_flush(m->be, &m->pack_stats, i + 1 < c->n_layers, err);
 	}
 	if (!rc)
 		rc = load_vec(m, "model.norm.weight", c->hidden, &g->final_norm, err);

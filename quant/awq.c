@@ -119,7 +119,7 @@ static int awq_load_linear(const struct ms_quant_config *qc, const struct ms_che
 	if (c->zero_point || ms_checkpoint_find(ck, name))
 		if ((rc = ms_checkpoint_get(ck, name, MS_DTYPE_I32, 2, (int64_t[]){G, N / 8}, &qz, err)))
 			return rc;
-	if ((rc = ms_intq_alloc(l, N, K, 4, gs, G, prefix, err)))
+	if ((rc = ms_intq_alloc(l, N, K, 4, gs, G, true, prefix, err)))
 		return rc;
 	snprintf(name, sizeof(name), "%s.scales", prefix);
 	if ((rc = ms_intq_read_scales(l, ck, name, G, N, err)))

@@ -45,12 +45,13 @@ struct gptq_cfg {
 /* ---- shared INTQ helpers (declared in intq.h) ---- */
 
 int ms_intq_alloc(struct ms_qlinear *l, int64_t N, int64_t K, int bits, int64_t group_size,
-		  int64_t G, const char *prefix, struct ms_err *err)
+		  int64_t G, bool zero_codes, const char *prefix, struct ms_err *err)
 {
 	size_t rb = (size_t)((K * ms_intq_storage_bits(bits) + 7) / 8);
-	l->owned[0] = calloc((size_t)N * rb + 1, 1);
-	l->owned[1] = malloc((size_t)(N * G) * sizeof(float));
-	l->owned[2] = malloc((size_t)(N * G) * sizeof(float));
+	l->owned[0] = ms_quant_buf_alloc((size_t)N * rb + 1, zero_codes);
+	l->owned[1] = ms_quant_buf_alloc((size_t)(N * G) * sizeof(float), false);
+	l->owned[2] = ms_quant_buf_alloc((size_t)(N * G) * sizeof(float), false);
+	l->owned_bufs |= 0x7;
 	if (!l->owned[0] || !l->owned[1] || !l->owned[2])
 		return ms_err_set(err, -ENOMEM, "%s: out of memory", prefix);
 	l->w = (struct ms_wmat){.fmt = MS_WFMT_INTQ, .rows = N, .cols = K, .w = l->owned[0],
@@ -303,7 +304,9 @@ static int gptq_load_linear(const struct ms_quant_config *qc, const struct ms_ch
 	snprintf(name, sizeof(name), "%s.qzeros", prefix);
 	if ((rc = ms_checkpoint_get(ck, name, MS_DTYPE_I32, 2, (int64_t[]){G, N * bits / 32}, &qz, err)))
 		return rc;
-	if ((rc = ms_intq_alloc(l, N, K, bits, gs, G, prefix, err)))
+	/* 2, 4 and 8-bit codes are copied whole words at a time; 3-bit ones
+	 * are ORed in (ms_intq_put) */
+	if ((rc = ms_intq_alloc(l, N, K, bits, gs, G, bits == 3, prefix, err)))
 		return rc;
 	snprintf(name, sizeof(name), "%s.scales", prefix);
 	if ((rc = ms_intq_read_scales(l, ck, name, G, N, err)))

@@ -10,10 +10,12 @@
 
 #include "quant.h"
 
-/* Allocate l's codes [N][K] (bits wide, packed LSB first), scales and zeros
- * [N][G] and set l->w to describe them. */
+/* Allocate l's codes [N][K] (bits wide, packed LSB first; zero-filled when
+ * zero_codes, else the caller writes every byte), scales and zeros [N][G]
+ * (the caller writes them all; ms_quant_buf_alloc) and set l->w to
+ * describe them. */
 int ms_intq_alloc(struct ms_qlinear *l, int64_t N, int64_t K, int bits, int64_t group_size,
-		  int64_t G, const char *prefix, struct ms_err *err);
+		  int64_t G, bool zero_codes, const char *prefix, struct ms_err *err);
 
 static inline void ms_intq_put(struct ms_qlinear *l, int64_t n, int64_t k, uint32_t q)
 {

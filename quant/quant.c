@@ -6,6 +6,7 @@
 #include <fnmatch.h>
 #include <malloc.h>
 #include <math.h>
+#include <pthread.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -307,6 +308,117 @@ void ms_qlinear_drop_pack(struct ms_qlinear *l)
 	l->pack_owned = NULL;
 }
 
+/* ---- scheme buffers (ms_quant_buf_alloc) ---- */
+
+#define BUF_HDR 64 /* the mapping's length, before the data (alignment kept) */
+
+/* Freed buffers kept for reuse while a bind pass is open: process-wide, as
+ * buffers outlive the pass that made them (a kernel that reads rows in
+ * place keeps them as its weights); exact sizes only, as each layer asks
+ * for the same ones. */
+static struct {
+	pthread_mutex_t mu;
+	int open;         /* bind passes open */
+	bool keep;        /* keep what is freed (not in a pass's last flush) */
+	void **bufs;      /* mapping starts */
+	size_t n, cap;
+} recycle = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+#ifdef __SANITIZE_ADDRESS__
+/* Under AddressSanitizer the heap's, so that overruns of these copies are
+ * caught: no reuse (the speed is not what such a build is for). */
+void *ms_quant_buf_alloc(size_t n, bool zero)
+{
+	return zero ? calloc(n ? n : 1, 1) : malloc(n ? n : 1);
+}
+
+void ms_quant_buf_free(void *p)
+{
+	free(p);
+}
+
+static void recycle_drain(void)
+{
+}
+#else
+static size_t buf_len(void *base)
+{
+	size_t len;
+	memcpy(&len, base, sizeof(len));
+	return len;
+}
+
+void *ms_quant_buf_alloc(size_t n, bool zero)
+{
+	size_t len = n + BUF_HDR;
+	void *base = NULL;
+	pthread_mutex_lock(&recycle.mu);
+	for (size_t i = recycle.n; i-- > 0;)
+		if (buf_len(recycle.bufs[i]) == len) {
+			base = recycle.bufs[i];
+			recycle.bufs[i] = recycle.bufs[--recycle.n];
+			break;
+		}
+	pthread_mutex_unlock(&recycle.mu);
+	if (base) {
+		if (zero)
+			memset((uint8_t *)base + BUF_HDR, 0, n);
+		return (uint8_t *)base + BUF_HDR;
+	}
+	base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (base == MAP_FAILED)
+		return NULL;
+	memcpy(base, &len, sizeof(len)); /* fresh pages are zero already */
+	return (uint8_t *)base + BUF_HDR;
+}
+
+void ms_quant_buf_free(void *p)
+{
+	if (!p)
+		return;
+	void *base = (uint8_t *)p - BUF_HDR;
+	pthread_mutex_lock(&recycle.mu);
+	bool keep = recycle.open && recycle.keep;
+	if (keep && recycle.n == recycle.cap) {
+		size_t cap = recycle.cap ? 2 * recycle.cap : 64;
+		void **b = realloc(recycle.bufs, cap * sizeof(*b));
+		if (b)
+			recycle.bufs = b, recycle.cap = cap;
+	}
+	bool kept = keep && recycle.n < recycle.cap;
+	if (kept)
+		recycle.bufs[recycle.n++] = base;
+	pthread_mutex_unlock(&recycle.mu);
+	if (!kept)
+		munmap(base, buf_len(base));
+}
+
+/* Unmap the kept buffers (a pass ends, or no more layers of those shapes). */
+static void recycle_drain(void)
+{
+	pthread_mutex_lock(&recycle.mu);
+	for (size_t i = 0; i < recycle.n; i++)
+		munmap(recycle.bufs[i], buf_len(recycle.bufs[i]));
+	recycle.n = 0;
+	if (!recycle.open) {
+		free(recycle.bufs);
+		recycle.bufs = NULL;
+		recycle.cap = 0;
+	}
+	pthread_mutex_unlock(&recycle.mu);
+}
+#endif
+
+static void owned_free(struct ms_qlinear *l, int i)
+{
+	if (l->owned_bufs & (1u << i))
+		ms_quant_buf_free(l->owned[i]);
+	else
+		free(l->owned[i]);
+	l->owned[i] = NULL;
+	l->owned_bufs &= ~(1u << i);
+}
+
 /* After packing, the rows the scheme produced are dead weight: free the
  * copies it owns, or let the kernel drop the checkpoint pages it read (they
  * stay in the page cache; touching them again just faults them back in). */
@@ -319,10 +431,8 @@ static void release_rows(struct ms_qlinear *l)
 	for (int i = 0; i < MS_QLINEAR_OWNED; i++)
 		owned |= l->owned[i] != NULL;
 	if (owned) {
-		for (int i = 0; i < MS_QLINEAR_OWNED; i++) {
-			free(l->owned[i]);
-			l->owned[i] = NULL;
-		}
+		for (int i = 0; i < MS_QLINEAR_OWNED; i++)
+			owned_free(l, i);
 	} else {
 		long pg = sysconf(_SC_PAGESIZE);
 		const uint8_t *ranges[2][2] = {
@@ -426,6 +536,10 @@ int ms_quant_bind_begin(struct ms_backend *be, struct ms_err *err)
 		return ms_err_set(err, -ENOMEM, "out of memory");
 	d->be = be;
 	be->bind_defer = d;
+	pthread_mutex_lock(&recycle.mu);
+	recycle.open++;
+	recycle.keep = true;
+	pthread_mutex_unlock(&recycle.mu);
 	return 0;
 }
 
@@ -440,7 +554,8 @@ static void bind_task(void *ctx, int i, int worker)
 	}
 }
 
-int ms_quant_bind_flush(struct ms_backend *be, struct ms_bind_stats *st, struct ms_err *err)
+int ms_quant_bind_flush(struct ms_backend *be, struct ms_bind_stats *st, bool more,
+			struct ms_err *err)
 {
 	struct ms_bind_defer *d = be->bind_defer;
 	int rc = 0;
@@ -448,6 +563,10 @@ int ms_quant_bind_flush(struct ms_backend *be, struct ms_bind_stats *st, struct 
 		return 0;
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
+	/* the last flush unmaps the copies as their matrices are packed */
+	pthread_mutex_lock(&recycle.mu);
+	recycle.keep = more;
+	pthread_mutex_unlock(&recycle.mu);
 	/* One matrix per task; the pool balances uneven sizes. */
 	ms_pool_run(&be->pool, (int)d->n, bind_task, d);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -469,8 +588,11 @@ int ms_quant_bind_flush(struct ms_backend *be, struct ms_bind_stats *st, struct 
 	d->n = 0;
 	/* The copies schemes made before packing were freed; glibc keeps freed
 	 * heap pages mapped unless asked (its mmap threshold grows with the
-	 * first large frees), which would count against peak memory. */
+	 * first large frees), which would count against peak memory. Our own
+	 * buffers stay for the next layer's copies when more follow. */
 	malloc_trim(0);
+	if (!more)
+		recycle_drain();
 	return rc;
 }
 
@@ -479,10 +601,14 @@ int ms_quant_bind_end(struct ms_backend *be, struct ms_bind_stats *st, struct ms
 	struct ms_bind_defer *d = be->bind_defer;
 	if (!d)
 		return 0;
-	int rc = ms_quant_bind_flush(be, st, err);
+	int rc = ms_quant_bind_flush(be, st, false, err);
 	be->bind_defer = NULL;
 	free(d->items);
 	free(d);
+	pthread_mutex_lock(&recycle.mu);
+	recycle.open--;
+	pthread_mutex_unlock(&recycle.mu);
+	recycle_drain();
 	return rc;
 }
 
@@ -535,7 +661,7 @@ void ms_qlinear_free(struct ms_qlinear *l)
 	free(l->bias);
 	ms_qlinear_drop_pack(l);
 	for (int i = 0; i < MS_QLINEAR_OWNED; i++)
-		free(l->owned[i]);
+		owned_free(l, i);
 	memset(l, 0, sizeof(*l));
 }
 
@@ -636,16 +762,17 @@ int ms_qlinear_splice_rows(struct ms_qlinear *dst, const struct ms_qlinear *a,
 	size_t K = (size_t)wa->cols;
 	bool intq = wa->fmt == MS_WFMT_INTQ;
 	size_t nfs = intq ? G : (wa->fmt == MS_WFMT_FP8 ? 1 : 0);
-	uint8_t *wbuf = malloc((size_t)rows * rb + 1);
-	uint8_t *sbuf = sb ? malloc((size_t)rows * sb) : NULL;
-	float *fs = nfs ? malloc((size_t)rows * nfs * sizeof(float)) : NULL;
-	float *fz = intq ? malloc((size_t)rows * G * sizeof(float)) : NULL;
+	uint8_t *wbuf = ms_quant_buf_alloc((size_t)rows * rb + 1, false);
+	uint8_t *sbuf = sb ? ms_quant_buf_alloc((size_t)rows * sb, false) : NULL;
+	float *fs = nfs ? ms_quant_buf_alloc((size_t)rows * nfs * sizeof(float), false) : NULL;
+	float *fz = intq ? ms_quant_buf_alloc((size_t)rows * G * sizeof(float), false) : NULL;
 	/* Group maps: a row pointer per row, then a copy of each side's map, in
 	 * one block, so the spliced matrix outlives a and b. */
 	bool maps = intq && (ga || gb);
 	void *gblk = maps ? malloc((size_t)rows * sizeof(int32_t *) + 2 * K * sizeof(int32_t)) : NULL;
 	dst->owned[0] = wbuf, dst->owned[1] = sbuf, dst->owned[2] = fs, dst->owned[3] = fz;
 	dst->owned[4] = gblk;
+	dst->owned_bufs = 0xF;
 	if (a->bias)
 		dst->bias = malloc((size_t)rows * sizeof(float));
 	if (!wbuf || (sb && !sbuf) || (nfs && !fs) || (intq && !fz) || (maps && !gblk) ||

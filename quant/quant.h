@@ -42,6 +42,7 @@ struct ms_qlinear {
 	float *bias;                    /* [out] fp32, owned; NULL when none */
 	struct ms_actq act;             /* input quantization (NONE for most) */
 	void *owned[MS_QLINEAR_OWNED];  /* buffers this layer owns (repacked data) */
+	unsigned owned_bufs;            /* bit i: owned[i] is from ms_quant_buf_alloc */
 	void *pack_owned;               /* the kernel's packed copy (w.pack), or NULL */
 	void *bind_list;                /* the deferred bind pass holding it, or NULL */
 	int64_t bind_idx;               /* its entry there */
@@ -125,6 +126,17 @@ int ms_quant_load_moe(const struct ms_quant_config *qc, const struct ms_checkpoi
 		      const char *prefix, int64_t n_experts, int64_t hidden, int64_t inter,
 		      struct ms_backend *be, struct ms_qmoe *m, struct ms_err *err);
 
+/* Large buffers for the copies schemes make before packing (codes,
+ * scales, zeros), in their own mappings, zero-filled when zero is set.
+ * While a deferred bind pass is open (ms_quant_bind_begin .. end), a freed
+ * one is kept and handed out again for the same size: every layer makes
+ * the same copies, and fresh pages for each layer's (which the kernel
+ * zeroes on first touch) cost ~20% of a GPTQ load's time. A scheme that
+ * puts one in l->owned[i] sets bit i of l->owned_bufs. NULL when out of
+ * memory. */
+void *ms_quant_buf_alloc(size_t n, bool zero);
+void ms_quant_buf_free(void *p);
+
 void ms_qlinear_free(struct ms_qlinear *l);
 /* Release l's packed copy (with its kernel's pack_free). */
 void ms_qlinear_drop_pack(struct ms_qlinear *l);
@@ -161,8 +173,11 @@ struct ms_bind_stats {
 int ms_quant_bind_begin(struct ms_backend *be, struct ms_err *err);
 /* Bind what is pending now and keep deferring (a loader flushes after each
  * layer so that the copies schemes make before packing never pile up);
- * stats accumulate into st. */
-int ms_quant_bind_flush(struct ms_backend *be, struct ms_bind_stats *st, struct ms_err *err);
+ * stats accumulate into st. more: more layers of the same shapes follow,
+ * so the freed copies' buffers are kept for them (ms_quant_buf_alloc);
+ * false releases them. */
+int ms_quant_bind_flush(struct ms_backend *be, struct ms_bind_stats *st, bool more,
+			struct ms_err *err);
 int ms_quant_bind_end(struct ms_backend *be, struct ms_bind_stats *st, struct ms_err *err);
 
 /* A new matrix made of rows of a and b: row i of dst is row map[i] of a

@@ -75,7 +75,7 @@ static int requantize_int8(struct ms_qlinear *l, const char *prefix, struct ms_e
 	l->owned[0] = NULL;
 	int64_t N = src.rows, K = src.cols;
 	float *row = malloc((size_t)K * sizeof(float));
-	int rc = row ? ms_intq_alloc(l, N, K, 8, K, 1, prefix, err)
+	int rc = row ? ms_intq_alloc(l, N, K, 8, K, 1, false, prefix, err)
 		     : ms_err_set(err, -ENOMEM, "%s: out of memory", prefix);
 	for (int64_t r = 0; !rc && r < N; r++) {
 		ms_wmat_row_f32(&src, r, row);

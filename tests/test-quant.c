@@ -2,7 +2,8 @@
  * test-quant.c: the quantization registry's configs: every refusal names
  * the field and the value; config sources (config.json, quantize_config.json,
  * quant_config.json); Quark's per-layer resolution order; GPTQModel's
- * dynamic rules; activation quantization (FP8, MXFP4) on hand-checked values.
+ * dynamic rules; activation quantization (FP8, MXFP4) on hand-checked values;
+ * the schemes' copy buffers (ms_quant_buf_alloc).
  * Loading real tensors is covered by tests/quant_golden.py.
  */
 #include <check.h>
@@ -381,6 +382,48 @@ START_TEST(actq_mxfp4)
 }
 END_TEST
 
+/* The schemes' copy buffers: zero-filled when asked even when reused;
+ * within a bind pass a freed one comes back for the same size (not under
+ * AddressSanitizer, which gets heap buffers to watch); after the pass,
+ * nothing is kept. */
+START_TEST(scheme_buffers)
+{
+	struct ms_backend be;
+	struct ms_err err = {0};
+	ck_assert_int_eq(ms_backend_init(&be, "ref", 1, &err), 0);
+	ck_assert_int_eq(ms_quant_bind_begin(&be, &err), 0);
+	const size_t n = 3 * 4096 + 7;
+	uint8_t *a = ms_quant_buf_alloc(n, false);
+	ck_assert_ptr_nonnull(a);
+	memset(a, 0xA5, n);
+	ms_quant_buf_free(a);
+	uint8_t *b = ms_quant_buf_alloc(n, true);
+	ck_assert_ptr_nonnull(b);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_uint_eq(b[i], 0);
+#ifndef __SANITIZE_ADDRESS__
+	ck_assert_ptr_eq(b, a);
+#endif
+	uint8_t *c = ms_quant_buf_alloc(n + 1, false); /* another size: a new buffer */
+	ck_assert_ptr_nonnull(c);
+	ck_assert_ptr_ne(c, b);
+	memset(b, 0x5A, n);
+	ms_quant_buf_free(b);
+	ms_quant_buf_free(c);
+	ck_assert_int_eq(ms_quant_bind_end(&be, NULL, &err), 0);
+	/* outside a pass: fresh pages, zero without being asked */
+	uint8_t *d = ms_quant_buf_alloc(n, false);
+	ck_assert_ptr_nonnull(d);
+#ifndef __SANITIZE_ADDRESS__
+	for (size_t i = 0; i < n; i++)
+		ck_assert_uint_eq(d[i], 0);
+#endif
+	ms_quant_buf_free(d);
+	ms_quant_buf_free(NULL);
+	ms_backend_free(&be);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("quant");
@@ -394,6 +437,7 @@ int main(void)
 	tcase_add_test(tc, awq_not_convert_is_substring);
 	tcase_add_test(tc, actq_fp8);
 	tcase_add_test(tc, actq_mxfp4);
+	tcase_add_test(tc, scheme_buffers);
 	suite_add_tcase(s, tc);
 	/* ~90M conversions: seconds, a minute under the sanitizers */
 	TCase *tb = tcase_create("fp8-bits");
