@@ -203,12 +203,16 @@ int ms_backend_init_opts(struct ms_backend *be, const struct ms_backend_opts *o,
 	/* The experts' activation: the widest build the set allows (the same
 	 * bits from each; the ref set keeps the generic one). */
 	bool ref = !strcmp(be->isa, "ref"), avx2 = !strcmp(be->isa, "avx2");
-	if (!ref && !avx2 && (be->cpu_flags & MS_CPU_AVX512F))
+	if (!ref && !avx2 && (be->cpu_flags & MS_CPU_AVX512F)) {
 		be->swiglu_row = ms_swiglu_row_avx512;
-	else if (!ref && (be->cpu_flags & MS_CPU_AVX2))
+		be->rowops = &ms_rowops_avx512;
+	} else if (!ref && (be->cpu_flags & MS_CPU_AVX2)) {
 		be->swiglu_row = ms_swiglu_row_avx2;
-	else
+		be->rowops = &ms_rowops_avx2;
+	} else {
 		be->swiglu_row = ms_swiglu_row;
+		be->rowops = &ms_rowops_generic;
+	}
 	/* Candidates per format: the chosen set's usable kernels in order, then
 	 * the lower sets' (a set may lack a format, or a CPU one of its
 	 * kernels' extensions), the reference always last. */

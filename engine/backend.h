@@ -11,6 +11,7 @@
 #include "kernels.h"
 #include "ms-error.h"
 #include "pool.h"
+#include "rowops.h"
 
 #define MS_KERNEL_CANDIDATES 6
 
@@ -22,6 +23,7 @@ struct ms_backend {
 	bool dense_int8;           /* requantize dense bf16 projections to int8 at load */
 	struct ms_pool pool;
 	ms_swiglu_row_fn swiglu_row; /* the experts' activation, for this CPU */
+	const struct ms_rowops *rowops; /* RMSNorm, rotary embedding, residual add */
 	/* Per format, the kernels to try in order (a packed kernel may decline
 	 * a matrix it cannot take); the last is always the reference. */
 	const struct ms_kernel *kernels[MS_WFMT_COUNT][MS_KERNEL_CANDIDATES];

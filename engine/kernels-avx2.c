@@ -33,42 +33,76 @@ static inline __m256 load_f16(const uint16_t *p)
 	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }
 
-/* A row against tokens t0..t0+NT-1 (VLOAD(p) loads eight weights from p as
- * floats, SCALAR(e) converts one, for the tail); NT is a constant
- * (MS_CALL_NT4 in DEF_GEMM). */
-#define DEF_DOT_ROW(NAME, ELEM, VLOAD, SCALAR)                                                 \
+/* RB rows against tokens t0..t0+NT-1 (VLOAD(p) loads eight weights from p
+ * as floats, SCALAR(e) converts one, for the tail); RB and NT are
+ * constants (MS_CALL_NT4 in DEF_GEMM). Two rows at a time (16 registers):
+ * each token's activations are read once per two rows. Every (row, token)
+ * keeps its own accumulator in k order: the same sums whatever RB. */
+#define DEF_DOT_ROWS(NAME, ELEM, VLOAD, SCALAR)                                                \
 	static inline __attribute__((always_inline)) void NAME(                               \
-		const ELEM *row, int64_t K, const float *x, int64_t ldx, int64_t t0, float *y,    \
-		int64_t ldy, int64_t r, const int NT)                                          \
+		const ELEM *row, size_t rs, int64_t K, const float *x, int64_t ldx, int64_t t0,   \
+		float *y, int64_t ldy, int64_t r, const int RB, const int NT)                  \
 	{                                                                                      \
-		__m256 acc[TB];                                                                \
-		float tail[TB] = {0};                                                          \
-		_Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps(); \
+		__m256 acc[2][TB];                                                             \
+		float tail[2][TB] = {{0}};                                                     \
+		_Pragma("GCC unroll 2") for (int i = 0; i < RB; i++)                           \
+			_Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                   \
+				acc[i][t] = _mm256_setzero_ps();                               \
 		int64_t k = 0;                                                                 \
 		for (; k + 8 <= K; k += 8) {                                                   \
-			__m256 wv = VLOAD(row + k);                                            \
-			_Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) acc[t] =          \
-				_mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (t0 + t) * ldx + k), acc[t]); \
+			__m256 xv[TB];                                                         \
+			_Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                   \
+				xv[t] = _mm256_loadu_ps(x + (t0 + t) * ldx + k);               \
+			_Pragma("GCC unroll 2") for (int i = 0; i < RB; i++) {                 \
+				__m256 wv = VLOAD((const ELEM *)((const uint8_t *)row + i * rs) + k); \
+				_Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)           \
+					acc[i][t] = _mm256_fmadd_ps(wv, xv[t], acc[i][t]);    \
+			}                                                                      \
 		}                                                                              \
 		for (; k < K; k++)                                                             \
-			_Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) tail[t] +=        \
-				SCALAR(row[k]) * x[(t0 + t) * ldx + k];                        \
-		_Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                           \
-			y[(t0 + t) * ldy + r] = hsum8(acc[t]) + tail[t];                       \
+			_Pragma("GCC unroll 2") for (int i = 0; i < RB; i++)                   \
+				_Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)           \
+					tail[i][t] += SCALAR(((const ELEM *)((const uint8_t *)row + \
+									     i * rs))[k]) *   \
+						      x[(t0 + t) * ldx + k];                   \
+		_Pragma("GCC unroll 2") for (int i = 0; i < RB; i++)                           \
+			_Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                   \
+				y[(t0 + t) * ldy + r + i] = hsum8(acc[i][t]) + tail[i][t];     \
 	}
 
 /* gemm over rows r0..r1 for one element type. */
 #define DEF_GEMM(NAME, ELEM, VLOAD, SCALAR)                                                    \
-	DEF_DOT_ROW(NAME##_row, ELEM, VLOAD, SCALAR)                                           \
+	DEF_DOT_ROWS(NAME##_rows, ELEM, VLOAD, SCALAR)                                         \
+	static inline __attribute__((always_inline)) void NAME##_rows2(                       \
+		const ELEM *row, size_t rs, int64_t K, const float *x, int64_t ldx, int64_t t0,   \
+		float *y, int64_t ldy, int64_t r, const int NT)                                \
+	{                                                                                      \
+		NAME##_rows(row, rs, K, x, ldx, t0, y, ldy, r, 2, NT);                         \
+	}                                                                                      \
+	static inline __attribute__((always_inline)) void NAME##_rows1(                       \
+		const ELEM *row, size_t rs, int64_t K, const float *x, int64_t ldx, int64_t t0,   \
+		float *y, int64_t ldy, int64_t r, const int NT)                                \
+	{                                                                                      \
+		NAME##_rows(row, rs, K, x, ldx, t0, y, ldy, r, 1, NT);                         \
+	}                                                                                      \
 	static void NAME(const struct ms_wmat *w, int64_t r0, int64_t r1, const float *x,     \
 			 int64_t ldx, int64_t n, float *y, int64_t ldy)                       \
 	{                                                                                      \
-		int64_t K = w->cols;                                                           \
-		for (int64_t r = r0; r < r1; r++) {                                            \
+		int64_t K = w->cols, r = r0;                                                   \
+		for (; r + 2 <= r1; r += 2) {                                                  \
 			const ELEM *row = (const ELEM *)(w->w + (size_t)r * w->row_bytes);     \
 			for (int64_t t0 = 0; t0 < n; t0 += TB) {                               \
 				int nt = (int)(n - t0 < TB ? n - t0 : TB);                     \
-				MS_CALL_NT4(nt, NAME##_row, row, K, x, ldx, t0, y, ldy, r);    \
+				MS_CALL_NT4(nt, NAME##_rows2, row, w->row_bytes, K, x, ldx, t0, y, \
+					    ldy, r);                                           \
+			}                                                                      \
+		}                                                                              \
+		for (; r < r1; r++) {                                                          \
+			const ELEM *row = (const ELEM *)(w->w + (size_t)r * w->row_bytes);     \
+			for (int64_t t0 = 0; t0 < n; t0 += TB) {                               \
+				int nt = (int)(n - t0 < TB ? n - t0 : TB);                     \
+				MS_CALL_NT4(nt, NAME##_rows1, row, w->row_bytes, K, x, ldx, t0, y, \
+					    ldy, r);                                           \
 			}                                                                      \
 		}                                                                              \
 	}

@@ -39,43 +39,79 @@ static inline __m512 load_f32(const float *p, __mmask16 m)
 	return _mm512_maskz_loadu_ps(m, p);
 }
 
-/* One row against tokens t0..t0+NT-1 (NT <= TB, a constant: MS_CALL_NT4),
- * for a 16-wide loader. */
-#define DEF_DOT_ROW(NAME, ELEM, LOADW)                                                         \
-	AI void NAME(const ELEM *row, int64_t K, const float *x, int64_t ldx, int64_t t0,     \
-		     float *y, int64_t ldy, int64_t r, const int NT)                          \
+/* RB rows against tokens t0..t0+NT-1 (NT <= TB, a constant: MS_CALL_NT4),
+ * for a 16-wide loader. Four rows at a time: each token's activations are
+ * read once per four rows, not per row (the router at 16 tokens, 32 x
+ * 2880: the activations re-read from L2 for every row bounded it). Every
+ * (row, token) keeps one accumulator over k in order, then one reduction:
+ * the same sums whatever RB. */
+#define DEF_DOT_ROWS(NAME, ELEM, LOADW)                                                        \
+	AI void NAME(const ELEM *row, size_t rs, int64_t K, const float *x, int64_t ldx,     \
+		     int64_t t0, float *y, int64_t ldy, int64_t r, const int RB, const int NT) \
 	{                                                                                      \
-		__m512 acc[TB];                                                                \
-		_Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps(); \
+		__m512 acc[4][TB];                                                             \
+		_Pragma("GCC unroll 4") for (int i = 0; i < RB; i++)                           \
+			_Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                   \
+				acc[i][t] = _mm512_setzero_ps();                               \
 		int64_t k = 0;                                                                 \
 		for (; k + 16 <= K; k += 16) {                                                 \
-			__m512 wv = LOADW(row + k, 0xFFFF);                                    \
-			_Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) acc[t] =          \
-				_mm512_fmadd_ps(wv, _mm512_loadu_ps(x + (t0 + t) * ldx + k), acc[t]); \
+			__m512 xv[TB];                                                         \
+			_Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                   \
+				xv[t] = _mm512_loadu_ps(x + (t0 + t) * ldx + k);               \
+			_Pragma("GCC unroll 4") for (int i = 0; i < RB; i++) {                 \
+				__m512 wv = LOADW((const ELEM *)((const uint8_t *)row + i * rs) + k, \
+						  0xFFFF);                                     \
+				_Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)           \
+					acc[i][t] = _mm512_fmadd_ps(wv, xv[t], acc[i][t]);    \
+			}                                                                      \
 		}                                                                              \
 		if (k < K) {                                                                   \
 			__mmask16 m = (__mmask16)((1u << (K - k)) - 1);                        \
-			__m512 wv = LOADW(row + k, m);                                         \
-			_Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) acc[t] =          \
-				_mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + (t0 + t) * ldx + k), \
-						acc[t]);                                       \
+			__m512 xv[TB];                                                         \
+			_Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                   \
+				xv[t] = _mm512_maskz_loadu_ps(m, x + (t0 + t) * ldx + k);      \
+			_Pragma("GCC unroll 4") for (int i = 0; i < RB; i++) {                 \
+				__m512 wv = LOADW((const ELEM *)((const uint8_t *)row + i * rs) + k, m); \
+				_Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)           \
+					acc[i][t] = _mm512_fmadd_ps(wv, xv[t], acc[i][t]);    \
+			}                                                                      \
 		}                                                                              \
-		_Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                           \
-			y[(t0 + t) * ldy + r] = _mm512_reduce_add_ps(acc[t]);                  \
+		_Pragma("GCC unroll 4") for (int i = 0; i < RB; i++)                           \
+			_Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                   \
+				y[(t0 + t) * ldy + r + i] = _mm512_reduce_add_ps(acc[i][t]);   \
 	}
 
 /* gemm over rows r0..r1 for one element type and 16-wide loader. */
 #define DEF_GEMM(NAME, ELEM, LOADW)                                                            \
-	DEF_DOT_ROW(NAME##_row, ELEM, LOADW)                                                   \
+	DEF_DOT_ROWS(NAME##_rows, ELEM, LOADW)                                                 \
+	AI void NAME##_rows4(const ELEM *row, size_t rs, int64_t K, const float *x, int64_t ldx, \
+			     int64_t t0, float *y, int64_t ldy, int64_t r, const int NT)      \
+	{                                                                                      \
+		NAME##_rows(row, rs, K, x, ldx, t0, y, ldy, r, 4, NT);                         \
+	}                                                                                      \
+	AI void NAME##_rows1(const ELEM *row, size_t rs, int64_t K, const float *x, int64_t ldx, \
+			     int64_t t0, float *y, int64_t ldy, int64_t r, const int NT)      \
+	{                                                                                      \
+		NAME##_rows(row, rs, K, x, ldx, t0, y, ldy, r, 1, NT);                         \
+	}                                                                                      \
 	static void NAME(const struct ms_wmat *w, int64_t r0, int64_t r1, const float *x,     \
 			 int64_t ldx, int64_t n, float *y, int64_t ldy)                       \
 	{                                                                                      \
-		int64_t K = w->cols;                                                           \
-		for (int64_t r = r0; r < r1; r++) {                                            \
+		int64_t K = w->cols, r = r0;                                                   \
+		for (; r + 4 <= r1; r += 4) {                                                  \
 			const ELEM *row = (const ELEM *)(w->w + (size_t)r * w->row_bytes);     \
 			for (int64_t t0 = 0; t0 < n; t0 += TB) {                               \
 				int nt = (int)(n - t0 < TB ? n - t0 : TB);                     \
-				MS_CALL_NT4(nt, NAME##_row, row, K, x, ldx, t0, y, ldy, r);    \
+				MS_CALL_NT4(nt, NAME##_rows4, row, w->row_bytes, K, x, ldx, t0, y, \
+					    ldy, r);                                           \
+			}                                                                      \
+		}                                                                              \
+		for (; r < r1; r++) {                                                          \
+			const ELEM *row = (const ELEM *)(w->w + (size_t)r * w->row_bytes);     \
+			for (int64_t t0 = 0; t0 < n; t0 += TB) {                               \
+				int nt = (int)(n - t0 < TB ? n - t0 : TB);                     \
+				MS_CALL_NT4(nt, NAME##_rows1, row, w->row_bytes, K, x, ldx, t0, y, \
+					    ldy, r);                                           \
 			}                                                                      \
 		}                                                                              \
 	}

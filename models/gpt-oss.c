@@ -92,45 +92,6 @@ static void rope_table(const struct gptoss *g, int64_t d, int64_t pos, float *cs
 	}
 }
 
-/* Rotate n_heads vectors of size d by the table of their position,
- * half-split pairing (i, i + d/2). */
-static void rope_apply(const float *cs, const float *sn, float *x, int64_t n_heads, int64_t d)
-{
-	int64_t half = d / 2;
-	for (int64_t h = 0; h < n_heads; h++) {
-		float *v = x + h * d;
-		for (int64_t i = 0; i < half; i++) {
-			float a = v[i], b = v[i + half];
-			v[i] = a * cs[i] - b * sn[i];
-			v[i + half] = b * cs[i] + a * sn[i];
-		}
-	}
-}
-
-/* ---- small ops ---- */
-
-/* The sum of squares in double over 8 independent partial sums: one chain
- * of dependent double adds took ~2.5 us a 2048-wide row (~40 us a layer
- * at 16 tokens, twice a layer); the order changes the double sum by a few
- * ulps, far below the float it is rounded to. */
-static void rmsnorm(float *y, const float *x, const float *w, int64_t H, double eps)
-{
-	double s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
-	int64_t i = 0;
-#define SQ(j) ((double)x[i + (j)] * (double)x[i + (j)])
-	for (; i + 8 <= H; i += 8) {
-		s0 += SQ(0), s1 += SQ(1), s2 += SQ(2), s3 += SQ(3);
-		s4 += SQ(4), s5 += SQ(5), s6 += SQ(6), s7 += SQ(7);
-	}
-	for (; i < H; i++)
-		s0 += SQ(0);
-#undef SQ
-	double ss = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7));
-	float r = (float)(1.0 / sqrt(ss / (double)H + eps));
-	for (int64_t i = 0; i < H; i++)
-		y[i] = w[i] * (x[i] * r);
-}
-
 /* ---- loading ---- */
 
 static int load_vec(struct ms_model *m, const char *name, int64_t n, float **out,
@@ -329,6 +290,7 @@ static int gptoss_forward_batch(struct ms_model *m, const struct ms_batch *bt, f
 	const struct ms_model_config *c = &m->cfg;
 	struct gptoss *g = m->impl;
 	struct ms_backend *be = m->be;
+	const struct ms_rowops *ro = be->rowops; /* RMSNorm, rope, residual add */
 	const struct ms_kv_pool *pool = bt->pool;
 	int64_t n = bt->n, H = c->hidden, d = c->head_dim, nH = c->n_heads, nKV = c->n_kv_heads;
 	int64_t qd = nH * d, kvd = nKV * d, E = c->n_experts, k = c->top_k, P = pool->page_tokens;
@@ -364,7 +326,7 @@ static int gptoss_forward_batch(struct ms_model *m, const struct ms_batch *bt, f
 	for (int64_t li = 0; li < c->n_layers; li++) {
 		const struct gptoss_layer *L = &g->layers[li];
 		for (int64_t t = 0; t < n; t++)
-			rmsnorm(b.h + t * H, b.x + t * H, L->attn_norm, H, c->rms_eps);
+			ro->rmsnorm(b.h + t * H, b.x + t * H, L->attn_norm, H, c->rms_eps);
 		/* q, k and v in one pass over the pool (k and v alone are too
 		 * small to keep two threads busy) */
 		ms_qlinear_apply_multi(be, 3, (const struct ms_qlinear *[]){&L->q, &L->k, &L->v}, b.h,
@@ -372,8 +334,8 @@ static int gptoss_forward_batch(struct ms_model *m, const struct ms_batch *bt, f
 		for (int64_t t = 0; t < n; t++) {
 			int64_t pos = bt->pos[t];
 			const float *cs = b.rope + t * d, *sn = cs + d / 2;
-			rope_apply(cs, sn, b.q + t * qd, nH, d);
-			rope_apply(cs, sn, b.k + t * kvd, nKV, d);
+			ro->rope(cs, sn, b.q + t * qd, nH, d);
+			ro->rope(cs, sn, b.k + t * kvd, nKV, d);
 			int32_t page = bt->kv[bt->seq[t]]->pages[li][pos / P];
 			memcpy(ms_kv_k(pool, page, pos % P), b.k + t * kvd, (size_t)kvd * fs);
 			memcpy(ms_kv_v(pool, page, pos % P), b.v + t * kvd, (size_t)kvd * fs);
@@ -388,11 +350,10 @@ static int gptoss_forward_batch(struct ms_model *m, const struct ms_batch *bt, f
 		if ((rc = ms_attn_run(g->attn, &be->pool, &aa, &b.ws, err)))
 			goto out;
 		ms_qlinear_apply(be, &L->o, b.att, n, b.o);
-		for (int64_t i = 0; i < n * H; i++)
-			b.x[i] += b.o[i];
+		ro->add(b.x, b.o, n * H);
 
 		for (int64_t t = 0; t < n; t++)
-			rmsnorm(b.h + t * H, b.x + t * H, L->mlp_norm, H, c->rms_eps);
+			ro->rmsnorm(b.h + t * H, b.x + t * H, L->mlp_norm, H, c->rms_eps);
 		ms_qlinear_apply(be, &L->router, b.h, n, b.rl);
 		ms_moe_route(b.rl, n, E, k, b.sel, b.rw);
 		/* the experts' sum is added into the residual stream */
@@ -401,7 +362,7 @@ static int gptoss_forward_batch(struct ms_model *m, const struct ms_batch *bt, f
 	}
 	/* Only the rows whose logits are wanted go through the head. */
 	for (int64_t r = 0; r < nl; r++)
-		rmsnorm(b.h + r * H, b.x + bt->logit_rows[r] * H, g->final_norm, H, c->rms_eps);
+		ro->rmsnorm(b.h + r * H, b.x + bt->logit_rows[r] * H, g->final_norm, H, c->rms_eps);
 	if (nl)
 		ms_qlinear_apply(be, &g->lm_head, b.h, nl, logits);
 out:

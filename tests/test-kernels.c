@@ -534,6 +534,84 @@ START_TEST(backend_rejects_unknown_kernel_set)
 }
 END_TEST
 
+/* The row operations (engine/rowops.c): every build the CPU runs gives the
+ * bits of the scalar formulas of rowops.h, on ragged widths. */
+static void rmsnorm_scalar(float *y, const float *x, const float *w, int64_t H, double eps)
+{
+	double s[8] = {0};
+	int64_t i = 0;
+	for (; i + 8 <= H; i += 8)
+		for (int j = 0; j < 8; j++)
+			s[j] += (double)x[i + j] * (double)x[i + j];
+	for (; i < H; i++)
+		s[0] += (double)x[i] * (double)x[i];
+	double ss = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+	float r = (float)(1.0 / sqrt(ss / (double)H + eps));
+	for (i = 0; i < H; i++)
+		y[i] = w[i] * (x[i] * r);
+}
+
+START_TEST(rowops_match_scalar)
+{
+	const struct ms_rowops *sets[] = {&ms_rowops_generic, &ms_rowops_avx2, &ms_rowops_avx512};
+	const unsigned need[] = {0, MS_CPU_AVX2, MS_CPU_AVX512F};
+	const int64_t widths[] = {1, 7, 8, 45, 64, 2049, 2880};
+	int ran = 0;
+	for (int si = 0; si < 3; si++) {
+		if ((ms_cpu_detect() & need[si]) != need[si])
+			continue;
+		const struct ms_rowops *ro = sets[si];
+		for (size_t wi = 0; wi < sizeof(widths) / sizeof(widths[0]); wi++) {
+			int64_t H = widths[wi];
+			float *x = malloc((size_t)H * sizeof(float)), *w = malloc((size_t)H * sizeof(float));
+			float *y = malloc((size_t)H * sizeof(float)), *y0 = malloc((size_t)H * sizeof(float));
+			for (int64_t i = 0; i < H; i++)
+				x[i] = 40.0f * frand(), w[i] = 1.0f + frand();
+			ro->rmsnorm(y, x, w, H, 1e-5);
+			rmsnorm_scalar(y0, x, w, H, 1e-5);
+			ck_assert_msg(memcmp(y, y0, (size_t)H * sizeof(float)) == 0,
+				      "rowops set %d: rmsnorm of %lld differs", si, (long long)H);
+			/* in place */
+			memcpy(y, x, (size_t)H * sizeof(float));
+			ro->rmsnorm(y, y, w, H, 1e-5);
+			ck_assert(memcmp(y, y0, (size_t)H * sizeof(float)) == 0);
+			/* the residual add */
+			memcpy(y, x, (size_t)H * sizeof(float));
+			ro->add(y, w, H);
+			for (int64_t i = 0; i < H; i++)
+				ck_assert(y[i] == x[i] + w[i]);
+			free(x), free(w), free(y), free(y0);
+		}
+		const int64_t dims[][2] = {{1, 2}, {3, 6}, {2, 64}, {5, 130}, {8, 64}};
+		for (size_t di = 0; di < sizeof(dims) / sizeof(dims[0]); di++) {
+			int64_t nh = dims[di][0], d = dims[di][1], half = d / 2;
+			float *v = malloc((size_t)(nh * d) * sizeof(float));
+			float *v0 = malloc((size_t)(nh * d) * sizeof(float));
+			float *cs = malloc((size_t)half * sizeof(float)), *sn = malloc((size_t)half * sizeof(float));
+			for (int64_t i = 0; i < nh * d; i++)
+				v[i] = v0[i] = 3.0f * frand();
+			for (int64_t i = 0; i < half; i++)
+				cs[i] = frand(), sn[i] = frand();
+			ro->rope(cs, sn, v, nh, d);
+			for (int64_t h = 0; h < nh; h++)
+				for (int64_t i = 0; i < half; i++) {
+					float a = v0[h * d + i], b = v0[h * d + half + i];
+					float lo = a * cs[i] - b * sn[i], hi = b * cs[i] + a * sn[i];
+					ck_assert_msg(memcmp(&lo, &v[h * d + i], 4) == 0 &&
+						      memcmp(&hi, &v[h * d + half + i], 4) == 0,
+						      "rowops set %d: rope %lldx%lld head %lld pair %lld", si,
+						      (long long)nh, (long long)d, (long long)h, (long long)i);
+				}
+			free(v), free(v0), free(cs), free(sn);
+		}
+		ran++;
+	}
+	/* this machine has AVX-512: all three builds ran */
+	if (ms_cpu_detect() & MS_CPU_AVX512F)
+		ck_assert_int_eq(ran, 3);
+}
+END_TEST
+
 static void count_task(void *ctx, int task, int worker)
 {
 	(void)worker;
@@ -574,6 +652,7 @@ int main(void)
 	tcase_add_test(tc, isa_kernels_match_reference);
 	tcase_add_test(tc, backend_rejects_unknown_kernel_set);
 	tcase_add_test(tc, pool_runs_every_task_once);
+	tcase_add_test(tc, rowops_match_scalar);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
