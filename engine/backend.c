@@ -418,16 +418,18 @@ int64_t ms_kernel_rows_per_task(const struct ms_kernel *k, int64_t rows, int64_t
 	return ms_split_per(rows, tasks, k->row_align > 16 ? k->row_align : 16);
 }
 
-void ms_backend_gemm_multi(struct ms_backend *be, const struct ms_kernel *k, int m,
-			   const struct ms_wmat *const *w, const float *x, int64_t n,
-			   float *const *y, const float *const *bias)
+int ms_backend_gemm_multi(struct ms_backend *be, const struct ms_kernel *k, int m,
+			  const struct ms_wmat *const *w, const float *x, int64_t n,
+			  float *const *y, const float *const *bias)
 {
 	/* a kernel that wants a whole matrix in one call gets each on its own */
 	for (int i = 0; m > 1 && k->whole && i < m; i++)
 		if (k->whole(w[i], n)) {
-			for (int q = 0; q < m; q++)
-				ms_backend_gemm_multi(be, k, 1, &w[q], x, n, &y[q], bias ? &bias[q] : NULL);
-			return;
+			int rc = 0;
+			for (int q = 0; q < m && !rc; q++)
+				rc = ms_backend_gemm_multi(be, k, 1, &w[q], x, n, &y[q],
+							   bias ? &bias[q] : NULL);
+			return rc;
 		}
 	struct gemm_job j = {.k = k, .m = m, .x = x, .n = n};
 	const int64_t a = k->row_align > 16 ? k->row_align : 16;
@@ -449,8 +451,11 @@ void ms_backend_gemm_multi(struct ms_backend *be, const struct ms_kernel *k, int
 		j.bias[i] = bias ? bias[i] : NULL;
 		if (k->prep) {
 			void *xq = malloc(k->prep_size(w[i], n));
-			if (!xq)
-				abort(); /* out of memory mid-forward: fail loud, never compute garbage */
+			if (!xq) {
+				for (int q = 0; q < i; q++)
+					free((void *)j.xq[q]);
+				return -ENOMEM;
+			}
 			k->prep(w[i], x, w[i]->cols, n, xq);
 			j.xq[i] = xq;
 		}
@@ -466,10 +471,11 @@ void ms_backend_gemm_multi(struct ms_backend *be, const struct ms_kernel *k, int
 		ms_backend_count_bytes(be, ms_wmat_bytes(w[i]));
 		free((void *)j.xq[i]);
 	}
+	return 0;
 }
 
-void ms_backend_gemm(struct ms_backend *be, const struct ms_kernel *k, const struct ms_wmat *w,
-		     const float *x, int64_t n, float *y, const float *bias)
+int ms_backend_gemm(struct ms_backend *be, const struct ms_kernel *k, const struct ms_wmat *w,
+		    const float *x, int64_t n, float *y, const float *bias)
 {
-	ms_backend_gemm_multi(be, k, 1, &w, x, n, &y, &bias);
+	return ms_backend_gemm_multi(be, k, 1, &w, x, n, &y, &bias);
 }

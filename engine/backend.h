@@ -115,9 +115,11 @@ const char *ms_cpu_flags_str(unsigned flags, char *buf, size_t len);
 /* Known kernel sets, comma-separated, for messages and --help. */
 extern const char ms_backend_kernel_sets[];
 
-/* y[n, rows] = x[n, cols] W^T (+ bias), rows split over the pool. */
-void ms_backend_gemm(struct ms_backend *be, const struct ms_kernel *k, const struct ms_wmat *w,
-		     const float *x, int64_t n, float *y, const float *bias);
+/* y[n, rows] = x[n, cols] W^T (+ bias), rows split over the pool. 0, or
+ * -ENOMEM (y untouched) when the kernel's prepared activations cannot be
+ * allocated. */
+int ms_backend_gemm(struct ms_backend *be, const struct ms_kernel *k, const struct ms_wmat *w,
+		    const float *x, int64_t n, float *y, const float *bias);
 
 /* The same for m <= MS_GEMM_MULTI_MAX matrices of one kernel and one
  * width on the same x (attention's q, k and v), y[i] and bias[i] (bias may
@@ -125,10 +127,11 @@ void ms_backend_gemm(struct ms_backend *be, const struct ms_kernel *k, const str
  * the small ones share the threads with the large and the pool is entered
  * once (a kernel that asks for whole matrices, k->whole, gets them one by
  * one). Each row is computed by exactly one task with w[i]'s kernel, so the
- * results are those of m separate calls, bit for bit. */
+ * results are those of m separate calls, bit for bit. 0 or -ENOMEM as
+ * above. */
 #define MS_GEMM_MULTI_MAX 4
-void ms_backend_gemm_multi(struct ms_backend *be, const struct ms_kernel *k, int m,
-			   const struct ms_wmat *const *w, const float *x, int64_t n,
-			   float *const *y, const float *const *bias);
+int ms_backend_gemm_multi(struct ms_backend *be, const struct ms_kernel *k, int m,
+			  const struct ms_wmat *const *w, const float *x, int64_t n,
+			  float *const *y, const float *const *bias);
 
 #endif

@@ -329,8 +329,9 @@ static int gptoss_forward_batch(struct ms_model *m, const struct ms_batch *bt, f
 			ro->rmsnorm(b.h + t * H, b.x + t * H, L->attn_norm, H, c->rms_eps);
 		/* q, k and v in one pass over the pool (k and v alone are too
 		 * small to keep two threads busy) */
-		ms_qlinear_apply_multi(be, 3, (const struct ms_qlinear *[]){&L->q, &L->k, &L->v}, b.h,
-				       n, (float *[]){b.q, b.k, b.v});
+		if (ms_qlinear_apply_multi(be, 3, (const struct ms_qlinear *[]){&L->q, &L->k, &L->v},
+					   b.h, n, (float *[]){b.q, b.k, b.v}))
+			goto oom;
 		for (int64_t t = 0; t < n; t++) {
 			int64_t pos = bt->pos[t];
 			const float *cs = b.rope + t * d, *sn = cs + d / 2;
@@ -349,12 +350,14 @@ static int gptoss_forward_batch(struct ms_model *m, const struct ms_batch *bt, f
 		};
 		if ((rc = ms_attn_run(g->attn, &be->pool, &aa, &b.ws, err)))
 			goto out;
-		ms_qlinear_apply(be, &L->o, b.att, n, b.o);
+		if (ms_qlinear_apply(be, &L->o, b.att, n, b.o))
+			goto oom;
 		ro->add(b.x, b.o, n * H);
 
 		for (int64_t t = 0; t < n; t++)
 			ro->rmsnorm(b.h + t * H, b.x + t * H, L->mlp_norm, H, c->rms_eps);
-		ms_qlinear_apply(be, &L->router, b.h, n, b.rl);
+		if (ms_qlinear_apply(be, &L->router, b.h, n, b.rl))
+			goto oom;
 		ms_moe_route(b.rl, n, E, k, b.sel, b.rw);
 		/* the experts' sum is added into the residual stream */
 		if ((rc = ms_moe_forward(be, &L->moe, act, b.h, n, b.sel, b.rw, k, b.x, err)))
@@ -363,8 +366,12 @@ static int gptoss_forward_batch(struct ms_model *m, const struct ms_batch *bt, f
 	/* Only the rows whose logits are wanted go through the head. */
 	for (int64_t r = 0; r < nl; r++)
 		ro->rmsnorm(b.h + r * H, b.x + bt->logit_rows[r] * H, g->final_norm, H, c->rms_eps);
-	if (nl)
-		ms_qlinear_apply(be, &g->lm_head, b.h, nl, logits);
+	if (nl && ms_qlinear_apply(be, &g->lm_head, b.h, nl, logits))
+		goto oom;
+	goto out;
+oom:
+	rc = ms_err_set(err, -ENOMEM, "forward: out of memory for %lld tokens' activations",
+			(long long)n);
 out:
 	bufs_free(&b);
 	return rc;

@@ -683,47 +683,45 @@ void ms_qmoe_free(struct ms_qmoe *m)
 
 /* ---- applying ---- */
 
-void ms_qlinear_apply(struct ms_backend *be, const struct ms_qlinear *l, const float *x,
-		      int64_t n, float *y)
+int ms_qlinear_apply(struct ms_backend *be, const struct ms_qlinear *l, const float *x,
+		     int64_t n, float *y)
 {
-	if (l->act.kind == MS_ACTQ_NONE) {
-		ms_backend_gemm(be, l->kernel, &l->w, x, n, y, l->bias);
-		return;
-	}
+	if (l->act.kind == MS_ACTQ_NONE)
+		return ms_backend_gemm(be, l->kernel, &l->w, x, n, y, l->bias);
 	int64_t K = l->w.cols, N = l->w.rows;
 	float *xq = malloc((size_t)(n * K) * sizeof(float));
 	float *rs = malloc((size_t)n * sizeof(float));
-	if (!xq || !rs) {
-		/* Out of memory mid-forward: fail loud rather than compute garbage
-		 * (a daemon is sized so that this does not happen). */
-		abort();
+	int rc = xq && rs ? 0 : -ENOMEM;
+	if (!rc) {
+		ms_actq_apply(&l->act, x, K, n, K, xq, rs);
+		rc = ms_backend_gemm(be, l->kernel, &l->w, xq, n, y, NULL);
 	}
-	ms_actq_apply(&l->act, x, K, n, K, xq, rs);
-	ms_backend_gemm(be, l->kernel, &l->w, xq, n, y, NULL);
-	for (int64_t t = 0; t < n; t++)
+	for (int64_t t = 0; !rc && t < n; t++)
 		for (int64_t r = 0; r < N; r++)
 			y[t * N + r] = y[t * N + r] * rs[t] + (l->bias ? l->bias[r] : 0.0f);
 	free(xq);
 	free(rs);
+	return rc;
 }
 
-void ms_qlinear_apply_multi(struct ms_backend *be, int m, const struct ms_qlinear *const *l,
-			    const float *x, int64_t n, float *const *y)
+int ms_qlinear_apply_multi(struct ms_backend *be, int m, const struct ms_qlinear *const *l,
+			   const float *x, int64_t n, float *const *y)
 {
 	bool together = m >= 1 && m <= MS_GEMM_MULTI_MAX;
 	for (int i = 0; together && i < m; i++)
 		together = l[i]->act.kind == MS_ACTQ_NONE && l[i]->kernel == l[0]->kernel &&
 			   l[i]->w.cols == l[0]->w.cols;
 	if (!together) {
-		for (int i = 0; i < m; i++)
-			ms_qlinear_apply(be, l[i], x, n, y[i]);
-		return;
+		int rc = 0;
+		for (int i = 0; i < m && !rc; i++)
+			rc = ms_qlinear_apply(be, l[i], x, n, y[i]);
+		return rc;
 	}
 	const struct ms_wmat *w[MS_GEMM_MULTI_MAX];
 	const float *b[MS_GEMM_MULTI_MAX];
 	for (int i = 0; i < m; i++)
 		w[i] = &l[i]->w, b[i] = l[i]->bias;
-	ms_backend_gemm_multi(be, l[0]->kernel, m, w, x, n, y, b);
+	return ms_backend_gemm_multi(be, l[0]->kernel, m, w, x, n, y, b);
 }
 
 /* ---- splicing rows of two matrices ---- */

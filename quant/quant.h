@@ -143,15 +143,16 @@ void ms_qlinear_drop_pack(struct ms_qlinear *l);
 void ms_qmoe_free(struct ms_qmoe *m);
 
 /* y[n, out] = x[n, in] W^T + b on the backend's pool, with the layer's
- * activation quantization. */
-void ms_qlinear_apply(struct ms_backend *be, const struct ms_qlinear *l, const float *x,
+ * activation quantization. 0, or -ENOMEM when scratch cannot be
+ * allocated (nothing computed). */
+int ms_qlinear_apply(struct ms_backend *be, const struct ms_qlinear *l, const float *x,
 		      int64_t n, float *y);
 
 /* ms_qlinear_apply of m <= MS_GEMM_MULTI_MAX layers to the same x, y[i] for
  * l[i]: one pass over the pool when they share a kernel and a width and
  * quantize no activations (ms_backend_gemm_multi), else one by one. The
- * same results either way. */
-void ms_qlinear_apply_multi(struct ms_backend *be, int m, const struct ms_qlinear *const *l,
+ * same results either way; 0 or -ENOMEM. */
+int ms_qlinear_apply_multi(struct ms_backend *be, int m, const struct ms_qlinear *const *l,
 			    const float *x, int64_t n, float *const *y);
 
 /* Give l the backend's kernel for its format (and the reason), packing the
