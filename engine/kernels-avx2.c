@@ -7,6 +7,7 @@
  * reference kernels.
  */
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -35,7 +36,9 @@ static inline __m256 load_f16(const uint16_t *p)
 
 /* RB rows against tokens t0..t0+NT-1 (VLOAD(p) loads eight weights from p
  * as floats, SCALAR(e) converts one, for the tail); RB and NT are
- * constants (MS_CALL_NT4 in DEF_GEMM). Two rows at a time (16 registers):
+ * constants (MS_CALL_NT4 in DEF_GEMM). The tail is an explicit fmaf: left
+ * to contraction, GCC fused it in some (RB, NT) instances and not others,
+ * and a token's result then depended on its batch. Two rows at a time (16 registers):
  * each token's activations are read once per two rows. Every (row, token)
  * keeps its own accumulator in k order: the same sums whatever RB. */
 #define DEF_DOT_ROWS(NAME, ELEM, VLOAD, SCALAR)                                                \
@@ -62,48 +65,34 @@ static inline __m256 load_f16(const uint16_t *p)
 		for (; k < K; k++)                                                             \
 			_Pragma("GCC unroll 2") for (int i = 0; i < RB; i++)                   \
 				_Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)           \
-					tail[i][t] += SCALAR(((const ELEM *)((const uint8_t *)row + \
-									     i * rs))[k]) *   \
-						      x[(t0 + t) * ldx + k];                   \
+					tail[i][t] = fmaf(SCALAR(((const ELEM *)((const uint8_t *)row + \
+										 i * rs))[k]), \
+							  x[(t0 + t) * ldx + k], tail[i][t]);  \
 		_Pragma("GCC unroll 2") for (int i = 0; i < RB; i++)                           \
 			_Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                   \
 				y[(t0 + t) * ldy + r + i] = hsum8(acc[i][t]) + tail[i][t];     \
 	}
 
-/* gemm over rows r0..r1 for one element type. */
+/* gemm over rows r0..r1 for one element type: two rows a pass, then one. */
 #define DEF_GEMM(NAME, ELEM, VLOAD, SCALAR)                                                    \
 	DEF_DOT_ROWS(NAME##_rows, ELEM, VLOAD, SCALAR)                                         \
-	static inline __attribute__((always_inline)) void NAME##_rows2(                       \
-		const ELEM *row, size_t rs, int64_t K, const float *x, int64_t ldx, int64_t t0,   \
-		float *y, int64_t ldy, int64_t r, const int NT)                                \
-	{                                                                                      \
-		NAME##_rows(row, rs, K, x, ldx, t0, y, ldy, r, 2, NT);                         \
-	}                                                                                      \
-	static inline __attribute__((always_inline)) void NAME##_rows1(                       \
-		const ELEM *row, size_t rs, int64_t K, const float *x, int64_t ldx, int64_t t0,   \
-		float *y, int64_t ldy, int64_t r, const int NT)                                \
-	{                                                                                      \
-		NAME##_rows(row, rs, K, x, ldx, t0, y, ldy, r, 1, NT);                         \
-	}                                                                                      \
 	static void NAME(const struct ms_wmat *w, int64_t r0, int64_t r1, const float *x,     \
 			 int64_t ldx, int64_t n, float *y, int64_t ldy)                       \
 	{                                                                                      \
-		int64_t K = w->cols, r = r0;                                                   \
-		for (; r + 2 <= r1; r += 2) {                                                  \
+		int64_t K = w->cols;                                                           \
+		for (int64_t r = r0; r < r1;) {                                                \
 			const ELEM *row = (const ELEM *)(w->w + (size_t)r * w->row_bytes);     \
+			bool two = r + 2 <= r1;                                                \
 			for (int64_t t0 = 0; t0 < n; t0 += TB) {                               \
 				int nt = (int)(n - t0 < TB ? n - t0 : TB);                     \
-				MS_CALL_NT4(nt, NAME##_rows2, row, w->row_bytes, K, x, ldx, t0, y, \
-					    ldy, r);                                           \
+				if (two)                                                       \
+					MS_CALL_NT4(nt, NAME##_rows, row, w->row_bytes, K, x, ldx, \
+						    t0, y, ldy, r, 2);                         \
+				else                                                           \
+					MS_CALL_NT4(nt, NAME##_rows, row, w->row_bytes, K, x, ldx, \
+						    t0, y, ldy, r, 1);                         \
 			}                                                                      \
-		}                                                                              \
-		for (; r < r1; r++) {                                                          \
-			const ELEM *row = (const ELEM *)(w->w + (size_t)r * w->row_bytes);     \
-			for (int64_t t0 = 0; t0 < n; t0 += TB) {                               \
-				int nt = (int)(n - t0 < TB ? n - t0 : TB);                     \
-				MS_CALL_NT4(nt, NAME##_rows1, row, w->row_bytes, K, x, ldx, t0, y, \
-					    ldy, r);                                           \
-			}                                                                      \
+			r += two ? 2 : 1;                                                      \
 		}                                                                              \
 	}
 

@@ -81,38 +81,27 @@ static inline __m512 load_f32(const float *p, __mmask16 m)
 				y[(t0 + t) * ldy + r + i] = _mm512_reduce_add_ps(acc[i][t]);   \
 	}
 
-/* gemm over rows r0..r1 for one element type and 16-wide loader. */
+/* gemm over rows r0..r1 for one element type and 16-wide loader: four
+ * rows a pass, then one. */
 #define DEF_GEMM(NAME, ELEM, LOADW)                                                            \
 	DEF_DOT_ROWS(NAME##_rows, ELEM, LOADW)                                                 \
-	AI void NAME##_rows4(const ELEM *row, size_t rs, int64_t K, const float *x, int64_t ldx, \
-			     int64_t t0, float *y, int64_t ldy, int64_t r, const int NT)      \
-	{                                                                                      \
-		NAME##_rows(row, rs, K, x, ldx, t0, y, ldy, r, 4, NT);                         \
-	}                                                                                      \
-	AI void NAME##_rows1(const ELEM *row, size_t rs, int64_t K, const float *x, int64_t ldx, \
-			     int64_t t0, float *y, int64_t ldy, int64_t r, const int NT)      \
-	{                                                                                      \
-		NAME##_rows(row, rs, K, x, ldx, t0, y, ldy, r, 1, NT);                         \
-	}                                                                                      \
 	static void NAME(const struct ms_wmat *w, int64_t r0, int64_t r1, const float *x,     \
 			 int64_t ldx, int64_t n, float *y, int64_t ldy)                       \
 	{                                                                                      \
-		int64_t K = w->cols, r = r0;                                                   \
-		for (; r + 4 <= r1; r += 4) {                                                  \
+		int64_t K = w->cols;                                                           \
+		for (int64_t r = r0; r < r1;) {                                                \
 			const ELEM *row = (const ELEM *)(w->w + (size_t)r * w->row_bytes);     \
+			bool four = r + 4 <= r1;                                               \
 			for (int64_t t0 = 0; t0 < n; t0 += TB) {                               \
 				int nt = (int)(n - t0 < TB ? n - t0 : TB);                     \
-				MS_CALL_NT4(nt, NAME##_rows4, row, w->row_bytes, K, x, ldx, t0, y, \
-					    ldy, r);                                           \
+				if (four)                                                      \
+					MS_CALL_NT4(nt, NAME##_rows, row, w->row_bytes, K, x, ldx, \
+						    t0, y, ldy, r, 4);                         \
+				else                                                           \
+					MS_CALL_NT4(nt, NAME##_rows, row, w->row_bytes, K, x, ldx, \
+						    t0, y, ldy, r, 1);                         \
 			}                                                                      \
-		}                                                                              \
-		for (; r < r1; r++) {                                                          \
-			const ELEM *row = (const ELEM *)(w->w + (size_t)r * w->row_bytes);     \
-			for (int64_t t0 = 0; t0 < n; t0 += TB) {                               \
-				int nt = (int)(n - t0 < TB ? n - t0 : TB);                     \
-				MS_CALL_NT4(nt, NAME##_rows1, row, w->row_bytes, K, x, ldx, t0, y, \
-					    ldy, r);                                           \
-			}                                                                      \
+			r += four ? 4 : 1;                                                     \
 		}                                                                              \
 	}
 
