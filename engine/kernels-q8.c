@@ -512,6 +512,7 @@ void ms_q8_prep(const struct ms_wmat *w, const float *x, int64_t ldx, int64_t n,
 			}
 			prep_block(buf, h->act, q + b * MS_Q8_BLOCK, d + b, s + b);
 		}
+		ms_q8_xq_fill_c(h->kind, xq, kp, t);
 	}
 }
 

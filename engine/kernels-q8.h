@@ -63,6 +63,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels.h"
 
@@ -107,10 +108,12 @@ static inline int64_t ms_q8_meta_bytes(int kind)
 	return kind == MS_Q8_MXFP4 ? 16 : 48;
 }
 
-/* The prepared activations of token t: q [kp], d [kp/32], s [kp/32]. */
+/* The prepared activations of token t: q [kp], d [kp/32], s [kp/32] and
+ * c [kp/32]: s as the kernels' dot needs it, formed once per token and
+ * block here rather than in every pass over a few panels (ms_q8_xq_fill_c). */
 static inline size_t ms_q8_xq_stride(int64_t kp)
 {
-	return (size_t)kp + (size_t)(kp / MS_Q8_BLOCK) * 8;
+	return (size_t)kp + (size_t)(kp / MS_Q8_BLOCK) * 12;
 }
 static inline const int8_t *ms_q8_xq_q(const void *xq, int64_t kp, int64_t t)
 {
@@ -123,6 +126,28 @@ static inline const float *ms_q8_xq_d(const void *xq, int64_t kp, int64_t t)
 static inline const int32_t *ms_q8_xq_s(const void *xq, int64_t kp, int64_t t)
 {
 	return (const int32_t *)(ms_q8_xq_d(xq, kp, t) + kp / MS_Q8_BLOCK);
+}
+static inline const uint32_t *ms_q8_xq_c(const void *xq, int64_t kp, int64_t t)
+{
+	return (const uint32_t *)(ms_q8_xq_s(xq, kp, t) + kp / MS_Q8_BLOCK);
+}
+
+/* c of token t from its s, by the pack's kind: MXFP4, the int32 -16 s
+ * (the dot over lut12 + 4 starts there, so the epilogue's integer is the
+ * block's sum itself); INTQ and INT8, s as fp32 (exact: |s| <= 32 * 127),
+ * what the epilogue multiplies the zero point by. Every prep fills it. */
+static inline void ms_q8_xq_fill_c(int kind, void *xq, int64_t kp, int64_t t)
+{
+	const int32_t *s = ms_q8_xq_s(xq, kp, t);
+	uint32_t *c = (uint32_t *)ms_q8_xq_c(xq, kp, t);
+	for (int64_t b = 0; b < kp / MS_Q8_BLOCK; b++) {
+		if (kind == MS_Q8_MXFP4) {
+			c[b] = (uint32_t)(-16 * s[b]);
+		} else {
+			float f = (float)s[b];
+			memcpy(&c[b], &f, 4);
+		}
+	}
 }
 
 /* The twice-e2m1-plus-12 table of MXFP4 codes (unsigned for vpdpbusd). */

@@ -273,7 +273,14 @@ static int bench(int argc, char **argv)
 		printf("bench: this CPU lacks AVX512-BF16\n");
 		return 0;
 	}
-	const int64_t R = 4096, K = 4096;
+	/* the shape: 4096 x 4096, or BF16_BENCH_R x BF16_BENCH_K; BF16_BENCH_HOT=1:
+	 * one copy, from cache with a small shape (the arithmetic rate) */
+	const char *er = getenv("BF16_BENCH_R"), *ek = getenv("BF16_BENCH_K");
+	const int64_t R = er ? atoll(er) : 4096, K = ek ? atoll(ek) : 4096;
+	if (R <= 0 || K <= 0) {
+		printf("bench: bad BF16_BENCH_R / BF16_BENCH_K\n");
+		return 1;
+	}
 	const size_t total = (size_t)576 << 20;
 	const int th = argc > 2 ? atoi(argv[2]) : 2;
 	struct ms_backend be;
@@ -282,7 +289,8 @@ static int bench(int argc, char **argv)
 		printf("bench: %s\n", err.msg);
 		return 1;
 	}
-	int copies = (int)(total / ((size_t)R * K * 2)) + 1;
+	const bool hot = getenv("BF16_BENCH_HOT") && atoi(getenv("BF16_BENCH_HOT"));
+	int copies = hot ? 1 : (int)(total / ((size_t)R * K * 2)) + 1;
 	struct tmat *ts = malloc((size_t)copies * sizeof(*ts));
 	struct ms_wmat *wo = malloc((size_t)copies * sizeof(*wo));
 	void **ob = malloc((size_t)copies * sizeof(*ob));

@@ -805,7 +805,15 @@ static int bench(void)
 		return 0;
 	}
 	/* K = 2048 (Q8_BENCH_K=2048): the bench model's and gpt-oss's shorter panels */
-	const int64_t R = 4096, K = getenv("Q8_BENCH_K") ? atoi(getenv("Q8_BENCH_K")) : 4096;
+	/* Q8_BENCH_R rows (4096); Q8_BENCH_HOT=1: one copy, read from cache
+	 * (with a small R: the kernel's arithmetic rate, not the memory's) */
+	const int64_t R = getenv("Q8_BENCH_R") ? atoi(getenv("Q8_BENCH_R")) : 4096;
+	const int64_t K = getenv("Q8_BENCH_K") ? atoi(getenv("Q8_BENCH_K")) : 4096;
+	const bool hot = getenv("Q8_BENCH_HOT") && atoi(getenv("Q8_BENCH_HOT"));
+	if (R <= 0 || K <= 0) {
+		printf("bench: bad Q8_BENCH_R / Q8_BENCH_K\n");
+		return 1;
+	}
 	const size_t total = (size_t)576 << 20; /* cycled copies: larger than L3 */
 	const char *names[] = {"intq4-g32", "mxfp4"};
 	const int tries = 12;
@@ -818,7 +826,7 @@ static int bench(void)
 			return 1;
 		}
 		/* copies packed one by one, allocated as the loader's are */
-		int copies = (int)(total / t.m.pack_bytes) + 1;
+		int copies = hot ? 1 : (int)(total / t.m.pack_bytes) + 1;
 		struct ms_wmat *ws = malloc((size_t)copies * sizeof(*ws));
 		void **bufs = malloc((size_t)copies * sizeof(*bufs));
 		const uint8_t **pan = malloc((size_t)copies * sizeof(*pan));
