@@ -26,9 +26,13 @@
  * the buffer is measured against the best reads before and after its run
  * (reads between its steps would evict it from the caches).
  *
+ * Beside each bandwidth read, the arithmetic the CPUs give at that moment
+ * (the bf16 kernel from cache, all threads and one): a step of several
+ * tokens is bound by it where the bytes would allow more.
+ *
  * Order: the peak RSS of the load; warm-up; decode at 1, 4, 8 and 16
- * sequences, each run between two best-of-8 bandwidth reads (the buffer
- * stays resident and is taken out of the RSS);
+ * sequences, each run between two best-of-8 bandwidth reads and arithmetic
+ * probes (the buffer stays resident and is taken out of the RSS);
  * prefill; the peak RSS of the runs; oneDNN right after the prefill; last
  * the optional baseline model, so that it does not count in the RSS.
  */
@@ -154,6 +158,114 @@ static double bw_measure(struct ms_backend *be, struct bw_job *j)
 	volatile uint64_t sink = j->sums[0];
 	(void)sink;
 	return best;
+}
+
+/* ---- vector arithmetic: the bf16 kernel from cache ---- */
+
+/* A shared machine's arithmetic drifts as its bandwidth does, and not
+ * together with it: on the VM this was written on, one thread's vdpbf16ps
+ * rate moved between ~140 and ~227 GFLOP/s, and two threads reached 0.9x to
+ * 1.6x one thread (vCPUs that share a physical core with each other or with
+ * a neighbour). A decode step of several tokens is bound by arithmetic where
+ * the bytes would allow more, so each run prints the rate the backend's bf16
+ * kernel reaches at 16 tokens on a 256 x 2048 matrix read from cache (L2),
+ * on every thread and on the calling thread alone, taken next to the
+ * bandwidth reads: what the CPUs gave at that moment. */
+struct arith {
+	struct ms_wmat w;
+	const struct ms_kernel *k;
+	void *owned;
+	uint16_t *rows;
+	float *x, *y;
+	void *xq;
+};
+
+#define ARITH_ROWS 256
+#define ARITH_COLS 2048
+#define ARITH_TOKENS 16
+
+static void arith_free(struct arith *a)
+{
+	if (a->owned && a->k && a->k->pack_free)
+		a->k->pack_free(a->owned);
+	else
+		free(a->owned);
+	free(a->rows), free(a->x), free(a->y), free(a->xq);
+	memset(a, 0, sizeof(*a));
+}
+
+/* -1 when the backend has no bf16 kernel it can run this way (the probe is
+ * then left out, not an error of the bench). */
+static int arith_init(struct arith *a, struct ms_backend *be)
+{
+	memset(a, 0, sizeof(*a));
+	a->rows = malloc((size_t)ARITH_ROWS * ARITH_COLS * sizeof(uint16_t));
+	a->x = malloc((size_t)ARITH_TOKENS * ARITH_COLS * sizeof(float));
+	a->y = malloc((size_t)ARITH_TOKENS * ARITH_ROWS * sizeof(float));
+	if (!a->rows || !a->x || !a->y) {
+		arith_free(a);
+		return -1;
+	}
+	/* random values of either sign (a fixed LCG: the same every run) */
+	uint32_t r = 12345;
+	for (size_t i = 0; i < (size_t)ARITH_ROWS * ARITH_COLS; i++) {
+		r = r * 1664525u + 1013904223u;
+		a->rows[i] = (uint16_t)(0x3C00u + (r >> 24) + ((r >> 8) & 0x8000u)); /* +-2^-7.. */
+	}
+	for (size_t i = 0; i < (size_t)ARITH_TOKENS * ARITH_COLS; i++) {
+		r = r * 1664525u + 1013904223u;
+		a->x[i] = (float)((int32_t)(r >> 8) - (1 << 23)) / (float)(1 << 23);
+	}
+	a->w = (struct ms_wmat){.fmt = MS_WFMT_BF16, .rows = ARITH_ROWS, .cols = ARITH_COLS,
+				.w = (const uint8_t *)a->rows,
+				.row_bytes = ARITH_COLS * sizeof(uint16_t)};
+	char why[256];
+	struct ms_err err = {0};
+	if (ms_backend_bind(be, &a->w, &a->k, &a->owned, why, sizeof(why), &err) || !a->k ||
+	    (a->k->whole && a->k->whole(&a->w, ARITH_TOKENS))) {
+		arith_free(a);
+		return -1;
+	}
+	if (a->k->gemmq) {
+		a->xq = malloc(a->k->prep_size(&a->w, ARITH_TOKENS));
+		if (!a->xq) {
+			arith_free(a);
+			return -1;
+		}
+		a->k->prep(&a->w, a->x, ARITH_COLS, ARITH_TOKENS, a->xq);
+	}
+	return 0;
+}
+
+/* Best of 5 rounds of 24 products, GFLOP/s: on the pool (all) and on the
+ * calling thread alone, the helpers asleep (one). */
+static void arith_measure(struct ms_backend *be, struct arith *a, double *all, double *one)
+{
+	*all = *one = 0;
+	if (!a->k)
+		return;
+	const double flop = 2.0 * ARITH_ROWS * ARITH_COLS * ARITH_TOKENS * 24;
+	for (int rep = 0; rep < 6; rep++) {
+		double t0 = ms_now_s();
+		for (int i = 0; i < 24; i++)
+			if (ms_backend_gemm(be, a->k, &a->w, a->x, ARITH_TOKENS, a->y, NULL))
+				return;
+		double g = flop / (ms_now_s() - t0) / 1e9;
+		if (rep > 0 && g > *all) /* the first round warms */
+			*all = g;
+	}
+	/* the helpers spin ~50-80 us after a job before they sleep */
+	struct timespec ts = {0, 2000000};
+	nanosleep(&ts, NULL);
+	for (int rep = 0; rep < 6; rep++) {
+		double t0 = ms_now_s();
+		for (int i = 0; i < 24; i++)
+			ms_kernel_run(a->k, &a->w, 0, ARITH_ROWS, a->xq, a->x, ARITH_COLS, ARITH_TOKENS,
+				      a->y, ARITH_ROWS);
+		double g = flop / (ms_now_s() - t0) / 1e9;
+		if (rep > 0 && g > *one)
+			*one = g;
+	}
 }
 
 /* ---- oneDNN's bf16 matmul: the prefill ceiling ---- */
@@ -506,6 +618,7 @@ struct decode {
 	double bw;             /* the bandwidth they are measured against */
 	double share_peak;     /* the share of the run's best read instead */
 	bool between;          /* bw was read between the steps */
+	double ar_all, ar_one; /* bf16 GFLOP/s from cache next to the run: all threads, one */
 	bool counted;          /* bytes come from the backend's counter */
 };
 
@@ -689,7 +802,10 @@ int ms_cmd_bench(struct ms_model *m, struct ms_backend *be, const struct ms_benc
 	}
 	struct run_stats warm, pre, st[4];
 	static const int batch[4] = {1, 4, 8, 16};
-	double bws[5] = {0};
+	double bws[5] = {0}, ar_all[5] = {0}, ar_one[5] = {0};
+	struct arith ar;
+	if (arith_init(&ar, be))
+		memset(&ar, 0, sizeof(ar)); /* no bf16 kernel to probe: left out */
 	/* warm-up: fault in the weights a forward pass uses (a short prompt
 	 * routes to nearly every expert) and the scratch buffers */
 	int64_t warm_len = o->prompt_tokens < 32 ? o->prompt_tokens : 32;
@@ -701,10 +817,12 @@ int ms_cmd_bench(struct ms_model *m, struct ms_backend *be, const struct ms_benc
 	int rc = run(m, be, 1, warm_len, 2, NULL, &warm, &err);
 	for (int i = 0; !rc && i < 4; i++) {
 		bws[i] = bw_measure(be, &bwj);
+		arith_measure(be, &ar, &ar_all[i], &ar_one[i]);
 		rc = run(m, be, batch[i], decode_prompt(o), o->decode_tokens, between, &st[i], &err);
 	}
 	if (!rc) {
 		bws[4] = bw_measure(be, &bwj);
+		arith_measure(be, &ar, &ar_all[4], &ar_one[4]);
 		rc = run(m, be, 1, o->prompt_tokens, 2, NULL, &pre, &err);
 	}
 	/* peak RSS of the model and the runs: from the load, or later less the
@@ -712,6 +830,7 @@ int ms_cmd_bench(struct ms_model *m, struct ms_backend *be, const struct ms_benc
 	double rss = peak_rss_bytes() - (double)bwj.bytes;
 	rss = rss > load_rss ? rss : load_rss;
 	free(bwj.buf);
+	arith_free(&ar);
 	if (rc) {
 		fprintf(stderr, "moeserve: error: bench: %s\n", err.msg);
 		return EX_SOFTWARE;
@@ -722,9 +841,13 @@ int ms_cmd_bench(struct ms_model *m, struct ms_backend *be, const struct ms_benc
 		bw_min = bws[i] < bw_min ? bws[i] : bw_min;
 	}
 	struct decode d[4];
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < 4; i++) {
 		decode_figures(m, &w, &st[i], batch[i], bws[i] > bws[i + 1] ? bws[i] : bws[i + 1],
 			       bw, &d[i]);
+		/* the arithmetic next to the run: the better of before and after */
+		d[i].ar_all = ar_all[i] > ar_all[i + 1] ? ar_all[i] : ar_all[i + 1];
+		d[i].ar_one = ar_one[i] > ar_one[i + 1] ? ar_one[i] : ar_one[i + 1];
+	}
 
 	double ttft = pre.ttft;
 	double prefill_tps = ttft > 0 ? (double)o->prompt_tokens / ttft : 0;
@@ -808,6 +931,10 @@ int ms_cmd_bench(struct ms_model *m, struct ms_backend *be, const struct ms_benc
 			       d[i].share, d[i].share_static, d[i].bw / 1e9,
 			       d[i].between ? "read between its steps" : "best read next to the run",
 			       d[i].share_peak);
+			if (d[i].ar_all > 0)
+				printf("    arithmetic next to the run         %10.1f GFLOP/s  (bf16, %d tokens, from "
+				       "cache; one thread %.1f)\n",
+				       d[i].ar_all, ARITH_TOKENS, d[i].ar_one);
 		}
 		printf("  KV bytes per token (all layers)      %10.0f\n", kv_bpt);
 		printf("  peak RSS (load and runs)             %10.1f MiB\n", rss / 1048576.0);
@@ -855,6 +982,8 @@ int ms_cmd_bench(struct ms_model *m, struct ms_backend *be, const struct ms_benc
 	jnum(&j, "decode_experts_per_layer", d[0].experts, 3);
 	jnum(&j, "decode_bandwidth_bytes_per_s", d[0].bw, 0);
 	jnum(&j, "decode_roofline_share_of_peak", d[0].share_peak, 4);
+	jnum(&j, "decode_arith_gflops", d[0].ar_all, 1);
+	jnum(&j, "decode_arith_gflops_1thread", d[0].ar_one, 1);
 	jnum(&j, "bandwidth_min_bytes_per_s", bw_min, 0);
 	for (int i = 1; i < 4; i++) {
 		jnum_batch(&j, d[i].n, "step_s", d[i].step_s, 6);
@@ -864,6 +993,8 @@ int ms_cmd_bench(struct ms_model *m, struct ms_backend *be, const struct ms_benc
 		jnum_batch(&j, d[i].n, "roofline_share", d[i].share, 4);
 		jnum_batch(&j, d[i].n, "bandwidth_bytes_per_s", d[i].bw, 0);
 		jnum_batch(&j, d[i].n, "roofline_share_of_peak", d[i].share_peak, 4);
+		jnum_batch(&j, d[i].n, "arith_gflops", d[i].ar_all, 1);
+		jnum_batch(&j, d[i].n, "arith_gflops_1thread", d[i].ar_one, 1);
 	}
 	/* prefill */
 	jadd(&j, ",\"prefill_tokens\":%lld", (long long)o->prompt_tokens);

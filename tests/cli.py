@@ -217,10 +217,11 @@ def main():
             "decode_experts_per_layer", "decode_bandwidth_bytes_per_s", "bandwidth_min_bytes_per_s",
             "prefill_tokens", "prefill_flop_per_token", "prefill_gflops", "onednn_gflops",
             "onednn_gflops_hidden", "onednn_gflops_gate_up", "prefill_over_onednn",
-            "targets_passed", "targets"]
+            "targets_passed", "targets", "decode_arith_gflops", "decode_arith_gflops_1thread"]
     for n in (4, 8, 16):
         nums += [f"batch{n}_{k}" for k in ("step_s", "bytes_per_step", "bytes_per_step_static",
-                                           "experts_per_layer", "roofline_share", "bandwidth_bytes_per_s")]
+                                           "experts_per_layer", "roofline_share", "bandwidth_bytes_per_s",
+                                           "arith_gflops", "arith_gflops_1thread")]
     flags = ["pass_decode_b1", "pass_decode_b8", "pass_decode_b16", "pass_prefill", "pass_load_time",
              "pass_load_rss"]
     try:
@@ -233,7 +234,10 @@ def main():
               and j["bandwidth_bytes_per_s"] > 1e8 and j["kernels"] in ("ref", "avx2", "avx512", "amx")
               and j["bytes_source"] in ("counter", "static") and j["targets"] == 6
               and j["load_s"] > 0 and j["weight_bytes"] > 0 and j["prefill_gflops"] > 0
-              and j["prefill_tokens"] == 40)
+              and j["prefill_tokens"] == 40
+              # the arithmetic probe ran next to every decode run, on all threads and on one
+              and all(j[k] > 0 for k in ("decode_arith_gflops", "decode_arith_gflops_1thread",
+                                         "batch16_arith_gflops", "batch16_arith_gflops_1thread")))
         # one decode token streams exactly top-k experts per layer
         with open(os.path.join(base, "config.json")) as f:
             top_k = json.load(f)["num_experts_per_tok"]
