@@ -933,8 +933,11 @@ int ms_cmd_bench(struct ms_model *m, struct ms_backend *be, const struct ms_benc
 			       d[i].share_peak);
 			if (d[i].ar_all > 0)
 				printf("    arithmetic next to the run         %10.1f GFLOP/s  (bf16, %d tokens, from "
-				       "cache; one thread %.1f)\n",
-				       d[i].ar_all, ARITH_TOKENS, d[i].ar_one);
+				       "cache; one thread %.1f%s)\n",
+				       d[i].ar_all, ARITH_TOKENS, d[i].ar_one,
+				       threads > 1 && d[i].ar_all < 1.2 * d[i].ar_one ?
+					       ": the threads share their arithmetic, several tokens a step are "
+					       "bound by it" : "");
 		}
 		printf("  KV bytes per token (all layers)      %10.0f\n", kv_bpt);
 		printf("  peak RSS (load and runs)             %10.1f MiB\n", rss / 1048576.0);
