@@ -36,11 +36,12 @@ static inline __m256 load_f16(const uint16_t *p)
 
 /* RB rows against tokens t0..t0+NT-1 (VLOAD(p) loads eight weights from p
  * as floats, SCALAR(e) converts one, for the tail); RB and NT are
- * constants (MS_CALL_NT4 in DEF_GEMM). The tail is an explicit fmaf: left
- * to contraction, GCC fused it in some (RB, NT) instances and not others,
- * and a token's result then depended on its batch. Two rows at a time (16 registers):
- * each token's activations are read once per two rows. Every (row, token)
- * keeps its own accumulator in k order: the same sums whatever RB. */
+ * constants (MS_DEF_ROWS_GEMM). The tail is an explicit fmaf: left to
+ * contraction, GCC fused it in some (RB, NT) instances and not others, and
+ * a token's result then depended on its batch. Two rows at a time (16
+ * registers): each token's activations are read once per two rows. Every
+ * (row, token) keeps its own accumulator in k order: the same sums
+ * whatever RB. */
 #define DEF_DOT_ROWS(NAME, ELEM, VLOAD, SCALAR)                                                \
 	static inline __attribute__((always_inline)) void NAME(                               \
 		const ELEM *row, size_t rs, int64_t K, const float *x, int64_t ldx, int64_t t0,   \
@@ -76,25 +77,7 @@ static inline __m256 load_f16(const uint16_t *p)
 /* gemm over rows r0..r1 for one element type: two rows a pass, then one. */
 #define DEF_GEMM(NAME, ELEM, VLOAD, SCALAR)                                                    \
 	DEF_DOT_ROWS(NAME##_rows, ELEM, VLOAD, SCALAR)                                         \
-	static void NAME(const struct ms_wmat *w, int64_t r0, int64_t r1, const float *x,     \
-			 int64_t ldx, int64_t n, float *y, int64_t ldy)                       \
-	{                                                                                      \
-		int64_t K = w->cols;                                                           \
-		for (int64_t r = r0; r < r1;) {                                                \
-			const ELEM *row = (const ELEM *)(w->w + (size_t)r * w->row_bytes);     \
-			bool two = r + 2 <= r1;                                                \
-			for (int64_t t0 = 0; t0 < n; t0 += TB) {                               \
-				int nt = (int)(n - t0 < TB ? n - t0 : TB);                     \
-				if (two)                                                       \
-					MS_CALL_NT4(nt, NAME##_rows, row, w->row_bytes, K, x, ldx, \
-						    t0, y, ldy, r, 2);                         \
-				else                                                           \
-					MS_CALL_NT4(nt, NAME##_rows, row, w->row_bytes, K, x, ldx, \
-						    t0, y, ldy, r, 1);                         \
-			}                                                                      \
-			r += two ? 2 : 1;                                                      \
-		}                                                                              \
-	}
+	MS_DEF_ROWS_GEMM(NAME, ELEM, NAME##_rows, 2)
 
 #define AS_F32(v) (v)
 DEF_GEMM(gemm_bf16, uint16_t, load_bf16, ms_bf16_to_f32)

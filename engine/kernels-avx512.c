@@ -39,7 +39,7 @@ static inline __m512 load_f32(const float *p, __mmask16 m)
 	return _mm512_maskz_loadu_ps(m, p);
 }
 
-/* RB rows against tokens t0..t0+NT-1 (NT <= TB, a constant: MS_CALL_NT4),
+/* RB rows against tokens t0..t0+NT-1 (NT <= TB, a constant: MS_DEF_ROWS_GEMM),
  * for a 16-wide loader. Four rows at a time: each token's activations are
  * read once per four rows, not per row (the router at 16 tokens, 32 x
  * 2880: the activations re-read from L2 for every row bounded it). Every
@@ -85,25 +85,7 @@ static inline __m512 load_f32(const float *p, __mmask16 m)
  * rows a pass, then one. */
 #define DEF_GEMM(NAME, ELEM, LOADW)                                                            \
 	DEF_DOT_ROWS(NAME##_rows, ELEM, LOADW)                                                 \
-	static void NAME(const struct ms_wmat *w, int64_t r0, int64_t r1, const float *x,     \
-			 int64_t ldx, int64_t n, float *y, int64_t ldy)                       \
-	{                                                                                      \
-		int64_t K = w->cols;                                                           \
-		for (int64_t r = r0; r < r1;) {                                                \
-			const ELEM *row = (const ELEM *)(w->w + (size_t)r * w->row_bytes);     \
-			bool four = r + 4 <= r1;                                               \
-			for (int64_t t0 = 0; t0 < n; t0 += TB) {                               \
-				int nt = (int)(n - t0 < TB ? n - t0 : TB);                     \
-				if (four)                                                      \
-					MS_CALL_NT4(nt, NAME##_rows, row, w->row_bytes, K, x, ldx, \
-						    t0, y, ldy, r, 4);                         \
-				else                                                           \
-					MS_CALL_NT4(nt, NAME##_rows, row, w->row_bytes, K, x, ldx, \
-						    t0, y, ldy, r, 1);                         \
-			}                                                                      \
-			r += four ? 4 : 1;                                                     \
-		}                                                                              \
-	}
+	MS_DEF_ROWS_GEMM(NAME, ELEM, NAME##_rows, 4)
 
 DEF_GEMM(gemm_bf16, uint16_t, load_bf16)
 DEF_GEMM(gemm_f16, uint16_t, load_f16)

@@ -105,7 +105,8 @@ AI void operands4(int kind, const uint8_t *blk, int s, __m512i *lo, __m512i *hi)
  * INTQ, s as fp32. Both were formed once by the prep (ms_q8_xq_fill_c):
  * here a broadcast load, no arithmetic, where each pass over a few panels
  * used to form them again (a shift and a negation, or a conversion, per
- * token and block: measured in cache, 1 thread, MXFP4 3-4 tokens +2-5%). */
+ * token and block: measured in cache, 1 thread, alternating runs, MXFP4
+ * 3-16 tokens +1-3%). */
 struct tcorr {
 	__m512i cs;
 	__m512 sf;
@@ -160,7 +161,7 @@ AI void reg_pass(const int kind, const int P, const int NT, const struct ms_q8_p
 	const uint8_t *pan[4];
 	const int8_t *q[4];
 	const float *d[4];
-	const uint32_t *s[4];
+	const uint32_t *cr[4]; /* the tokens' corrections (ms_q8_xq_c) */
 	__m512 acc[4][4];
 #pragma GCC unroll 4
 	for (int p = 0; p < P; p++)
@@ -169,7 +170,7 @@ AI void reg_pass(const int kind, const int P, const int NT, const struct ms_q8_p
 	for (int t = 0; t < NT; t++) {
 		q[t] = ms_q8_xq_q(xq, kp, t0 + t);
 		d[t] = ms_q8_xq_d(xq, kp, t0 + t);
-		s[t] = ms_q8_xq_c(xq, kp, t0 + t);
+		cr[t] = ms_q8_xq_c(xq, kp, t0 + t);
 #pragma GCC unroll 4
 		for (int p = 0; p < P; p++)
 			acc[t][p] = _mm512_setzero_ps();
@@ -210,7 +211,7 @@ AI void reg_pass(const int kind, const int P, const int NT, const struct ms_q8_p
 		struct tcorr c[4];
 #pragma GCC unroll 4
 		for (int t = 0; t < NT; t++) {
-			c[t] = token_corr(kind, s[t] + b);
+			c[t] = token_corr(kind, cr[t] + b);
 #pragma GCC unroll 4
 			for (int p = 0; p < P; p++)
 				dot[t][p] = c[t].cs;
@@ -287,13 +288,13 @@ AI void one_token_pass(const int kind, const struct ms_q8_pack *h, int64_t p0, c
 	const uint8_t *pan = h->panels + p0 * h->panel_bytes;
 	const int8_t *q = ms_q8_xq_q(xq, kp, 0);
 	const float *d = ms_q8_xq_d(xq, kp, 0);
-	const uint32_t *s = ms_q8_xq_c(xq, kp, 0);
+	const uint32_t *cr = ms_q8_xq_c(xq, kp, 0);
 	__m512 acc = _mm512_setzero_ps();
 	for (int64_t b = 0; b < nb; b++) {
 		const uint8_t *blk = pan + b * BB;
 		const int8_t *qb = q + b * 32;
 		struct bmeta m = block_meta(kind, blk + cb);
-		struct tcorr c = token_corr(kind, s + b);
+		struct tcorr c = token_corr(kind, cr + b);
 		__m512i dt[4] = {c.cs, _mm512_setzero_si512(), _mm512_setzero_si512(),
 				 _mm512_setzero_si512()};
 		if (kind != MS_Q8_INT8) {

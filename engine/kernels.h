@@ -175,6 +175,32 @@ extern const struct ms_kernel ms_kernels_avx2[];
 			FN(__VA_ARGS__, 1);       \
 	} while (0)
 
+/* The gemm over rows r0..r1 of the fp32 ISA kernels (kernels-avx2.c,
+ * kernels-avx512.c) around their row function ROWS(row, row_bytes, K, x,
+ * ldx, t0, y, ldy, r, RB, NT): RB rows a pass while RB remain, then one;
+ * tokens 4 at a time (MS_CALL_NT4). RB is a literal, so is every count the
+ * row function sees. */
+#define MS_DEF_ROWS_GEMM(NAME, ELEM, ROWS, RB)                                                \
+	static void NAME(const struct ms_wmat *w, int64_t r0, int64_t r1, const float *x,     \
+			 int64_t ldx, int64_t n, float *y, int64_t ldy)                       \
+	{                                                                                      \
+		int64_t K = w->cols;                                                           \
+		for (int64_t r = r0; r < r1;) {                                                \
+			const ELEM *row = (const ELEM *)(w->w + (size_t)r * w->row_bytes);     \
+			bool full = r + (RB) <= r1;                                            \
+			for (int64_t t0 = 0; t0 < n; t0 += 4) {                                \
+				int nt = (int)(n - t0 < 4 ? n - t0 : 4);                       \
+				if (full)                                                      \
+					MS_CALL_NT4(nt, ROWS, row, w->row_bytes, K, x, ldx, t0, y, \
+						    ldy, r, RB);                               \
+				else                                                           \
+					MS_CALL_NT4(nt, ROWS, row, w->row_bytes, K, x, ldx, t0, y, \
+						    ldy, r, 1);                                \
+			}                                                                      \
+			r += full ? (RB) : 1;                                                  \
+		}                                                                              \
+	}
+
 /* ---- scalar format helpers, shared by kernels, loaders and tests ---- */
 
 static inline float ms_bf16_to_f32(uint16_t h)

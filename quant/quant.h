@@ -146,14 +146,14 @@ void ms_qmoe_free(struct ms_qmoe *m);
  * activation quantization. 0, or -ENOMEM when scratch cannot be
  * allocated (nothing computed). */
 int ms_qlinear_apply(struct ms_backend *be, const struct ms_qlinear *l, const float *x,
-		      int64_t n, float *y);
+		     int64_t n, float *y);
 
 /* ms_qlinear_apply of m <= MS_GEMM_MULTI_MAX layers to the same x, y[i] for
  * l[i]: one pass over the pool when they share a kernel and a width and
  * quantize no activations (ms_backend_gemm_multi), else one by one. The
  * same results either way; 0 or -ENOMEM. */
 int ms_qlinear_apply_multi(struct ms_backend *be, int m, const struct ms_qlinear *const *l,
-			    const float *x, int64_t n, float *const *y);
+			   const float *x, int64_t n, float *const *y);
 
 /* Give l the backend's kernel for its format (and the reason), packing the
  * weights into that kernel's layout when it has one; an error when none

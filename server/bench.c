@@ -194,8 +194,8 @@ static void arith_free(struct arith *a)
 	memset(a, 0, sizeof(*a));
 }
 
-/* -1 when the backend has no bf16 kernel it can run this way (the probe is
- * then left out, not an error of the bench). */
+/* -1, with a->k NULL, when the backend has no bf16 kernel it can run this
+ * way (the probe is then left out, not an error of the bench). */
 static int arith_init(struct arith *a, struct ms_backend *be)
 {
 	memset(a, 0, sizeof(*a));
@@ -210,7 +210,8 @@ static int arith_init(struct arith *a, struct ms_backend *be)
 	uint32_t r = 12345;
 	for (size_t i = 0; i < (size_t)ARITH_ROWS * ARITH_COLS; i++) {
 		r = r * 1664525u + 1013904223u;
-		a->rows[i] = (uint16_t)(0x3C00u + (r >> 24) + ((r >> 8) & 0x8000u)); /* +-2^-7.. */
+		/* bf16 of magnitude 2^-7 to 2^-5 */
+		a->rows[i] = (uint16_t)(0x3C00u + (r >> 24) + ((r >> 8) & 0x8000u));
 	}
 	for (size_t i = 0; i < (size_t)ARITH_TOKENS * ARITH_COLS; i++) {
 		r = r * 1664525u + 1013904223u;
@@ -237,34 +238,38 @@ static int arith_init(struct arith *a, struct ms_backend *be)
 	return 0;
 }
 
-/* Best of 5 rounds of 24 products, GFLOP/s: on the pool (all) and on the
- * calling thread alone, the helpers asleep (one). */
-static void arith_measure(struct ms_backend *be, struct arith *a, double *all, double *one)
+/* One round of 24 products, in GFLOP/s: on the pool, or on the calling
+ * thread alone; 0 if the pool's gemm could not run. */
+static double arith_round(struct ms_backend *be, const struct arith *a, bool alone)
 {
-	*all = *one = 0;
-	if (!a->k)
-		return;
-	const double flop = 2.0 * ARITH_ROWS * ARITH_COLS * ARITH_TOKENS * 24;
-	for (int rep = 0; rep < 6; rep++) {
-		double t0 = ms_now_s();
-		for (int i = 0; i < 24; i++)
-			if (ms_backend_gemm(be, a->k, &a->w, a->x, ARITH_TOKENS, a->y, NULL))
-				return;
-		double g = flop / (ms_now_s() - t0) / 1e9;
-		if (rep > 0 && g > *all) /* the first round warms */
-			*all = g;
-	}
-	/* the helpers spin ~50-80 us after a job before they sleep */
-	struct timespec ts = {0, 2000000};
-	nanosleep(&ts, NULL);
-	for (int rep = 0; rep < 6; rep++) {
-		double t0 = ms_now_s();
-		for (int i = 0; i < 24; i++)
+	double t0 = ms_now_s();
+	for (int i = 0; i < 24; i++) {
+		if (alone)
 			ms_kernel_run(a->k, &a->w, 0, ARITH_ROWS, a->xq, a->x, ARITH_COLS, ARITH_TOKENS,
 				      a->y, ARITH_ROWS);
-		double g = flop / (ms_now_s() - t0) / 1e9;
-		if (rep > 0 && g > *one)
-			*one = g;
+		else if (ms_backend_gemm(be, a->k, &a->w, a->x, ARITH_TOKENS, a->y, NULL))
+			return 0;
+	}
+	return 2.0 * ARITH_ROWS * ARITH_COLS * ARITH_TOKENS * 24 / (ms_now_s() - t0) / 1e9;
+}
+
+/* Best of 5 rounds after a warming one: on the pool (all) and on the
+ * calling thread alone, the helpers asleep (one). 0 without a probe. */
+static void arith_measure(struct ms_backend *be, const struct arith *a, double *all, double *one)
+{
+	double *best[2] = {all, one};
+	*all = *one = 0;
+	for (int alone = 0; a->k && alone < 2; alone++) {
+		if (alone) {
+			/* the helpers spin ~50-80 us after a job before they sleep */
+			struct timespec ts = {0, 2000000};
+			nanosleep(&ts, NULL);
+		}
+		for (int rep = 0; rep < 6; rep++) {
+			double g = arith_round(be, a, alone);
+			if (rep > 0 && g > *best[alone])
+				*best[alone] = g;
+		}
 	}
 }
 
@@ -804,8 +809,7 @@ int ms_cmd_bench(struct ms_model *m, struct ms_backend *be, const struct ms_benc
 	static const int batch[4] = {1, 4, 8, 16};
 	double bws[5] = {0}, ar_all[5] = {0}, ar_one[5] = {0};
 	struct arith ar;
-	if (arith_init(&ar, be))
-		memset(&ar, 0, sizeof(ar)); /* no bf16 kernel to probe: left out */
+	(void)arith_init(&ar, be); /* none: ar.k NULL, the probe left out */
 	/* warm-up: fault in the weights a forward pass uses (a short prompt
 	 * routes to nearly every expert) and the scratch buffers */
 	int64_t warm_len = o->prompt_tokens < 32 ? o->prompt_tokens : 32;
