@@ -31,10 +31,17 @@ done
 skip() { echo "container: SKIPPED: $*"; exit 77; }
 
 # ---- the container engine ----------------------------------------------------
+# Looked for beside the checkout, and beside the checkout it was cloned from
+# when that is a local folder (a fresh clone for CI keeps its origin's path):
+# never at a path of one machine.
 env_script=""
 top=$(git -C "$SRC" rev-parse --show-toplevel 2>/dev/null || true)
+origin=$(git -C "$SRC" config --get remote.origin.url 2>/dev/null || true)
+origin=${origin#file://}
+case "$origin" in /*) ;; *) origin="" ;; esac
 for c in ${MOESERVE_CONTAINER_ENV:-} "${top:+$top/../shared/tools/container-env.sh}" \
-         "$SRC/../shared/tools/container-env.sh" /work/shared/tools/container-env.sh; do
+         "$SRC/../shared/tools/container-env.sh" \
+         "${origin:+$origin/../shared/tools/container-env.sh}"; do
   if [ -n "$c" ] && [ -f "$c" ]; then env_script=$c; break; fi
 done
 engine_note=""
