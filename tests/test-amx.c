@@ -23,6 +23,9 @@
  * 4. The backend: --kernels amx fails with a clear message where the CPU
  *    lacks AMX (here), auto never picks amx or amx-sim, amx-sim only when
  *    forced. Where the CPU has AMX, 2 and 3 also run on the real tiles.
+ * What needs an ISA runs as `--isa NAME`, a meson test each (exit 77 where
+ * the CPU lacks it): fma and avx512bf16 (the oracles of 1), amx-sim (2, 3
+ * and the forced set on the model), amx-native (2 and 3 on real tiles).
  */
 #define MS_AMX_SIM /* the test's own model instance: _tile_* are the model */
 #include "amx-sim.h"
@@ -38,6 +41,7 @@
 #include "backend.h"
 #include "benchutil.h"
 #include "dense-onednn.h"
+#include "isagate.h"
 #include "ms-clock.h"
 #include "kernels-q8.h"
 #include "kernels.h"
@@ -418,8 +422,6 @@ static bool same_value(float a, float b)
 
 START_TEST(model_tdpbf16ps_vs_sdm_on_this_cpu)
 {
-	if (!cpu_has(MS_CPU_FMA))
-		return; /* the oracle needs the CPU's FMA */
 	struct ms_amx_tilecfg cfg = {.palette_id = 1};
 	for (int t = 0; t < 3; t++)
 		cfg.rows[t] = 16, cfg.colsb[t] = 64;
@@ -468,8 +470,6 @@ static __attribute__((noinline)) void hw_fma_batch(const float *a, const float *
 
 START_TEST(model_fma_vs_cpu_ftz_daz)
 {
-	if (!cpu_has(MS_CPU_FMA))
-		return;
 	enum { N = 200000 };
 	float *a = malloc(N * sizeof(float)), *b = malloc(N * sizeof(float));
 	float *c = malloc(N * sizeof(float)), *r = malloc(N * sizeof(float));
@@ -524,8 +524,6 @@ __attribute__((target("avx512f,avx512bf16"))) static void hw_vdpbf16ps(float *ac
 
 START_TEST(model_vs_vdpbf16ps)
 {
-	if (!cpu_has(MS_CPU_AVX512F | MS_CPU_AVX512BF16))
-		return; /* this CPU has no VDPBF16PS */
 	/* (a) the model's FMA in VDPBF16PS's documented order (odd pair element
 	 * first, then even) against the instruction */
 	int mism = 0;
@@ -732,9 +730,6 @@ static const struct ms_kernel *kernel_of(const struct ms_kernel *list, enum ms_w
 
 START_TEST(sim_q8_kernel_matches_reference)
 {
-	if (!cpu_has(MS_CPU_AVX512F | MS_CPU_AVX512BW | MS_CPU_AVX512VL | MS_CPU_AVX512VNNI |
-		     MS_CPU_FMA | MS_CPU_F16C))
-		return; /* the amx-sim kernels' AVX-512 parts cannot run here */
 	unsigned long f0 = ms_kernels_amx_sim_faults();
 	q8_shapes(kernel_named(ms_kernels_amx_sim, "amx-sim-mxfp4"), kernel_named(ms_kernels_amx_sim, "amx-sim-intq"));
 	ck_assert_int_eq(ms_kernels_amx_sim_faults(), f0);
@@ -845,8 +840,6 @@ static void bf16_shapes(const struct ms_kernel *k)
 
 START_TEST(sim_bf16_kernel_matches_reference)
 {
-	if (!cpu_has(MS_CPU_AVX512F | MS_CPU_AVX512BW | MS_CPU_AVX512VL | MS_CPU_FMA | MS_CPU_F16C))
-		return;
 	unsigned long f0 = ms_kernels_amx_sim_faults();
 	bf16_shapes(kernel_of(ms_kernels_amx_sim, MS_WFMT_BF16));
 	ck_assert_int_eq(ms_kernels_amx_sim_faults(), f0);
@@ -875,10 +868,8 @@ START_TEST(backend_amx_selection)
 		/* AMX in CPUID and XCR0, but Linux would not give the tile state */
 		ck_assert_msg(strstr(err.msg, "refused tile state"), "message: %s", err.msg);
 	} else {
-		/* real tiles: the same checks as on the model */
+		/* real tiles (their kernels: native_kernels_match_reference) */
 		ck_assert_str_eq(be.isa, "amx");
-		q8_shapes(kernel_named(ms_kernels_amx, "amx-mxfp4"), kernel_named(ms_kernels_amx, "amx-intq"));
-		bf16_shapes(kernel_of(ms_kernels_amx, MS_WFMT_BF16));
 		ms_backend_free(&be);
 	}
 	/* auto: amx only where it runs, amx-sim never */
@@ -893,10 +884,14 @@ START_TEST(backend_amx_selection)
 				ck_assert_str_ne(be.kernels[f][i]->isa, "amx");
 		}
 	ms_backend_free(&be);
-	/* forced amx-sim: its kernels first, other formats from the sets below */
-	if (!cpu_has(MS_CPU_AVX512F | MS_CPU_AVX512BW | MS_CPU_AVX512VL | MS_CPU_AVX512VNNI |
-		     MS_CPU_FMA | MS_CPU_F16C))
-		return;
+}
+END_TEST
+
+/* Forced amx-sim: its kernels first, other formats from the sets below. */
+START_TEST(backend_amx_sim_forced)
+{
+	struct ms_err err = {0};
+	struct ms_backend be;
 	ck_assert_int_eq(ms_backend_init(&be, "amx-sim", 1, &err), 0);
 	ck_assert_str_eq(be.isa, "amx-sim");
 	ck_assert_str_eq(be.kernels[MS_WFMT_BF16][0]->name, "amx-sim-bf16");
@@ -936,6 +931,18 @@ START_TEST(backend_amx_selection)
 	struct ms_backend_opts o = {.kernels = "amx-sim", .threads = 1, .exact = true};
 	ck_assert_int_eq(ms_backend_init_opts(&be, &o, &err), 0);
 	ck_assert_str_ne(be.kernels[MS_WFMT_BF16][0]->isa, "amx-sim");
+	ms_backend_free(&be);
+}
+END_TEST
+
+/* Real tiles: the checks of 2 and 3, as on the model. */
+START_TEST(native_kernels_match_reference)
+{
+	struct ms_err err = {0};
+	struct ms_backend be;
+	ck_assert_msg(ms_backend_init(&be, "amx", 1, &err) == 0, "%s", err.msg);
+	q8_shapes(kernel_named(ms_kernels_amx, "amx-mxfp4"), kernel_named(ms_kernels_amx, "amx-intq"));
+	bf16_shapes(kernel_of(ms_kernels_amx, MS_WFMT_BF16));
 	ms_backend_free(&be);
 }
 END_TEST
@@ -1018,26 +1025,70 @@ static int bench(void)
 	return 0;
 }
 
-int main(int argc, char **argv)
+static void add_portable(Suite *s)
 {
-	if (argc > 1 && !strcmp(argv[1], "--bench"))
-		return bench();
-	Suite *s = suite_create("amx");
 	TCase *tc = tcase_create("amx");
 	tcase_set_timeout(tc, 600);
 	tcase_add_test(tc, model_int8_gemm_vs_scalar);
 	tcase_add_test(tc, model_tile_shapes_and_zeroing);
 	tcase_add_test(tc, model_refuses_bad_configs);
-	tcase_add_test(tc, model_tdpbf16ps_vs_sdm_on_this_cpu);
-	tcase_add_test(tc, model_fma_vs_cpu_ftz_daz);
-	tcase_add_test(tc, model_vs_vdpbf16ps);
-	tcase_add_test(tc, sim_q8_kernel_matches_reference);
-	tcase_add_test(tc, sim_bf16_kernel_matches_reference);
 	tcase_add_test(tc, backend_amx_selection);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+}
+
+/* the oracles that are this CPU's FMA */
+static void add_fma(TCase *tc, int arg)
+{
+	(void)arg;
+	tcase_add_test(tc, model_tdpbf16ps_vs_sdm_on_this_cpu);
+	tcase_add_test(tc, model_fma_vs_cpu_ftz_daz);
+}
+
+static void add_vdpbf16ps(TCase *tc, int arg)
+{
+	(void)arg;
+	tcase_add_test(tc, model_vs_vdpbf16ps);
+}
+
+static void add_sim(TCase *tc, int arg)
+{
+	(void)arg;
+	tcase_add_test(tc, sim_q8_kernel_matches_reference);
+	tcase_add_test(tc, sim_bf16_kernel_matches_reference);
+	tcase_add_test(tc, backend_amx_sim_forced);
+}
+
+static void add_native(TCase *tc, int arg)
+{
+	(void)arg;
+	tcase_add_test(tc, native_kernels_match_reference);
+}
+
+/* Real tiles need Linux's permission for the tile state too: the backend
+ * asks for it. */
+static const char *no_tile_state(void)
+{
+	static char why[MS_ERR_MSG_MAX + 32];
+	struct ms_err err = {0};
+	struct ms_backend be;
+	if (ms_backend_init(&be, "amx", 1, &err) == 0) {
+		ms_backend_free(&be);
+		return NULL;
+	}
+	snprintf(why, sizeof(why), "the tile state (%s)", err.msg);
+	return why;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && !strcmp(argv[1], "--bench"))
+		return bench();
+	/* the tile kernels' gates: the flags they declare */
+	const struct isa_gate gates[] = {
+		{"fma", MS_CPU_FMA, NULL, add_fma, 0},
+		{"avx512bf16", MS_CPU_AVX512F | MS_CPU_AVX512BF16, NULL, add_vdpbf16ps, 0},
+		{"amx-sim", ms_kernels_amx_sim[0].cpu_flags, NULL, add_sim, 0},
+		{"amx-native", ms_kernels_amx[0].cpu_flags, no_tile_state, add_native, 0},
+	};
+	return isa_run(argc, argv, "amx", add_portable, ISA_GATES(gates), 600);
 }

@@ -3,7 +3,8 @@
  *
  * The reference kernel is held to an independent double-precision attention
  * (the textbook formula: all scores, the sink in the max and the
- * denominator); every ISA kernel this CPU runs is held to the reference.
+ * denominator); every ISA kernel is held to the reference, in a test of
+ * its own (`--isa avx512`, `--isa avx2`: exit 77 where the CPU lacks it).
  * Data: a KV pool of random values (never all zero) with shuffled page
  * tables, pages below a sliding window removed (-1: touching one would
  * fault or trip ASan), batches mixing decode tokens of several sequences
@@ -24,6 +25,7 @@
 
 #include "attention.h"
 #include "backend.h"
+#include "isagate.h"
 
 #define TESTUTIL_SEED 12345u
 #include "testutil.h"
@@ -207,13 +209,18 @@ static const struct case_spec cases[] = {
 };
 #define N_CASES ((int)(sizeof(cases) / sizeof(cases[0])))
 
-static const struct ms_attn_kernel *const isa_kernels[] = {&ms_attn_avx512, &ms_attn_avx2};
-
-static bool cpu_runs(const struct ms_attn_kernel *k)
-{
-	unsigned have = ms_cpu_detect();
-	return (have & k->cpu_flags) == k->cpu_flags;
-}
+/* The kernels, the ISA ones with their vector exp: the loop tests' _i is
+ * a row (the reference's in the portable run, an ISA's in its own). */
+enum { K_REF, K_AVX512, K_AVX2 };
+static const struct {
+	const struct ms_attn_kernel *k;
+	const char *exp_name;
+	void (*exp)(const float *, float *, int64_t);
+} kernels[] = {
+	[K_REF] = {&ms_attn_ref, NULL, NULL},
+	[K_AVX512] = {&ms_attn_avx512, "exp512", ms_attn_exp_avx512},
+	[K_AVX2] = {&ms_attn_avx2, "exp256", ms_attn_exp_avx2},
+};
 
 START_TEST(reference_matches_double)
 {
@@ -238,32 +245,26 @@ END_TEST
 
 START_TEST(isa_kernels_match_reference)
 {
-	for (size_t ki = 0; ki < sizeof(isa_kernels) / sizeof(isa_kernels[0]); ki++) {
-		const struct ms_attn_kernel *k = isa_kernels[ki];
-		if (!cpu_runs(k)) {
-			printf("attention: %s skipped: this CPU lacks its flags\n", k->name);
-			continue;
+	const struct ms_attn_kernel *k = kernels[_i].k;
+	double worst = 0;
+	int64_t outputs = 0;
+	for (int c = 0; c < N_CASES; c++) {
+		struct fixture f;
+		fixture_init(&f, &cases[c]);
+		float *want = run(&f, &ms_attn_ref, 1, 0, 0);
+		float *got = run(&f, k, 3, 0, 0);
+		for (int64_t i = 0; i < f.n * f.s.nH * f.s.d; i++) {
+			double e = fabs((double)got[i] - want[i]);
+			worst = e > worst ? e : worst;
+			ck_assert_msg(e <= 2e-5, "%s case %d elem %lld: %.9g vs ref %.9g", k->name, c,
+				      (long long)i, got[i], want[i]);
 		}
-		double worst = 0;
-		int64_t outputs = 0;
-		for (int c = 0; c < N_CASES; c++) {
-			struct fixture f;
-			fixture_init(&f, &cases[c]);
-			float *want = run(&f, &ms_attn_ref, 1, 0, 0);
-			float *got = run(&f, k, 3, 0, 0);
-			for (int64_t i = 0; i < f.n * f.s.nH * f.s.d; i++) {
-				double e = fabs((double)got[i] - want[i]);
-				worst = e > worst ? e : worst;
-				ck_assert_msg(e <= 2e-5, "%s case %d elem %lld: %.9g vs ref %.9g", k->name, c,
-					      (long long)i, got[i], want[i]);
-			}
-			outputs += f.n * f.s.nH;
-			free(got), free(want);
-			fixture_free(&f);
-		}
-		printf("attention: %s vs reference, %d cases, %lld (token, head) outputs: "
-		       "max |diff| %.3g\n", k->name, N_CASES, (long long)outputs, worst);
+		outputs += f.n * f.s.nH;
+		free(got), free(want);
+		fixture_free(&f);
 	}
+	printf("attention: %s vs reference, %d cases, %lld (token, head) outputs: "
+	       "max |diff| %.3g\n", k->name, N_CASES, (long long)outputs, worst);
 }
 END_TEST
 
@@ -298,15 +299,11 @@ static void check_invariance(const struct ms_attn_kernel *k, const struct case_s
 
 START_TEST(results_do_not_depend_on_threads_split_or_batch)
 {
-	const struct ms_attn_kernel *ks[] = {&ms_attn_ref, &ms_attn_avx512, &ms_attn_avx2};
-	for (size_t i = 0; i < 3; i++) {
-		if (!cpu_runs(ks[i]))
-			continue;
-		check_invariance(ks[i], &cases[2]);  /* decode, 2000 keys: splits */
-		check_invariance(ks[i], &cases[1]);  /* mixed, sliding */
-		check_invariance(ks[i], &cases[7]);  /* one long prefill run */
-		check_invariance(ks[i], &cases[10]); /* 2 items, 2000 keys: auto splits */
-	}
+	const struct ms_attn_kernel *k = kernels[_i].k;
+	check_invariance(k, &cases[2]);  /* decode, 2000 keys: splits */
+	check_invariance(k, &cases[1]);  /* mixed, sliding */
+	check_invariance(k, &cases[7]);  /* one long prefill run */
+	check_invariance(k, &cases[10]); /* 2 items, 2000 keys: auto splits */
 }
 END_TEST
 
@@ -339,14 +336,7 @@ static void check_exp(const char *name, void (*fn)(const float *, float *, int64
 
 START_TEST(vector_exp_is_accurate)
 {
-	if (cpu_runs(&ms_attn_avx512))
-		check_exp("exp512", ms_attn_exp_avx512);
-	else
-		printf("attention: exp512 skipped: no AVX-512F here\n");
-	if (cpu_runs(&ms_attn_avx2))
-		check_exp("exp256", ms_attn_exp_avx2);
-	else
-		printf("attention: exp256 skipped: no AVX2/FMA here\n");
+	check_exp(kernels[_i].exp_name, kernels[_i].exp);
 }
 END_TEST
 
@@ -398,22 +388,32 @@ START_TEST(bad_shapes_are_refused)
 }
 END_TEST
 
-int main(void)
+static void add_portable(Suite *s)
 {
-	Suite *s = suite_create("attention");
 	TCase *tc = tcase_create("core");
 	tcase_set_timeout(tc, 600);
 	tcase_add_test(tc, selection);
 	tcase_add_test(tc, sink_softmax_values);
 	tcase_add_test(tc, bad_shapes_are_refused);
-	tcase_add_test(tc, vector_exp_is_accurate);
 	tcase_add_test(tc, reference_matches_double);
-	tcase_add_test(tc, isa_kernels_match_reference);
-	tcase_add_test(tc, results_do_not_depend_on_threads_split_or_batch);
+	tcase_add_loop_test(tc, results_do_not_depend_on_threads_split_or_batch, K_REF, K_REF + 1);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+}
+
+/* Kernel k's cases: its exp, against the reference, invariance. */
+static void add_isa(TCase *tc, int k)
+{
+	tcase_add_loop_test(tc, vector_exp_is_accurate, k, k + 1);
+	tcase_add_loop_test(tc, isa_kernels_match_reference, k, k + 1);
+	tcase_add_loop_test(tc, results_do_not_depend_on_threads_split_or_batch, k, k + 1);
+}
+
+int main(int argc, char **argv)
+{
+	/* each ISA kernel's gate: the flags it declares */
+	const struct isa_gate gates[] = {
+		{"avx512", ms_attn_avx512.cpu_flags, NULL, add_isa, K_AVX512},
+		{"avx2", ms_attn_avx2.cpu_flags, NULL, add_isa, K_AVX2},
+	};
+	return isa_run(argc, argv, "attention", add_portable, ISA_GATES(gates), 600);
 }

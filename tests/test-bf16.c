@@ -9,7 +9,9 @@
  *    the split of rows;
  *  - pack_row decodes every row exactly;
  *  - the backend picks it with auto on a CPU with AVX512-BF16, not with
- *    exact.
+ *    exact, and runs it through its pool.
+ * What runs the kernel is `--isa avx512bf16`, a meson test of its own (exit
+ * 77 where the CPU lacks AVX512-BF16).
  *
  * `test-bf16 --bench` instead measures GB/s against oneDNN (not a test).
  */
@@ -23,6 +25,7 @@
 
 #include "backend.h"
 #include "dense-onednn.h"
+#include "isagate.h"
 #include "kernels-bf16.h"
 #include "kernels.h"
 #include "ms-clock.h"
@@ -104,8 +107,6 @@ static float *run(const struct ms_wmat *w, const float *x, int64_t n, bool scala
 
 START_TEST(conversion_matches_scalar)
 {
-	if (!have_bf16())
-		return;
 	/* specials, denormals, ties, and random bits */
 	const int64_t K = 4096 + 7;
 	struct tmat t = make_mat(1, K);
@@ -132,8 +133,6 @@ END_TEST
 
 START_TEST(avx512_matches_scalar_and_bound)
 {
-	if (!have_bf16())
-		return;
 	for (int s = 0; s < N_SHAPES; s++) {
 		int64_t R = shapes[s][0], K = shapes[s][1];
 		struct tmat t = make_mat(R, K);
@@ -171,8 +170,6 @@ END_TEST
 
 START_TEST(batch_and_split_invariance)
 {
-	if (!have_bf16())
-		return;
 	for (int s = 0; s < N_SHAPES; s++) {
 		int64_t R = shapes[s][0], K = shapes[s][1];
 		struct tmat t = make_mat(R, K);
@@ -234,33 +231,42 @@ START_TEST(backend_auto_and_exact)
 	struct ms_backend be;
 	ck_assert_int_eq(ms_backend_init_opts(&be, &(struct ms_backend_opts){.threads = 2}, &err), 0);
 	const struct ms_kernel *k0 = ms_backend_find_kernel(&be, MS_WFMT_BF16);
-	/* where AMX runs, its tile kernel comes first and declines this
-	 * matrix (too few rows for tiles): the same kernel binds it */
+	/* first where the CPU has AVX512-BF16 (after the tile kernel where AMX
+	 * runs), nowhere else: the choice is checked either way */
 	bool amx = !strcmp(be.isa, "amx");
-	if (have_bf16()) {
+	if (have_bf16())
 		ck_assert_str_eq(k0->name, amx ? "amx-bf16" : "avx512bf16-vnni2");
-		struct tmat t = make_mat(100, 100);
-		free(t.pack);
-		t.m.pack = NULL;
-		const struct ms_kernel *k = NULL;
-		char why[256];
-		ck_assert_int_eq(ms_backend_bind(&be, &t.m, &k, &t.pack, why, sizeof(why), &err), 0);
-		ck_assert_str_eq(k->name, "avx512bf16-vnni2");
-		/* through the pool: equal to the kernel called directly */
-		float *x = make_x(3, 100), *y = malloc(300 * sizeof(float));
-		ms_backend_gemm(&be, k, &t.m, x, 3, y, NULL);
-		float *yd = run(&t.m, x, 3, false);
-		ck_assert(!memcmp(y, yd, 300 * sizeof(float)));
-		free(x), free(y), free(yd);
-		tmat_free(&t);
-	} else {
+	else
 		ck_assert_str_ne(k0->name, "avx512bf16-vnni2");
-	}
 	ms_backend_free(&be);
 	ck_assert_int_eq(ms_backend_init_opts(&be, &(struct ms_backend_opts){.threads = 2, .exact = true},
 					      &err), 0);
 	for (int i = 0; i < be.n_kernels[MS_WFMT_BF16]; i++)
 		ck_assert_str_ne(be.kernels[MS_WFMT_BF16][i]->name, "avx512bf16-vnni2");
+	ms_backend_free(&be);
+}
+END_TEST
+
+/* Bound by auto (where AMX runs, its tile kernel declines this matrix: too
+ * few rows for tiles), then through the pool: the kernel's own bits. */
+START_TEST(backend_binds_and_runs_it)
+{
+	struct ms_err err = {0};
+	struct ms_backend be;
+	ck_assert_int_eq(ms_backend_init_opts(&be, &(struct ms_backend_opts){.threads = 2}, &err), 0);
+	struct tmat t = make_mat(100, 100);
+	free(t.pack);
+	t.m.pack = NULL;
+	const struct ms_kernel *k = NULL;
+	char why[256];
+	ck_assert_int_eq(ms_backend_bind(&be, &t.m, &k, &t.pack, why, sizeof(why), &err), 0);
+	ck_assert_str_eq(k->name, "avx512bf16-vnni2");
+	float *x = make_x(3, 100), *y = malloc(300 * sizeof(float));
+	ms_backend_gemm(&be, k, &t.m, x, 3, y, NULL);
+	float *yd = run(&t.m, x, 3, false);
+	ck_assert(!memcmp(y, yd, 300 * sizeof(float)));
+	free(x), free(y), free(yd);
+	tmat_free(&t);
 	ms_backend_free(&be);
 }
 END_TEST
@@ -363,22 +369,28 @@ static int bench(int argc, char **argv)
 	return 0;
 }
 
+static void add_portable(Suite *s)
+{
+	TCase *tc = tcase_create("core");
+	tcase_set_timeout(tc, 600);
+	tcase_add_test(tc, pack_row_exact);
+	tcase_add_test(tc, backend_auto_and_exact);
+	suite_add_tcase(s, tc);
+}
+
+static void add_bf16(TCase *tc, int arg)
+{
+	(void)arg;
+	tcase_add_test(tc, conversion_matches_scalar);
+	tcase_add_test(tc, avx512_matches_scalar_and_bound);
+	tcase_add_test(tc, batch_and_split_invariance);
+	tcase_add_test(tc, backend_binds_and_runs_it);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "--bench"))
 		return bench(argc, argv);
-	Suite *s = suite_create("bf16");
-	TCase *tc = tcase_create("core");
-	tcase_set_timeout(tc, 600);
-	tcase_add_test(tc, conversion_matches_scalar);
-	tcase_add_test(tc, avx512_matches_scalar_and_bound);
-	tcase_add_test(tc, batch_and_split_invariance);
-	tcase_add_test(tc, pack_row_exact);
-	tcase_add_test(tc, backend_auto_and_exact);
-	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	static const struct isa_gate gates[] = {{"avx512bf16", BF16_FLAGS, NULL, add_bf16, 0}};
+	return isa_run(argc, argv, "bf16", add_portable, ISA_GATES(gates), 600);
 }

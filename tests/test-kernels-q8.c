@@ -3,16 +3,20 @@
  * engine/kernels-q8.h, and the fp32 AVX-512 INTQ / FP8 kernels.
  *
  * All on random non-zero data of ragged shapes:
- *  - the AVX-512 VNNI gemmq (and its VBMI build, where the CPU has VBMI)
- *    and prep equal the portable scalar ones bit for bit (every format and
- *    code width, act-order, both activation rules);
+ *  - the AVX-512 VNNI gemmq, its VBMI build and the AVX2 one, and the
+ *    AVX-512 prep, equal the portable scalar ones bit for bit (every format
+ *    and code width, act-order, both activation rules);
  *  - the scalar gemmq stays within the int8 rounding bound of the fp32
  *    reference kernel, and is exact up to fp32 summation on activations
  *    that were MXFP4-quantized (power-of-two rule);
  *  - the packer declines what the format cannot hold, with a reason;
  *  - a token's result does not depend on the others in its call;
  *  - the backend picks the q8 kernel with auto, the fp32 one with exact, and
- *    its threaded gemm is independent of the thread count.
+ *    its threaded gemm is independent of the thread count;
+ *  - the fp32 AVX-512 INTQ and FP8 kernels against double.
+ * What needs an ISA runs as `--isa NAME`, a meson test each (exit 77 where
+ * the CPU lacks it): avx512vnni, avx512vbmi, avx2 (the gemmq builds),
+ * avx512 (the fp32 kernels).
  *
  * `test-kernels-q8 --bench` instead measures GB/s and GOP/s (not a test).
  */
@@ -26,6 +30,7 @@
 
 #include "actq.h"
 #include "backend.h"
+#include "isagate.h"
 #include "kernels-q8.h"
 #include "kernels.h"
 #include "ms-clock.h"
@@ -36,28 +41,24 @@
 #define VNNI_FLAGS (MS_CPU_AVX512F | MS_CPU_AVX512BW | MS_CPU_AVX512VL | MS_CPU_AVX512VNNI | \
 		    MS_CPU_FMA | MS_CPU_F16C)
 #define AVX512_FLAGS (MS_CPU_AVX512F | MS_CPU_AVX512BW | MS_CPU_AVX512VL | MS_CPU_FMA | MS_CPU_F16C)
+#define AVX2_FLAGS (MS_CPU_AVX2 | MS_CPU_FMA | MS_CPU_F16C)
 
 typedef void (*gemmq_fn)(const struct ms_wmat *, int64_t, int64_t, const void *, int64_t, float *,
 			 int64_t);
+typedef void (*prep_fn)(const struct ms_wmat *, const float *, int64_t, int64_t, void *);
 
-/* The AVX-512 gemmq versions this CPU runs: VNNI, and VBMI where present. */
-static int avx512_gemmqs(gemmq_fn g[2], const char *names[2])
-{
-	int n = 0;
-	g[n] = ms_q8_gemmq_avx512vnni, names[n++] = "avx512vnni";
-	if (ms_cpu_detect() & MS_CPU_AVX512VBMI)
-		g[n] = ms_q8_gemmq_avx512vbmi, names[n++] = "avx512vbmi";
-	return n;
-}
-
-static bool have(unsigned flags, const char *what)
-{
-	if ((ms_cpu_detect() & flags) == flags)
-		return true;
-	printf("skipped %s: this CPU lacks AVX-512 (F/BW/VL%s)\n", what,
-	       flags & MS_CPU_AVX512VNNI ? "/VNNI" : "");
-	return false;
-}
+/* The ISA gemmq builds, a test each, with the prep whose activations they
+ * read (the backend's pairing): a loop test's _i is a row. */
+enum { Q8_VNNI, Q8_VBMI, Q8_AVX2 };
+static const struct {
+	const char *name;
+	gemmq_fn gemmq;
+	prep_fn prep;
+} q8_isas[] = {
+	[Q8_VNNI] = {"avx512vnni", ms_q8_gemmq_avx512vnni, ms_q8_prep_avx512},
+	[Q8_VBMI] = {"avx512vbmi", ms_q8_gemmq_avx512vbmi, ms_q8_prep_avx512},
+	[Q8_AVX2] = {"avx2", ms_q8_gemmq_avx2, ms_q8_prep},
+};
 
 /* ---- test matrices ---- */
 
@@ -224,60 +225,56 @@ static const int64_t rows_list[] = {1, 15, 17, 33, 100};
 static const int64_t cols_list[] = {32, 40, 64, 100, 2880};
 static const int64_t n_list[] = {1, 2, 3, 5, 8, 9, 17};
 
-/* ---- (1) AVX-512 == scalar, bit for bit ---- */
+/* ---- (1) the ISA builds == scalar, bit for bit ---- */
 
-/* gemmq over [0, rows) by the scalar kernel against the AVX-512 one run in
- * two row pieces, into y with ldy = rows + 3 and sentinels around. */
-static void check_bitwise(struct tmat *t, int64_t n, const char *what)
+/* Activations for build `isa`, from its prep: an AVX-512 one equals the
+ * portable prep xr bit for bit. */
+static void *prep_isa(int isa, const struct ms_wmat *w, const float *x, int64_t n, const void *xr,
+		      const char *what)
+{
+	size_t ps = ms_q8_prep_size(w, n);
+	void *xa = malloc(ps);
+	q8_isas[isa].prep(w, x, w->cols, n, xa);
+	if (q8_isas[isa].prep != ms_q8_prep)
+		ck_assert_msg(!memcmp(xr, xa, ps), "%s: AVX-512 prep differs from the portable one", what);
+	return xa;
+}
+
+/* gemmq over [0, rows) by the scalar kernel against build `isa` run in two
+ * row pieces, into y with ldy = rows + 3 and sentinels around. */
+static void check_bitwise(struct tmat *t, int64_t n, const char *what, int isa)
 {
 	const struct ms_wmat *w = &t->m;
 	int64_t rows = w->rows, ldy = rows + 3;
 	float *x = make_x(n, w->cols);
-	void *xr = prep_ref(w, x, n);
-	size_t ps = ms_q8_prep_size(w, n);
-	void *xa = malloc(ps);
-	ms_q8_prep_avx512(w, x, w->cols, n, xa);
-	ck_assert_msg(!memcmp(xr, xa, ps), "%s: AVX-512 prep differs from the portable one", what);
+	void *xr = prep_ref(w, x, n), *xa = prep_isa(isa, w, x, n, xr, what);
 	float *yr = malloc((size_t)(n * ldy) * sizeof(float));
 	float *ya = malloc((size_t)(n * ldy) * sizeof(float));
 	for (int64_t i = 0; i < n * ldy; i++)
 		yr[i] = ya[i] = 1e30f;
 	ms_q8_gemmq_ref(w, 0, rows, xr, n, yr, ldy);
 	int64_t split = rows > 32 ? (rows / 16 / 2) * 16 : 0;
-	/* the AVX-512 kernels (VNNI, VBMI where the CPU has it), then the AVX2
-	 * one (on the portable prep), each over two row ranges */
-	gemmq_fn gs[3];
-	const char *gn[3];
-	int ng = avx512_gemmqs(gs, gn);
-	gs[ng] = ms_q8_gemmq_avx2, gn[ng++] = "avx2";
-	for (int gi = 0; gi < ng; gi++) {
-		gemmq_fn g = gs[gi];
-		bool isa = g == ms_q8_gemmq_avx2; /* reads the portable prep */
-		for (int64_t i = 0; i < n * ldy; i++)
-			ya[i] = 1e30f;
-		if (split)
-			g(w, 0, split, isa ? xr : xa, n, ya, ldy);
-		g(w, split, rows, isa ? xr : xa, n, ya, ldy);
-		for (int64_t tt = 0; tt < n; tt++)
-			for (int64_t r = 0; r < ldy; r++) {
-				float a = yr[tt * ldy + r], b = ya[tt * ldy + r];
-				if (r >= rows) {
-					ck_assert_msg(a == 1e30f && b == 1e30f, "%s: wrote past the rows", what);
-					continue;
-				}
-				ck_assert_msg(same_bits(a, b),
-					      "%s %lldx%lld n=%lld: row %lld tok %lld: scalar %.9g %s %.9g",
-					      what, (long long)rows, (long long)w->cols, (long long)n,
-					      (long long)r, (long long)tt, a, gn[gi], b);
+	gemmq_fn g = q8_isas[isa].gemmq;
+	if (split)
+		g(w, 0, split, xa, n, ya, ldy);
+	g(w, split, rows, xa, n, ya, ldy);
+	for (int64_t tt = 0; tt < n; tt++)
+		for (int64_t r = 0; r < ldy; r++) {
+			float a = yr[tt * ldy + r], b = ya[tt * ldy + r];
+			if (r >= rows) {
+				ck_assert_msg(a == 1e30f && b == 1e30f, "%s: wrote past the rows", what);
+				continue;
 			}
-	}
+			ck_assert_msg(same_bits(a, b),
+				      "%s %lldx%lld n=%lld: row %lld tok %lld: scalar %.9g %s %.9g",
+				      what, (long long)rows, (long long)w->cols, (long long)n,
+				      (long long)r, (long long)tt, a, q8_isas[isa].name, b);
+		}
 	free(x), free(xr), free(xa), free(yr), free(ya);
 }
 
-START_TEST(avx512_matches_scalar_bitwise)
+START_TEST(isa_matches_scalar_bitwise)
 {
-	if (!have(VNNI_FLAGS, "avx512_matches_scalar_bitwise"))
-		return;
 	int cases = 0;
 	for (size_t c = 0; c < N_CFGS; c++)
 		for (size_t ri = 0; ri < 5; ri++)
@@ -292,7 +289,7 @@ START_TEST(avx512_matches_scalar_bitwise)
 							continue;
 						char what[96];
 						snprintf(what, sizeof(what), "%s act=%d", cfgs[c].name, act);
-						check_bitwise(&t, n_list[ni], what);
+						check_bitwise(&t, n_list[ni], what, _i);
 						cases++;
 					}
 				}
@@ -304,14 +301,14 @@ START_TEST(avx512_matches_scalar_bitwise)
 	for (size_t i = 0; i < 3; i++) {
 		struct tmat t = make_cfg(&cfgs[big[i]], 40, 200);
 		pack_ok(&t);
-		check_bitwise(&t, 31, cfgs[big[i]].name);
-		check_bitwise(&t, 70, cfgs[big[i]].name);
+		check_bitwise(&t, 31, cfgs[big[i]].name, _i);
+		check_bitwise(&t, 70, cfgs[big[i]].name, _i);
 		tmat_free(&t);
 	}
 	{
 		struct tmat t = make_intq(4, 20, 33000, 128, ZASYM, false);
 		pack_ok(&t);
-		check_bitwise(&t, 11, "int4 33000 columns");
+		check_bitwise(&t, 11, "int4 33000 columns", _i);
 		tmat_free(&t);
 	}
 	/* extreme E8M0 scales: the subnormal 2^-128, 2^-127 and huge ones */
@@ -320,7 +317,7 @@ START_TEST(avx512_matches_scalar_bitwise)
 		for (int64_t i = 0; i < 33 * 4; i += 5)
 			t.sc[i] = (uint8_t)(230 + rnd() % 26);
 		pack_ok(&t);
-		check_bitwise(&t, n_list[ni], "mxfp4 extreme scales");
+		check_bitwise(&t, n_list[ni], "mxfp4 extreme scales", _i);
 		tmat_free(&t);
 	}
 	/* blocks of zeros, tiny values and a NaN in the activations */
@@ -332,26 +329,20 @@ START_TEST(avx512_matches_scalar_bitwise)
 		for (int64_t k = 0; k < 32; k++)
 			x[k] = 0.0f, x[K + 64 + k] = 1e-30f * frand(), x[2 * K + 96 + k] = ldexpf(frand(), -95);
 		x[2 * K + 200] = NAN;
-		void *xr = prep_ref(&t.m, x, n), *xa = malloc(ms_q8_prep_size(&t.m, n));
-		ms_q8_prep_avx512(&t.m, x, K, n, xa);
-		ck_assert(!memcmp(xr, xa, ms_q8_prep_size(&t.m, n)));
+		void *xr = prep_ref(&t.m, x, n), *xa = prep_isa(_i, &t.m, x, n, xr, "zeros, tiny, NaN");
 		float ya[17 * 3], yr[17 * 3];
 		ms_q8_gemmq_ref(&t.m, 0, 17, xr, n, yr, 17);
-		gemmq_fn gs[2];
-		const char *gn[2];
-		for (int gi = 0, ng = avx512_gemmqs(gs, gn); gi < ng; gi++) {
-			gs[gi](&t.m, 0, 17, xa, n, ya, 17);
-			for (int i = 0; i < 17 * 3; i++)
-				ck_assert_msg(same_bits(ya[i], yr[i]), "%s: element %d", gn[gi], i);
-		}
+		q8_isas[_i].gemmq(&t.m, 0, 17, xa, n, ya, 17);
+		for (int i = 0; i < 17 * 3; i++)
+			ck_assert_msg(same_bits(ya[i], yr[i]), "%s: element %d", q8_isas[_i].name, i);
 		for (int i = 0; i < 17; i++) {
-			ck_assert(isfinite(yr[i]) && isfinite(yr[17 + i]));
-			ck_assert(isnan(yr[34 + i])); /* a NaN input poisons its token */
+			ck_assert(isfinite(ya[i]) && isfinite(ya[17 + i]));
+			ck_assert(isnan(ya[34 + i])); /* a NaN input poisons its token */
 		}
 		free(x), free(xr), free(xa);
 		tmat_free(&t);
 	}
-	printf("avx512 == scalar: %d cases bitwise equal\n", cases);
+	printf("%s == scalar: %d cases bitwise equal\n", q8_isas[_i].name, cases);
 }
 END_TEST
 
@@ -432,18 +423,30 @@ END_TEST
 
 /* ---- (3) power-of-two rule on MXFP4-quantized activations: exact ---- */
 
+static const struct mcfg *const pow2_use[] = {&cfgs[0], &cfgs[2], &cfgs[7], &cfgs[8]};
+#define POW2_N 5 /* tokens */
+
+/* Case (c, ci) of the pow2 tests: matrix kind pow2_use[c], not packed yet,
+ * and its MXFP4-quantized activations x. */
+static struct tmat pow2_case(size_t c, size_t ci, float **x)
+{
+	int64_t rows = rows_list[(ci + c) % 5], cols = cols_list[ci];
+	struct tmat t = make_cfg(pow2_use[c], rows, cols);
+	*x = make_x(POW2_N, cols);
+	for (int64_t tt = 0; tt < POW2_N; tt++)
+		for (int64_t k = 0; k < cols; k += 32)
+			ms_actq_mxfp4_group(*x + tt * cols + k, cols - k < 32 ? cols - k : 32);
+	return t;
+}
+
 START_TEST(pow2_exact_on_mxfp4_activations)
 {
-	const struct mcfg *use[] = {&cfgs[0], &cfgs[2], &cfgs[7], &cfgs[8]};
 	double worst = 0;
 	for (size_t c = 0; c < 4; c++)
 		for (size_t ci = 0; ci < 5; ci++) {
-			int64_t rows = rows_list[(ci + c) % 5], cols = cols_list[ci], n = 5;
-			struct tmat t = make_cfg(use[c], rows, cols);
-			float *x = make_x(n, cols);
-			for (int64_t tt = 0; tt < n; tt++)
-				for (int64_t k = 0; k < cols; k += 32)
-					ms_actq_mxfp4_group(x + tt * cols + k, cols - k < 32 ? cols - k : 32);
+			float *x;
+			struct tmat t = pow2_case(c, ci, &x);
+			int64_t rows = t.m.rows, cols = t.m.cols, n = POW2_N;
 			float *yf = malloc((size_t)(n * rows) * sizeof(float));
 			float *yq = malloc((size_t)(n * rows) * sizeof(float));
 			float *wrow = malloc((size_t)cols * sizeof(float));
@@ -459,21 +462,6 @@ START_TEST(pow2_exact_on_mxfp4_activations)
 						      "block %lld: step %g is not a power of two", (long long)b, d);
 				}
 			ms_q8_gemmq_ref(&t.m, 0, rows, xq, n, yq, rows);
-			if ((ms_cpu_detect() & VNNI_FLAGS) == VNNI_FLAGS) {
-				void *xa = malloc(ms_q8_prep_size(&t.m, n));
-				ms_q8_prep_avx512(&t.m, x, cols, n, xa);
-				ck_assert(!memcmp(xa, xq, ms_q8_prep_size(&t.m, n)));
-				free(xa);
-				float *ya = malloc((size_t)(n * rows) * sizeof(float));
-				gemmq_fn gs[2];
-				const char *gn[2];
-				for (int gi = 0, ng = avx512_gemmqs(gs, gn); gi < ng; gi++) {
-					gs[gi](&t.m, 0, rows, xq, n, ya, rows);
-					ck_assert_msg(!memcmp(ya, yq, (size_t)(n * rows) * sizeof(float)),
-						      "%s differs from the portable gemmq", gn[gi]);
-				}
-				free(ya);
-			}
 			double gamma = ((double)cols / 8 + (double)cols / 32 + 16) * ldexp(1, -24);
 			for (int64_t r = 0; r < rows; r++) {
 				ms_wmat_row_f32(&t.m, r, wrow);
@@ -484,8 +472,9 @@ START_TEST(pow2_exact_on_mxfp4_activations)
 					double diff = fabs((double)yq[tt * rows + r] - yf[tt * rows + r]);
 					ck_assert_msg(diff <= gamma * mag + 1e-30,
 						      "%s %lldx%lld: row %lld tok %lld: %.9g vs %.9g (fp32 bound %.3g)",
-						      use[c]->name, (long long)rows, (long long)cols, (long long)r,
-						      (long long)tt, yq[tt * rows + r], yf[tt * rows + r], gamma * mag);
+						      pow2_use[c]->name, (long long)rows, (long long)cols,
+						      (long long)r, (long long)tt, yq[tt * rows + r], yf[tt * rows + r],
+						      gamma * mag);
 					worst = fmax(worst, diff / (gamma * mag + 1e-30));
 				}
 			}
@@ -493,6 +482,29 @@ START_TEST(pow2_exact_on_mxfp4_activations)
 			tmat_free(&t);
 		}
 	printf("pow2 rule on MXFP4 activations: worst |diff| / fp32 summation bound = %.3f\n", worst);
+}
+END_TEST
+
+/* An ISA build on the same cases: the portable gemmq's bits. */
+START_TEST(pow2_isa_matches_portable)
+{
+	for (size_t c = 0; c < 4; c++)
+		for (size_t ci = 0; ci < 5; ci++) {
+			float *x;
+			struct tmat t = pow2_case(c, ci, &x);
+			int64_t rows = t.m.rows, n = POW2_N;
+			pack_ok(&t);
+			void *xq = prep_ref(&t.m, x, n);
+			void *xa = prep_isa(_i, &t.m, x, n, xq, pow2_use[c]->name);
+			float *yq = malloc((size_t)(n * rows) * sizeof(float));
+			float *ya = malloc((size_t)(n * rows) * sizeof(float));
+			ms_q8_gemmq_ref(&t.m, 0, rows, xq, n, yq, rows);
+			q8_isas[_i].gemmq(&t.m, 0, rows, xa, n, ya, rows);
+			ck_assert_msg(!memcmp(ya, yq, (size_t)(n * rows) * sizeof(float)),
+				      "%s differs from the portable gemmq", q8_isas[_i].name);
+			free(x), free(xq), free(xa), free(yq), free(ya);
+			tmat_free(&t);
+		}
 }
 END_TEST
 
@@ -573,22 +585,18 @@ END_TEST
 
 START_TEST(batch_invariance)
 {
-	if (!have(VNNI_FLAGS, "batch_invariance"))
-		return;
 	const size_t use[] = {0, 2, 4, 7, 8};
-	gemmq_fn gs[2];
-	const char *gn[2];
-	int ng = avx512_gemmqs(gs, gn);
-	for (size_t u = 0; u < 5 * (size_t)ng; u++) {
-		gemmq_fn g = gs[u / 5];
+	gemmq_fn g = q8_isas[_i].gemmq;
+	prep_fn prep = q8_isas[_i].prep;
+	for (size_t u = 0; u < 5; u++) {
 		int64_t rows = 100, cols = 2880, n = 17;
-		struct tmat t = make_cfg(&cfgs[use[u % 5]], rows, cols);
+		struct tmat t = make_cfg(&cfgs[use[u]], rows, cols);
 		pack_ok(&t);
 		float *x = make_x(n, cols);
 		float *yall = malloc((size_t)(n * rows) * sizeof(float));
 		float *ysub = malloc((size_t)(n * rows) * sizeof(float));
 		void *xq = malloc(ms_q8_prep_size(&t.m, n));
-		ms_q8_prep_avx512(&t.m, x, cols, n, xq);
+		prep(&t.m, x, cols, n, xq);
 		g(&t.m, 0, rows, xq, n, yall, rows);
 		/* every token alone, then windows of 2, 3, 5, 8 and 9 tokens */
 		const int64_t widths[] = {1, 2, 3, 5, 8, 9};
@@ -596,12 +604,12 @@ START_TEST(batch_invariance)
 			int64_t wd = widths[wi];
 			for (int64_t t0 = 0; t0 + wd <= n; t0 += wd > 4 ? 3 : wd) {
 				void *xs = malloc(ms_q8_prep_size(&t.m, wd));
-				ms_q8_prep_avx512(&t.m, x + t0 * cols, cols, wd, xs);
+				prep(&t.m, x + t0 * cols, cols, wd, xs);
 				g(&t.m, 0, rows, xs, wd, ysub, rows);
 				ck_assert_msg(!memcmp(ysub, yall + t0 * rows, (size_t)(wd * rows) * sizeof(float)),
 					      "%s %s: tokens %lld..%lld differ in a call of %lld and of %lld",
-					      gn[u / 5], cfgs[use[u % 5]].name, (long long)t0, (long long)(t0 + wd - 1),
-					      (long long)wd, (long long)n);
+					      q8_isas[_i].name, cfgs[use[u]].name, (long long)t0,
+					      (long long)(t0 + wd - 1), (long long)wd, (long long)n);
 				free(xs);
 			}
 		}
@@ -615,8 +623,6 @@ END_TEST
 
 START_TEST(backend_binds_and_threads)
 {
-	if (!have(VNNI_FLAGS, "backend_binds_and_threads"))
-		return;
 	struct ms_err err = {0};
 	struct ms_backend be1, be3, bex;
 	ck_assert_int_eq(ms_backend_init_opts(&be1, &(struct ms_backend_opts){.threads = 1}, &err), 0);
@@ -751,8 +757,6 @@ static void check_fp32_kernel(const struct ms_kernel *k, struct tmat *t, int64_t
 
 START_TEST(fp32_intq_fp8_kernels)
 {
-	if (!have(AVX512_FLAGS, "fp32_intq_fp8_kernels"))
-		return;
 	const struct ms_kernel *ki = avx512_kernel("avx512-intq"), *kf = avx512_kernel("avx512-fp8");
 	ck_assert_ptr_nonnull(ki);
 	ck_assert_ptr_nonnull(kf);
@@ -923,24 +927,46 @@ static int bench(void)
 	return 0;
 }
 
+static void add_portable(Suite *s)
+{
+	TCase *tc = tcase_create("core");
+	tcase_set_timeout(tc, 600);
+	tcase_add_test(tc, scalar_within_int8_bound_of_reference);
+	tcase_add_test(tc, pow2_exact_on_mxfp4_activations);
+	tcase_add_test(tc, pack_declines);
+	suite_add_tcase(s, tc);
+}
+
+/* gemmq build i's cases */
+static void add_gemmq(TCase *tc, int i)
+{
+	tcase_add_loop_test(tc, isa_matches_scalar_bitwise, i, i + 1);
+	tcase_add_loop_test(tc, pow2_isa_matches_portable, i, i + 1);
+	tcase_add_loop_test(tc, batch_invariance, i, i + 1);
+}
+
+/* VNNI's, and the backend's choice (VNNI, or VBMI where the CPU has it) */
+static void add_vnni(TCase *tc, int i)
+{
+	add_gemmq(tc, i);
+	tcase_add_test(tc, backend_binds_and_threads);
+}
+
+static void add_fp32(TCase *tc, int i)
+{
+	(void)i;
+	tcase_add_test(tc, fp32_intq_fp8_kernels);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "--bench"))
 		return bench();
-	Suite *s = suite_create("kernels-q8");
-	TCase *tc = tcase_create("core");
-	tcase_set_timeout(tc, 600);
-	tcase_add_test(tc, avx512_matches_scalar_bitwise);
-	tcase_add_test(tc, scalar_within_int8_bound_of_reference);
-	tcase_add_test(tc, pow2_exact_on_mxfp4_activations);
-	tcase_add_test(tc, pack_declines);
-	tcase_add_test(tc, batch_invariance);
-	tcase_add_test(tc, backend_binds_and_threads);
-	tcase_add_test(tc, fp32_intq_fp8_kernels);
-	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	static const struct isa_gate gates[] = {
+		{"avx512vnni", VNNI_FLAGS, NULL, add_vnni, Q8_VNNI},
+		{"avx512vbmi", VNNI_FLAGS | MS_CPU_AVX512VBMI, NULL, add_gemmq, Q8_VBMI},
+		{"avx2", AVX2_FLAGS, NULL, add_gemmq, Q8_AVX2},
+		{"avx512", AVX512_FLAGS, NULL, add_fp32, 0},
+	};
+	return isa_run(argc, argv, "kernels-q8", add_portable, ISA_GATES(gates), 600);
 }

@@ -4,7 +4,9 @@
  * The reference kernels are the definition of correctness for every later
  * kernel, so they are held here to an independent double-precision product
  * on random data of ragged sizes, within 1e-5 relative to the magnitude of
- * the sum (fp32 accumulation over at most a few thousand terms).
+ * the sum (fp32 accumulation over at most a few thousand terms). The ISA
+ * kernel sets and row operations are held to them in a test per ISA
+ * (`--isa avx512`, `--isa avx2`: exit 77 where the CPU lacks it).
  */
 #include <check.h>
 #include <stdbool.h>
@@ -13,6 +15,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "isagate.h"
 #include "kernels.h"
 #include "pool.h"
 
@@ -457,70 +460,82 @@ START_TEST(backend_gemm_multi_equals_separate)
 }
 END_TEST
 
-/* Every ISA kernel this CPU runs against the reference, on random data of
- * ragged and round sizes and 1..9 tokens: within 1e-5 of the sum of
- * magnitudes (fp32 sums in another order); and a token's result is the same
- * bits whether it is computed alone or with others (batch invariance). */
+/* The ISA kernel sets (--kernels NAME) with their builds of the row
+ * operations, and the portable row operations (no kernel set): a loop
+ * test's _i is a row. The gates: what kernels-avx512.c's and
+ * kernels-avx2.c's sets need at least (the row operations' builds need
+ * less). */
+#define AVX512_SET (MS_CPU_AVX512F | MS_CPU_AVX512BW | MS_CPU_AVX512VL | MS_CPU_FMA | MS_CPU_F16C)
+#define AVX2_SET (MS_CPU_AVX2 | MS_CPU_FMA | MS_CPU_F16C)
+enum { ISA_GENERIC, ISA_AVX512, ISA_AVX2 };
+static const struct {
+	const char *name;
+	int plain; /* its fp32-activation kernels of the formats below */
+	const struct ms_rowops *rowops;
+} isa_sets[] = {
+	[ISA_GENERIC] = {"generic", 0, &ms_rowops_generic},
+	[ISA_AVX512] = {"avx512", 4, &ms_rowops_avx512},
+	[ISA_AVX2] = {"avx2", 3, &ms_rowops_avx2},
+};
+
+/* An ISA kernel set against the reference, on random data of ragged and
+ * round sizes and 1..9 tokens: within 1e-5 of the sum of magnitudes (fp32
+ * sums in another order); and a token's result is the same bits whether it
+ * is computed alone or with others (batch invariance). */
 START_TEST(isa_kernels_match_reference)
 {
-	const char *sets[] = {"avx512", "avx2"};
 	const enum ms_wfmt fmts[] = {MS_WFMT_F32, MS_WFMT_F16, MS_WFMT_BF16, MS_WFMT_MXFP4};
 	const int64_t shapes[][2] = {{37, 45}, {64, 64}, {5, 80}, {19, 1100}, {8, 2880}, {3, 7}, {2, 33}};
+	const int n_shapes = (int)(sizeof(shapes) / sizeof(shapes[0]));
 	int tested = 0;
-	for (int si = 0; si < 2; si++) {
-		struct ms_err err = {0};
-		struct ms_backend be;
-		/* exact: the plain fp32-activation kernels (the packed ones that
-		 * round activations have their own suites: kernels-q8, amx, dense) */
-		struct ms_backend_opts bo = {.kernels = sets[si], .threads = 1, .exact = true};
-		if (ms_backend_init_opts(&be, &bo, &err) != 0) {
-			ck_assert_int_eq(err.code, -ENOTSUP); /* this CPU lacks the set */
-			continue;
-		}
-		for (size_t f = 0; f < 4; f++)
-		for (int ki = 0; ki < be.n_kernels[fmts[f]]; ki++) {
-			const struct ms_kernel *k = be.kernels[fmts[f]][ki];
-			if (!strcmp(k->isa, "ref") || !k->gemm)
-				continue; /* the reference itself, or a packed kernel */
-			for (size_t sh = 0; sh < sizeof(shapes) / sizeof(shapes[0]); sh++) {
-				int64_t rows = shapes[sh][0], cols = shapes[sh][1], n = 1 + (int64_t)(sh % 9);
-				struct mat_buf b = make_mat(fmts[f], rows, cols);
-				float *x = malloc((size_t)(9 * cols) * sizeof(float));
-				float *y = malloc((size_t)(9 * rows) * sizeof(float));
-				float *y1 = malloc((size_t)rows * sizeof(float));
-				float *row = malloc((size_t)cols * sizeof(float));
-				for (int64_t i = 0; i < 9 * cols; i++)
-					x[i] = frand();
-				k->gemm(&b.m, 0, rows, x, cols, n, y, rows);
-				for (int64_t t = 0; t < n; t++) {
-					k->gemm(&b.m, 0, rows, x + t * cols, cols, 1, y1, rows);
-					for (int64_t r = 0; r < rows; r++) {
-						ms_wmat_row_f32(&b.m, r, row);
-						double want = 0, mag = 0;
-						for (int64_t c = 0; c < cols; c++) {
-							want += (double)row[c] * x[t * cols + c];
-							mag += fabs((double)row[c] * x[t * cols + c]);
-						}
-						float got = y[t * rows + r];
-						ck_assert_msg(fabs(got - want) <= 1e-5 * (mag + 1.0),
-							      "%s %lldx%lld tok %lld row %lld: %g vs %g", k->name,
-							      (long long)rows, (long long)cols, (long long)t,
-							      (long long)r, got, want);
-						ck_assert_msg(memcmp(&got, &y1[r], sizeof(float)) == 0,
-							      "%s: token %lld differs alone and in a batch", k->name,
-							      (long long)t);
+	struct ms_err err = {0};
+	struct ms_backend be;
+	/* exact: the plain fp32-activation kernels (the packed ones that
+	 * round activations have their own suites: kernels-q8, amx, dense) */
+	struct ms_backend_opts bo = {.kernels = isa_sets[_i].name, .threads = 1, .exact = true};
+	ck_assert_msg(ms_backend_init_opts(&be, &bo, &err) == 0, "%s", err.msg);
+	for (size_t f = 0; f < 4; f++)
+	for (int ki = 0; ki < be.n_kernels[fmts[f]]; ki++) {
+		const struct ms_kernel *k = be.kernels[fmts[f]][ki];
+		if (!strcmp(k->isa, "ref") || !k->gemm)
+			continue; /* the reference itself, or a packed kernel */
+		for (int sh = 0; sh < n_shapes; sh++) {
+			int64_t rows = shapes[sh][0], cols = shapes[sh][1], n = 1 + (int64_t)(sh % 9);
+			struct mat_buf b = make_mat(fmts[f], rows, cols);
+			float *x = malloc((size_t)(9 * cols) * sizeof(float));
+			float *y = malloc((size_t)(9 * rows) * sizeof(float));
+			float *y1 = malloc((size_t)rows * sizeof(float));
+			float *row = malloc((size_t)cols * sizeof(float));
+			for (int64_t i = 0; i < 9 * cols; i++)
+				x[i] = frand();
+			k->gemm(&b.m, 0, rows, x, cols, n, y, rows);
+			for (int64_t t = 0; t < n; t++) {
+				k->gemm(&b.m, 0, rows, x + t * cols, cols, 1, y1, rows);
+				for (int64_t r = 0; r < rows; r++) {
+					ms_wmat_row_f32(&b.m, r, row);
+					double want = 0, mag = 0;
+					for (int64_t c = 0; c < cols; c++) {
+						want += (double)row[c] * x[t * cols + c];
+						mag += fabs((double)row[c] * x[t * cols + c]);
 					}
+					float got = y[t * rows + r];
+					ck_assert_msg(fabs(got - want) <= 1e-5 * (mag + 1.0),
+						      "%s %lldx%lld tok %lld row %lld: %g vs %g", k->name,
+						      (long long)rows, (long long)cols, (long long)t,
+						      (long long)r, got, want);
+					ck_assert_msg(memcmp(&got, &y1[r], sizeof(float)) == 0,
+						      "%s: token %lld differs alone and in a batch", k->name,
+						      (long long)t);
 				}
-				tested++;
-				free(x), free(y), free(y1), free(row);
-				free_mat(&b);
 			}
+			tested++;
+			free(x), free(y), free(y1), free(row);
+			free_mat(&b);
 		}
-		ms_backend_free(&be);
 	}
-	/* this machine has AVX-512: both sets must have been exercised */
-	if (ms_cpu_detect() & MS_CPU_AVX512F)
-		ck_assert_int_ge(tested, 7 * 7);
+	ms_backend_free(&be);
+	/* every plain kernel of the set was exercised */
+	ck_assert_int_ge(tested, isa_sets[_i].plain * n_shapes);
 }
 END_TEST
 
@@ -534,8 +549,9 @@ START_TEST(backend_rejects_unknown_kernel_set)
 }
 END_TEST
 
-/* The row operations (engine/rowops.c): every build the CPU runs gives the
- * bits of the scalar formulas of rowops.h, on ragged widths. */
+/* The row operations (engine/rowops.c): each build (portable, and one per
+ * ISA) gives the bits of the scalar formulas of rowops.h, on ragged
+ * widths. */
 static void rmsnorm_scalar(float *y, const float *x, const float *w, int64_t H, double eps)
 {
 	double s[8] = {0};
@@ -553,62 +569,52 @@ static void rmsnorm_scalar(float *y, const float *x, const float *w, int64_t H, 
 
 START_TEST(rowops_match_scalar)
 {
-	const struct ms_rowops *sets[] = {&ms_rowops_generic, &ms_rowops_avx2, &ms_rowops_avx512};
-	const unsigned need[] = {0, MS_CPU_AVX2, MS_CPU_AVX512F};
+	const struct ms_rowops *ro = isa_sets[_i].rowops;
 	const int64_t widths[] = {1, 7, 8, 45, 64, 2049, 2880};
-	int ran = 0;
-	for (int si = 0; si < 3; si++) {
-		if ((ms_cpu_detect() & need[si]) != need[si])
-			continue;
-		const struct ms_rowops *ro = sets[si];
-		for (size_t wi = 0; wi < sizeof(widths) / sizeof(widths[0]); wi++) {
-			int64_t H = widths[wi];
-			float *x = malloc((size_t)H * sizeof(float)), *w = malloc((size_t)H * sizeof(float));
-			float *y = malloc((size_t)H * sizeof(float)), *y0 = malloc((size_t)H * sizeof(float));
-			for (int64_t i = 0; i < H; i++)
-				x[i] = 40.0f * frand(), w[i] = 1.0f + frand();
-			ro->rmsnorm(y, x, w, H, 1e-5);
-			rmsnorm_scalar(y0, x, w, H, 1e-5);
-			ck_assert_msg(memcmp(y, y0, (size_t)H * sizeof(float)) == 0,
-				      "rowops set %d: rmsnorm of %lld differs", si, (long long)H);
-			/* in place */
-			memcpy(y, x, (size_t)H * sizeof(float));
-			ro->rmsnorm(y, y, w, H, 1e-5);
-			ck_assert(memcmp(y, y0, (size_t)H * sizeof(float)) == 0);
-			/* the residual add */
-			memcpy(y, x, (size_t)H * sizeof(float));
-			ro->add(y, w, H);
-			for (int64_t i = 0; i < H; i++)
-				ck_assert(y[i] == x[i] + w[i]);
-			free(x), free(w), free(y), free(y0);
-		}
-		const int64_t dims[][2] = {{1, 2}, {3, 6}, {2, 64}, {5, 130}, {8, 64}};
-		for (size_t di = 0; di < sizeof(dims) / sizeof(dims[0]); di++) {
-			int64_t nh = dims[di][0], d = dims[di][1], half = d / 2;
-			float *v = malloc((size_t)(nh * d) * sizeof(float));
-			float *v0 = malloc((size_t)(nh * d) * sizeof(float));
-			float *cs = malloc((size_t)half * sizeof(float)), *sn = malloc((size_t)half * sizeof(float));
-			for (int64_t i = 0; i < nh * d; i++)
-				v[i] = v0[i] = 3.0f * frand();
-			for (int64_t i = 0; i < half; i++)
-				cs[i] = frand(), sn[i] = frand();
-			ro->rope(cs, sn, v, nh, d);
-			for (int64_t h = 0; h < nh; h++)
-				for (int64_t i = 0; i < half; i++) {
-					float a = v0[h * d + i], b = v0[h * d + half + i];
-					float lo = a * cs[i] - b * sn[i], hi = b * cs[i] + a * sn[i];
-					ck_assert_msg(memcmp(&lo, &v[h * d + i], 4) == 0 &&
-						      memcmp(&hi, &v[h * d + half + i], 4) == 0,
-						      "rowops set %d: rope %lldx%lld head %lld pair %lld", si,
-						      (long long)nh, (long long)d, (long long)h, (long long)i);
-				}
-			free(v), free(v0), free(cs), free(sn);
-		}
-		ran++;
+	for (size_t wi = 0; wi < sizeof(widths) / sizeof(widths[0]); wi++) {
+		int64_t H = widths[wi];
+		float *x = malloc((size_t)H * sizeof(float)), *w = malloc((size_t)H * sizeof(float));
+		float *y = malloc((size_t)H * sizeof(float)), *y0 = malloc((size_t)H * sizeof(float));
+		for (int64_t i = 0; i < H; i++)
+			x[i] = 40.0f * frand(), w[i] = 1.0f + frand();
+		ro->rmsnorm(y, x, w, H, 1e-5);
+		rmsnorm_scalar(y0, x, w, H, 1e-5);
+		ck_assert_msg(memcmp(y, y0, (size_t)H * sizeof(float)) == 0,
+			      "rowops %s: rmsnorm of %lld differs", isa_sets[_i].name, (long long)H);
+		/* in place */
+		memcpy(y, x, (size_t)H * sizeof(float));
+		ro->rmsnorm(y, y, w, H, 1e-5);
+		ck_assert(memcmp(y, y0, (size_t)H * sizeof(float)) == 0);
+		/* the residual add */
+		memcpy(y, x, (size_t)H * sizeof(float));
+		ro->add(y, w, H);
+		for (int64_t i = 0; i < H; i++)
+			ck_assert(y[i] == x[i] + w[i]);
+		free(x), free(w), free(y), free(y0);
 	}
-	/* this machine has AVX-512: all three builds ran */
-	if (ms_cpu_detect() & MS_CPU_AVX512F)
-		ck_assert_int_eq(ran, 3);
+	const int64_t dims[][2] = {{1, 2}, {3, 6}, {2, 64}, {5, 130}, {8, 64}};
+	for (size_t di = 0; di < sizeof(dims) / sizeof(dims[0]); di++) {
+		int64_t nh = dims[di][0], d = dims[di][1], half = d / 2;
+		float *v = malloc((size_t)(nh * d) * sizeof(float));
+		float *v0 = malloc((size_t)(nh * d) * sizeof(float));
+		float *cs = malloc((size_t)half * sizeof(float)), *sn = malloc((size_t)half * sizeof(float));
+		for (int64_t i = 0; i < nh * d; i++)
+			v[i] = v0[i] = 3.0f * frand();
+		for (int64_t i = 0; i < half; i++)
+			cs[i] = frand(), sn[i] = frand();
+		ro->rope(cs, sn, v, nh, d);
+		for (int64_t h = 0; h < nh; h++)
+			for (int64_t i = 0; i < half; i++) {
+				float a = v0[h * d + i], b = v0[h * d + half + i];
+				float lo = a * cs[i] - b * sn[i], hi = b * cs[i] + a * sn[i];
+				ck_assert_msg(memcmp(&lo, &v[h * d + i], 4) == 0 &&
+					      memcmp(&hi, &v[h * d + half + i], 4) == 0,
+					      "rowops %s: rope %lldx%lld head %lld pair %lld",
+					      isa_sets[_i].name, (long long)nh, (long long)d, (long long)h,
+					      (long long)i);
+			}
+		free(v), free(v0), free(cs), free(sn);
+	}
 }
 END_TEST
 
@@ -635,9 +641,8 @@ START_TEST(pool_runs_every_task_once)
 }
 END_TEST
 
-int main(void)
+static void add_portable(Suite *s)
 {
-	Suite *s = suite_create("kernels");
 	TCase *tc = tcase_create("core");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, e2m1_table_and_e8m0);
@@ -649,14 +654,24 @@ int main(void)
 	tcase_add_test(tc, fp8_e4m3_codec);
 	tcase_add_test(tc, backend_gemm_thread_independent);
 	tcase_add_test(tc, backend_gemm_multi_equals_separate);
-	tcase_add_test(tc, isa_kernels_match_reference);
 	tcase_add_test(tc, backend_rejects_unknown_kernel_set);
 	tcase_add_test(tc, pool_runs_every_task_once);
-	tcase_add_test(tc, rowops_match_scalar);
+	tcase_add_loop_test(tc, rowops_match_scalar, ISA_GENERIC, ISA_GENERIC + 1);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+}
+
+/* ISA set i's cases: its kernels, its row operations. */
+static void add_isa(TCase *tc, int i)
+{
+	tcase_add_loop_test(tc, isa_kernels_match_reference, i, i + 1);
+	tcase_add_loop_test(tc, rowops_match_scalar, i, i + 1);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct isa_gate gates[] = {
+		{"avx512", AVX512_SET, NULL, add_isa, ISA_AVX512},
+		{"avx2", AVX2_SET, NULL, add_isa, ISA_AVX2},
+	};
+	return isa_run(argc, argv, "kernels", add_portable, ISA_GATES(gates), 120);
 }

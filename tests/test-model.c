@@ -4,7 +4,9 @@
  * MS_FIXTURE_BF16 and MS_FIXTURE_MXFP4 environment variables; meson
  * generates them with tools/gptoss_ckpt.py). Agreement with the independent
  * numpy reference is tests/golden.py's job; this file checks what only the
- * C side has: incremental decoding, chunking, threads, refusals.
+ * C side has: incremental decoding, chunking, threads, refusals. The
+ * activation's ISA builds run as `--isa avx2`, `--isa avx512`, a meson test
+ * each (exit 77 where the CPU lacks it).
  */
 #include <check.h>
 #include <math.h>
@@ -12,6 +14,7 @@
 #include <string.h>
 
 #include "gpt-oss.h"
+#include "isagate.h"
 #include "model.h"
 #include "moe.h"
 
@@ -139,11 +142,8 @@ START_TEST(expert_activation)
 END_TEST
 
 /* The activation's exp against double over every 61st float of [-87, 88]
- * (3.1 ulp, the bound moe.h states); the vectorized rows (swiglu.c: the
- * generic build and, where the CPU has them, the AVX2 and AVX-512 ones)
- * equal the scalar function bit for bit on random pairs, ragged lengths,
- * with clamped, huge, infinite and NaN values among them; the backend
- * picks the widest the kernel set allows. */
+ * (3.1 ulp, the bound moe.h states); the backend picks the widest row
+ * build the kernel set allows. */
 START_TEST(expert_activation_exp)
 {
 	double worst = 0;
@@ -159,17 +159,38 @@ START_TEST(expert_activation_exp)
 		worst = ulp > worst ? ulp : worst;
 	}
 	ck_assert_msg(worst <= 3.1, "exp: %.3f ulp", worst);
+	struct ms_err err = {0};
+	struct ms_backend be;
+	ck_assert_int_eq(ms_backend_init_opts(&be, &(struct ms_backend_opts){.threads = 1}, &err), 0);
+	ck_assert_msg(be.swiglu_row == (!strcmp(be.isa, "avx2") ? ms_swiglu_row_avx2 :
+					strcmp(be.isa, "ref") ? ms_swiglu_row_avx512 : ms_swiglu_row),
+		      "set %s", be.isa);
+	ms_backend_free(&be);
+	ck_assert_int_eq(ms_backend_init_opts(&be, &(struct ms_backend_opts){.kernels = "ref",
+									   .threads = 1}, &err), 0);
+	ck_assert(be.swiglu_row == ms_swiglu_row);
+	ms_backend_free(&be);
+}
+END_TEST
+
+/* The vectorized rows (swiglu.c: the generic build, and the AVX2 and
+ * AVX-512 ones, a test each) equal the scalar function bit for bit on
+ * random pairs, ragged lengths, with clamped, huge, infinite and NaN values
+ * among them. _i: a row of swiglu_rows. The gates: the builds' flags. */
+#define SWIGLU_AVX512 (MS_CPU_AVX512F | MS_CPU_AVX512BW | MS_CPU_AVX512VL)
+enum { ROW_GENERIC, ROW_AVX2, ROW_AVX512 };
+static const struct {
+	const char *name;
+	ms_swiglu_row_fn f;
+} swiglu_rows[] = {
+	[ROW_GENERIC] = {"generic", ms_swiglu_row},
+	[ROW_AVX2] = {"avx2", ms_swiglu_row_avx2},
+	[ROW_AVX512] = {"avx512", ms_swiglu_row_avx512},
+};
+
+START_TEST(swiglu_row_matches_scalar)
+{
 	struct ms_swiglu a = {7.0f, 1.702f};
-	unsigned cpu = ms_cpu_detect();
-	const struct {
-		const char *name;
-		ms_swiglu_row_fn f;
-		bool runs;
-	} rows[] = {
-		{"generic", ms_swiglu_row, true},
-		{"avx2", ms_swiglu_row_avx2, (cpu & MS_CPU_AVX2) != 0},
-		{"avx512", ms_swiglu_row_avx512, (cpu & MS_CPU_AVX512F) != 0},
-	};
 	const float special[] = {NAN, -NAN, INFINITY, -INFINITY, 1e30f, -1e30f, 7.0f, -7.0f,
 				 0.0f, -0.0f, 1e-40f, 60.0f, -60.0f};
 	uint32_t seed = 12345;
@@ -182,30 +203,14 @@ START_TEST(expert_activation_exp)
 			if (seed % 11 == 0)
 				g[i] = special[(seed >> 4) % (sizeof(special) / sizeof(special[0]))];
 		}
-		for (size_t f = 0; f < sizeof(rows) / sizeof(rows[0]); f++) {
-			if (!rows[f].runs)
-				continue;
-			rows[f].f(a, g, b, n, y);
-			for (int64_t i = 0; i < n; i++) {
-				float want = ms_swiglu_eval(a, g[2 * i] + b[2 * i],
-							    g[2 * i + 1] + b[2 * i + 1]);
-				ck_assert_msg(memcmp(&want, &y[i], 4) == 0, "%s n %lld i %lld: %a vs %a",
-					      rows[f].name, (long long)n, (long long)i, (double)y[i],
-					      (double)want);
-			}
+		swiglu_rows[_i].f(a, g, b, n, y);
+		for (int64_t i = 0; i < n; i++) {
+			float want = ms_swiglu_eval(a, g[2 * i] + b[2 * i], g[2 * i + 1] + b[2 * i + 1]);
+			ck_assert_msg(memcmp(&want, &y[i], 4) == 0, "%s n %lld i %lld: %a vs %a",
+				      swiglu_rows[_i].name, (long long)n, (long long)i, (double)y[i],
+				      (double)want);
 		}
 	}
-	struct ms_err err = {0};
-	struct ms_backend be;
-	ck_assert_int_eq(ms_backend_init_opts(&be, &(struct ms_backend_opts){.threads = 1}, &err), 0);
-	ck_assert_msg(be.swiglu_row == (!strcmp(be.isa, "avx2") ? ms_swiglu_row_avx2 :
-					strcmp(be.isa, "ref") ? ms_swiglu_row_avx512 : ms_swiglu_row),
-		      "set %s", be.isa);
-	ms_backend_free(&be);
-	ck_assert_int_eq(ms_backend_init_opts(&be, &(struct ms_backend_opts){.kernels = "ref",
-									   .threads = 1}, &err), 0);
-	ck_assert(be.swiglu_row == ms_swiglu_row);
-	ms_backend_free(&be);
 }
 END_TEST
 
@@ -369,9 +374,8 @@ START_TEST(inspect_groups_name_schemes_and_kernels)
 }
 END_TEST
 
-int main(void)
+static void add_portable(Suite *s)
 {
-	Suite *s = suite_create("model");
 	TCase *parts = tcase_create("parts");
 	tcase_add_test(parts, yarn_frequencies);
 	tcase_add_test(parts, default_rope_frequencies);
@@ -383,6 +387,7 @@ int main(void)
 	TCase *ex = tcase_create("activation-exp");
 	tcase_set_timeout(ex, 300);
 	tcase_add_test(ex, expert_activation_exp);
+	tcase_add_loop_test(ex, swiglu_row_matches_scalar, ROW_GENERIC, ROW_GENERIC + 1);
 	suite_add_tcase(s, ex);
 	TCase *fw = tcase_create("forward");
 	tcase_set_timeout(fw, 300);
@@ -392,9 +397,18 @@ int main(void)
 	tcase_add_test(fw, refusals_leave_sequence_intact);
 	tcase_add_test(fw, inspect_groups_name_schemes_and_kernels);
 	suite_add_tcase(s, fw);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+}
+
+static void add_row(TCase *tc, int row)
+{
+	tcase_add_loop_test(tc, swiglu_row_matches_scalar, row, row + 1);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct isa_gate gates[] = {
+		{"avx2", MS_CPU_AVX2, NULL, add_row, ROW_AVX2},
+		{"avx512", SWIGLU_AVX512, NULL, add_row, ROW_AVX512},
+	};
+	return isa_run(argc, argv, "model", add_portable, ISA_GATES(gates), 300);
 }
