@@ -63,9 +63,4 @@ int ms_model_config_load(struct ms_model_config *cfg, const char *dir,
 			 struct ms_err *err);
 
 void ms_model_config_free(struct ms_model_config *cfg);
-
-/* Read a whole file into a NUL-terminated malloc'd buffer (*len excludes the
- * NUL). Shared by every JSON file we read. */
-int ms_read_file(const char *path, char **out, size_t *len, struct ms_err *err);
-
 #endif

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model-config.h" /* ms_read_file */
+#include "ms-file.h"
 #include "ms-hash.h"
 
 /* ---- GPT-2's byte <-> printable code point mapping ---- */

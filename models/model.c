@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 #include "ms-clock.h"
+#include "ms-file.h"
 
 /* The registry: one line per architecture. */
 static const struct ms_model_ops *const archs[] = {

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "kernels.h"      /* bf16/f16 decoding */
-#include "model-config.h" /* ms_read_file */
+#include "ms-file.h"
 
 /* The safetensors library refuses headers above 100 MB; so do we. */
 #define MS_ST_MAX_HEADER (100u * 1024u * 1024u)

@@ -15,7 +15,7 @@
 #include <unistd.h>
 #include <string.h>
 
-#include "model-config.h" /* ms_read_file */
+#include "ms-file.h"
 
 /* The registry. To add a method: one line here, one file beside this one. */
 static const struct ms_quant_method *const methods[] = {
