@@ -1,7 +1,8 @@
 /*
  * test-config.c: config.json parsing (config/model-config.c), the
- * quantization_config registry (quant/quant.c) and the architecture check of
- * ms_model_load (models/model.c).
+ * quantization_config registry (quant/quant.c), the architecture check of
+ * ms_model_load (models/model.c), and config/'s string builder and UTF-8
+ * helpers (ms-strbuf.c, ms-utf8.h).
  *
  * Every case starts from the verbatim gpt-oss-20b config.json
  * (shared/docs/gpt-oss.md §1.2) and changes a few fields through cJSON, so
@@ -22,6 +23,8 @@
 
 #include "model-config.h"
 #include "model.h"
+#include "ms-strbuf.h"
+#include "ms-utf8.h"
 #include "quant.h"
 
 static char g_root[256];
@@ -832,6 +835,287 @@ START_TEST(test_model_load_bad_config)
 }
 END_TEST
 
+/* ---- the shared string builder and UTF-8 helpers (config/ms-strbuf.c, ms-utf8.h) ---- */
+
+/* A fixed stream (the same data every run), for lengths and bytes. */
+static uint32_t sb_seed = 20250805u;
+
+static uint32_t sb_rnd(void)
+{
+	sb_seed = sb_seed * 1664525u + 1013904223u;
+	return sb_seed >> 8;
+}
+
+/* b holds ref[0, n), NUL-terminated; bytes before `from` are taken as
+ * checked already. */
+static void expect_text_from(const struct ms_strbuf *b, const char *ref, size_t n, size_t from)
+{
+	ck_assert_uint_eq(b->len, n);
+	ck_assert(!b->oom);
+	ck_assert_uint_gt(b->cap, n);
+	for (size_t i = from; i < n; i++)
+		if (b->p[i] != ref[i])
+			ck_abort_msg("byte %zu of %zu: 0x%02x, expected 0x%02x", i, n,
+				     (unsigned char)b->p[i], (unsigned char)ref[i]);
+	ck_assert_int_eq(b->p[n], '\0');
+	ck_assert_ptr_eq(ms_strbuf_cstr(b), b->p);
+}
+
+static void expect_text(const struct ms_strbuf *b, const char *ref, size_t n)
+{
+	expect_text_from(b, ref, n, 0);
+}
+
+/* Appends of random lengths, and of lengths that end one byte before, at
+ * and one byte after the capacity, through many doublings: the text is
+ * the concatenation, byte for byte, of a reference built separately. */
+START_TEST(test_strbuf_append_growth)
+{
+	enum { MAX = 1 << 20 };
+	char *ref = malloc(MAX), *src = malloc(MAX);
+	ck_assert_ptr_nonnull(ref);
+	ck_assert_ptr_nonnull(src);
+	for (size_t i = 0; i < MAX; i++)
+		src[i] = (char)(sb_rnd() & 0xFF); /* NUL bytes included */
+	struct ms_strbuf b = {0};
+	size_t n = 0, cap = 0;
+	for (int step = 0; n < MAX / 2; step++) {
+		size_t room = b.cap > n ? b.cap - n - 1 : 0, len;
+		switch (sb_rnd() % 6) {
+		case 0: len = 0; break;
+		case 1: len = room ? room - 1 : 0; break; /* one byte before full */
+		case 2: len = room; break;                /* exactly full */
+		case 3: len = room + 1; break;            /* one byte over */
+		case 4: len = sb_rnd() % 5000; break;
+		default: len = sb_rnd() % 40; break;
+		}
+		if (n + len > MAX / 2)
+			len = MAX / 2 - n;
+		size_t at = sb_rnd() % (MAX - len);
+		if (step % 7 == 0) {
+			/* ms_strbuf_str: the same bytes up to their first NUL */
+			const char *z = memchr(src + at, '\0', len);
+			len = z ? (size_t)(z - (src + at)) : len;
+			char *tmp = strndup(src + at, len);
+			ck_assert_ptr_nonnull(tmp);
+			ms_strbuf_str(&b, tmp);
+			free(tmp);
+		} else {
+			ms_strbuf_add(&b, src + at, len);
+		}
+		memcpy(ref + n, src + at, len);
+		/* all of it after a growth (realloc may move it), else the new bytes */
+		if (n + len)
+			expect_text_from(&b, ref, n + len, b.cap != cap ? 0 : n);
+		cap = b.cap;
+		n += len;
+	}
+	ck_assert_uint_ge(b.cap, (size_t)MAX / 2);
+	/* one append many times the capacity */
+	size_t big = MAX / 2 - 3;
+	ms_strbuf_add(&b, src + 3, big);
+	memcpy(ref + n, src + 3, big);
+	expect_text(&b, ref, n + big);
+	ms_strbuf_free(&b);
+	free(ref);
+	free(src);
+}
+END_TEST
+
+/* printf of outputs shorter and longer than the buffer's first block and
+ * than what is left of it, after text already there: snprintf's output. */
+START_TEST(test_strbuf_printf_long)
+{
+	static const size_t lens[] = {0, 1, 200, 255, 256, 257, 511, 4000, 70000};
+	char *arg = malloc(70001), *want = malloc(200000);
+	ck_assert_ptr_nonnull(arg);
+	ck_assert_ptr_nonnull(want);
+	for (size_t i = 0; i < 70000; i++)
+		arg[i] = (char)('a' + sb_rnd() % 26);
+	arg[70000] = '\0';
+	for (size_t pre = 0; pre < 3; pre++) {
+		for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+			struct ms_strbuf b = {0};
+			size_t n = pre * 100; /* 0, 100 or 200 bytes before */
+			for (size_t j = 0; j < n; j++)
+				ms_strbuf_add(&b, "p", 1);
+			memset(want, 'p', n);
+			int l = (int)lens[k];
+			ms_strbuf_printf(&b, "[%d|%.*s|%5.2f]", l, l, arg, 3.14159);
+			n += (size_t)snprintf(want + n, 200000 - n, "[%d|%.*s|%5.2f]", l, l, arg, 3.14159);
+			ms_strbuf_printf(&b, "%s", "");
+			ms_strbuf_printf(&b, "%.*s%c", l, arg + 1, '!');
+			n += (size_t)snprintf(want + n, 200000 - n, "%.*s%c", l, arg + 1, '!');
+			expect_text(&b, want, n);
+			ms_strbuf_free(&b);
+		}
+	}
+	free(arg);
+	free(want);
+}
+END_TEST
+
+/* Each boundary of the encoding, against bytes written out by hand; a lone
+ * surrogate keeps its 3-byte form, beyond U+10FFFF is U+FFFD. */
+START_TEST(test_utf8_encode_boundaries)
+{
+	static const struct {
+		unsigned cp;
+		const char *bytes;
+		size_t n;
+	} cases[] = {
+		{0x00, "\x00", 1},
+		{0x41, "\x41", 1},
+		{0x7F, "\x7F", 1},
+		{0x80, "\xC2\x80", 2},
+		{0xE9, "\xC3\xA9", 2},
+		{0x7FF, "\xDF\xBF", 2},
+		{0x800, "\xE0\xA0\x80", 3},
+		{0xD800, "\xED\xA0\x80", 3},
+		{0xDFFF, "\xED\xBF\xBF", 3},
+		{0xFFFD, "\xEF\xBF\xBD", 3},
+		{0xFFFF, "\xEF\xBF\xBF", 3},
+		{0x10000, "\xF0\x90\x80\x80", 4},
+		{0x1F600, "\xF0\x9F\x98\x80", 4},
+		{0x10FFFF, "\xF4\x8F\xBF\xBF", 4},
+		{0x110000, "\xEF\xBF\xBD", 3},
+		{0x7FFFFFFF, "\xEF\xBF\xBD", 3},
+		{0xFFFFFFFF, "\xEF\xBF\xBD", 3},
+	};
+	struct ms_strbuf b = {0};
+	char all[128];
+	size_t n = 0;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char out[4];
+		size_t l = ms_utf8_encode(cases[i].cp, out);
+		ck_assert_msg(l == cases[i].n && !memcmp(out, cases[i].bytes, l),
+			      "U+%04X: %zu bytes, expected %zu", cases[i].cp, l, cases[i].n);
+		ms_strbuf_utf8(&b, cases[i].cp);
+		memcpy(all + n, cases[i].bytes, cases[i].n);
+		n += cases[i].n;
+		expect_text(&b, all, n);
+	}
+	ms_strbuf_free(&b);
+}
+END_TEST
+
+/* Code points counted as OpenAI and Jinja count them: every byte that is
+ * not a continuation byte starts one. */
+START_TEST(test_utf8_chars_mixed)
+{
+	/* "héllo, 世界! 😀": 1, 2, 3 and 4-byte characters */
+	static const char mixed[] = "h\xC3\xA9llo, \xE4\xB8\x96\xE7\x95\x8C! \xF0\x9F\x98\x80";
+	ck_assert_int_eq(ms_utf8_chars(mixed, strlen(mixed)), 12);
+	ck_assert_int_eq(ms_utf8_chars(mixed, 0), 0);
+	ck_assert_int_eq(ms_utf8_chars(mixed, 2), 2);  /* "h" and the start of é */
+	ck_assert_int_eq(ms_utf8_chars(mixed, 3), 2);  /* "hé" */
+	ck_assert_int_eq(ms_utf8_chars("a\0b", 3), 3); /* a NUL is a character */
+	ck_assert_int_eq(ms_utf8_chars("\x80\xBF", 2), 0); /* lone continuation bytes */
+	ck_assert_int_eq(ms_utf8_chars("\xED\xA0\x80x", 4), 2); /* a lone surrogate, then x */
+	/* what ms_strbuf_utf8 writes counts as one each */
+	struct ms_strbuf b = {0};
+	for (unsigned cp = 0; cp < 0x110000; cp += 0x1001)
+		ms_strbuf_utf8(&b, cp);
+	ck_assert(!b.oom);
+	ck_assert_int_eq(ms_utf8_chars(b.p, b.len), (0x110000 + 0x1000) / 0x1001);
+	ms_strbuf_free(&b);
+}
+END_TEST
+
+START_TEST(test_strbuf_reset_take_free)
+{
+	struct ms_strbuf b = {0};
+	/* empty: "" as text, a fresh "" when taken, nothing allocated */
+	ck_assert_str_eq(ms_strbuf_cstr(&b), "");
+	char *s = ms_strbuf_take(&b);
+	ck_assert_ptr_nonnull(s);
+	ck_assert_str_eq(s, "");
+	free(s);
+	ck_assert_ptr_null(b.p);
+	/* reset keeps the memory and empties the text */
+	ms_strbuf_str(&b, "hello");
+	ms_strbuf_printf(&b, " %d", 42);
+	ck_assert_str_eq(ms_strbuf_cstr(&b), "hello 42");
+	char *p = b.p;
+	size_t cap = b.cap;
+	ms_strbuf_reset(&b);
+	ck_assert_uint_eq(b.len, 0);
+	ck_assert_ptr_eq(b.p, p);
+	ck_assert_uint_eq(b.cap, cap);
+	ck_assert_str_eq(ms_strbuf_cstr(&b), "");
+	ms_strbuf_str(&b, "again");
+	ck_assert_ptr_eq(b.p, p);
+	ck_assert_str_eq(ms_strbuf_cstr(&b), "again");
+	/* take hands over the buffer itself and leaves b empty and usable */
+	s = ms_strbuf_take(&b);
+	ck_assert_ptr_eq(s, p);
+	ck_assert_str_eq(s, "again");
+	ck_assert_ptr_null(b.p);
+	ck_assert_uint_eq(b.len, 0);
+	ck_assert_uint_eq(b.cap, 0);
+	ck_assert(!b.oom);
+	ms_strbuf_str(&b, "next");
+	ck_assert_ptr_ne(b.p, s);
+	ck_assert_str_eq(ms_strbuf_cstr(&b), "next");
+	free(s);
+	/* free empties it, and twice is fine */
+	ms_strbuf_free(&b);
+	ck_assert_ptr_null(b.p);
+	ck_assert_uint_eq(b.len, 0);
+	ck_assert_uint_eq(b.cap, 0);
+	ms_strbuf_free(&b);
+	ck_assert_str_eq(ms_strbuf_cstr(&b), "");
+}
+END_TEST
+
+/* Every append while oom is set is a no-op and the text reads as NULL;
+ * reset clears it. */
+static void expect_sticky(struct ms_strbuf *b, const char *text)
+{
+	size_t len = b->len;
+	ms_strbuf_add(b, "xyz", 3);
+	ms_strbuf_str(b, "xyz");
+	ms_strbuf_printf(b, "%s %d", "xyz", 7);
+	ms_strbuf_utf8(b, 0x20AC);
+	ck_assert(b->oom);
+	ck_assert_uint_eq(b->len, len);
+	if (text)
+		ck_assert_str_eq(b->p, text); /* the bytes, as they were */
+	else
+		ck_assert_ptr_null(b->p);
+	ck_assert_ptr_null(ms_strbuf_cstr(b));
+}
+
+START_TEST(test_strbuf_sticky_oom)
+{
+	struct ms_strbuf b = {0};
+	ms_strbuf_str(&b, "abc");
+	b.oom = true;
+	expect_sticky(&b, "abc");
+	ck_assert_ptr_null(ms_strbuf_take(&b)); /* and b is freed */
+	ck_assert_ptr_null(b.p);
+	ck_assert(!b.oom);
+
+	/* set on an empty buffer: nothing is ever allocated */
+	b.oom = true;
+	expect_sticky(&b, NULL);
+	ck_assert_ptr_null(ms_strbuf_take(&b));
+
+	/* a length no text can have sets it without touching memory */
+	ms_strbuf_str(&b, "abc");
+	ms_strbuf_add(&b, "", (size_t)1 << 41);
+	expect_sticky(&b, "abc");
+	/* reset clears it; appends work again */
+	ms_strbuf_reset(&b);
+	ck_assert(!b.oom);
+	ms_strbuf_str(&b, "ok");
+	ck_assert_str_eq(ms_strbuf_cstr(&b), "ok");
+	char *s = ms_strbuf_take(&b);
+	ck_assert_str_eq(s, "ok");
+	free(s);
+}
+END_TEST
+
 /* ---- runner ---- */
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -887,6 +1171,15 @@ static Suite *config_suite(void)
 	tcase_add_test(m, test_model_load_unknown_arch);
 	tcase_add_test(m, test_model_load_bad_config);
 	suite_add_tcase(s, m);
+
+	TCase *sb = tcase_create("strbuf");
+	tcase_add_test(sb, test_strbuf_append_growth);
+	tcase_add_test(sb, test_strbuf_printf_long);
+	tcase_add_test(sb, test_utf8_encode_boundaries);
+	tcase_add_test(sb, test_utf8_chars_mixed);
+	tcase_add_test(sb, test_strbuf_reset_take_free);
+	tcase_add_test(sb, test_strbuf_sticky_oom);
+	suite_add_tcase(s, sb);
 	return s;
 }
 

@@ -22,7 +22,7 @@
  * written bare.
  *
  * Where the template fails or cannot express the request, this renderer
- * does the following instead (each is marked in harmony.c):
+ * does the following instead (each is marked in harmony-render.c):
  *  - a NULL content renders as "" (a tool result's as `null`);
  *  - a tool without a description gets no `// ...` line;
  *  - every tool call of a message is rendered (the template: the first);

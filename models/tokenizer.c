@@ -370,15 +370,11 @@ static int cmp_added(const void *a, const void *b)
 	return x->len > y->len ? -1 : (x->len < y->len); /* longest first */
 }
 
-static int load_json(struct ms_tokenizer *t, const cJSON *root, struct ms_err *err)
+/* What is refused before any id is read: models other than byte-level
+ * BPE, normalizers, decoders other than ByteLevel. */
+static int check_supported(const cJSON *root, const cJSON *model, struct ms_err *err)
 {
-	uint16_t b2u[256];
-	int16_t u2b[0x180];
-	byte_level_tables(b2u, u2b);
-	const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
 	const cJSON *mty = cJSON_GetObjectItemCaseSensitive(model, "type");
-	if (!cJSON_IsObject(model))
-		return ms_err_set(err, -EINVAL, "tokenizer.json: no \"model\" object");
 	if (!cJSON_IsString(mty) || strcmp(mty->valuestring, "BPE"))
 		return ms_err_set(err, -ENOTSUP, "tokenizer.json: model type \"%s\" is not supported "
 				  "(supported: BPE)", cJSON_IsString(mty) ? mty->valuestring : "?");
@@ -392,7 +388,6 @@ static int load_json(struct ms_tokenizer *t, const cJSON *root, struct ms_err *e
 			return ms_err_set(err, -ENOTSUP, "tokenizer.json: model.%s \"%s\" is not supported",
 					  sfx[i], v->valuestring);
 	}
-	t->ignore_merges = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "ignore_merges"));
 	const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
 	if (norm && !cJSON_IsNull(norm)) {
 		const cJSON *ty = cJSON_GetObjectItemCaseSensitive(norm, "type");
@@ -404,21 +399,27 @@ static int load_json(struct ms_tokenizer *t, const cJSON *root, struct ms_err *e
 	if (dec && !cJSON_IsNull(dec) && (!cJSON_IsString(dty) || strcmp(dty->valuestring, "ByteLevel")))
 		return ms_err_set(err, -ENOTSUP, "tokenizer.json: decoder \"%s\" is not supported "
 				  "(supported: ByteLevel)", cJSON_IsString(dty) ? dty->valuestring : "?");
+	return 0;
+}
 
-	/* ids: vocab and added tokens */
-	const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
-	const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
-	if (!cJSON_IsObject(vocab))
-		return ms_err_set(err, -EINVAL, "tokenizer.json: model.vocab must be an object");
+/* Longest byte-level spelling of a vocab entry or a merge's side (bytes,
+ * NUL included): far beyond any real vocabulary's. */
+#define SPELLING_MAX 4096
+
+/* Check every id of the vocab and the added tokens; *n_ids is one more
+ * than the largest, *blob_cap the bytes of all their spellings. */
+static int count_ids(const cJSON *vocab, const cJSON *added, int32_t *n_ids, size_t *blob_cap,
+		     struct ms_err *err)
+{
 	int32_t max_id = -1;
-	size_t blob_cap = 0;
 	const cJSON *it;
+	*blob_cap = 0;
 	cJSON_ArrayForEach(it, vocab) {
 		if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > 16777216)
 			return ms_err_set(err, -EINVAL, "tokenizer.json: vocab entry \"%s\" has no valid id",
 					  it->string);
 		max_id = (int32_t)it->valuedouble > max_id ? (int32_t)it->valuedouble : max_id;
-		blob_cap += strlen(it->string);
+		*blob_cap += strlen(it->string);
 	}
 	cJSON_ArrayForEach(it, added) {
 		const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
@@ -428,9 +429,39 @@ static int load_json(struct ms_tokenizer *t, const cJSON *root, struct ms_err *e
 			return ms_err_set(err, -EINVAL, "tokenizer.json: an added_tokens entry lacks a valid "
 					  "id or content");
 		max_id = (int32_t)id->valuedouble > max_id ? (int32_t)id->valuedouble : max_id;
-		blob_cap += strlen(c->valuestring);
+		*blob_cap += strlen(c->valuestring);
 	}
-	t->n_ids = max_id + 1;
+	*n_ids = max_id + 1;
+	return 0;
+}
+
+/* Each id's bytes while the ids are read (in any order), before they are
+ * laid out in id order in the blob. */
+struct id_bytes {
+	char **p;  /* [n_ids], NULL: no token has that id */
+	size_t *n;
+};
+
+static int id_bytes_set(struct id_bytes *ib, int32_t id, const char *s, size_t n, struct ms_err *err)
+{
+	if (!(ib->p[id] = malloc(n + 1)))
+		return ms_err_set(err, -ENOMEM, "out of memory");
+	memcpy(ib->p[id], s, n);
+	ib->n[id] = n;
+	return 0;
+}
+
+static void id_bytes_free(struct id_bytes *ib, size_t n_ids)
+{
+	for (size_t i = 0; ib->p && i < n_ids; i++)
+		free(ib->p[i]);
+	free(ib->p);
+	free(ib->n);
+}
+
+/* The id tables, sized for t->n_ids, and the gathering arrays. */
+static int alloc_ids(struct ms_tokenizer *t, size_t blob_cap, struct id_bytes *ib, struct ms_err *err)
+{
 	size_t nid = (size_t)t->n_ids;
 	t->blob = malloc(blob_cap + 1);
 	t->off = calloc(nid + 1, sizeof(size_t));
@@ -438,158 +469,193 @@ static int load_json(struct ms_tokenizer *t, const cJSON *root, struct ms_err *e
 	t->special = calloc(nid, sizeof(bool));
 	t->vocab.cap = pow2_at_least(2 * nid);
 	t->vocab.slot = malloc(t->vocab.cap * sizeof(int32_t));
-	char **tmp = calloc(nid, sizeof(char *));
-	size_t *tmpn = calloc(nid, sizeof(size_t));
-	int rc = 0;
-	if (!t->blob || !t->off || !t->known || !t->special || !t->vocab.slot || !tmp || !tmpn) {
-		rc = ms_err_set(err, -ENOMEM, "tokenizer.json: out of memory");
-		goto out;
-	}
+	ib->p = calloc(nid, sizeof(char *));
+	ib->n = calloc(nid, sizeof(size_t));
+	if (!t->blob || !t->off || !t->known || !t->special || !t->vocab.slot || !ib->p || !ib->n)
+		return ms_err_set(err, -ENOMEM, "tokenizer.json: out of memory");
 	memset(t->vocab.slot, 0xFF, t->vocab.cap * sizeof(int32_t));
-	/* Gather each id's bytes, then lay them out in id order. */
-	char scratch[4096];
+	return 0;
+}
+
+/* The vocab's entries, spelled in the byte-level alphabet, as raw bytes. */
+static int gather_vocab(struct ms_tokenizer *t, const cJSON *vocab, const int16_t u2b[0x180],
+			struct id_bytes *ib, struct ms_err *err)
+{
+	char scratch[SPELLING_MAX];
+	const cJSON *it;
 	cJSON_ArrayForEach(it, vocab) {
 		int32_t id = (int32_t)it->valuedouble;
 		size_t n;
 		if (strlen(it->string) >= sizeof(scratch) ||
-		    unmap_bytes(it->string, u2b, scratch, &n)) {
-			rc = ms_err_set(err, -ENOTSUP, "tokenizer.json: vocab entry \"%.40s\" is not in the "
-					"byte-level alphabet (not a byte-level BPE?)", it->string);
-			goto out;
-		}
-		if (t->known[id]) {
-			rc = ms_err_set(err, -EINVAL, "tokenizer.json: id %d appears twice in the vocab", id);
-			goto out;
-		}
-		if (!(tmp[id] = malloc(n + 1))) {
-			rc = ms_err_set(err, -ENOMEM, "out of memory");
-			goto out;
-		}
-		memcpy(tmp[id], scratch, n);
-		tmpn[id] = n;
+		    unmap_bytes(it->string, u2b, scratch, &n))
+			return ms_err_set(err, -ENOTSUP, "tokenizer.json: vocab entry \"%.40s\" is not in "
+					  "the byte-level alphabet (not a byte-level BPE?)", it->string);
+		if (t->known[id])
+			return ms_err_set(err, -EINVAL, "tokenizer.json: id %d appears twice in the vocab", id);
+		int rc = id_bytes_set(ib, id, scratch, n, err);
+		if (rc)
+			return rc;
 		t->known[id] = true;
 	}
+	return 0;
+}
+
+/* Added tokens: their flag, and their content as the bytes of an id that
+ * is not also a vocab entry. */
+static int gather_added(struct ms_tokenizer *t, const cJSON *added, struct id_bytes *ib,
+			struct ms_err *err)
+{
+	const cJSON *it;
 	cJSON_ArrayForEach(it, added) {
 		int32_t id = (int32_t)cJSON_GetObjectItemCaseSensitive(it, "id")->valuedouble;
 		const char *c = cJSON_GetObjectItemCaseSensitive(it, "content")->valuestring;
 		t->special[id] = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "special"));
-		if (!t->known[id]) { /* an added token that is not also a vocab entry */
-			size_t n = strlen(c);
-			if (!(tmp[id] = malloc(n + 1))) {
-				rc = ms_err_set(err, -ENOMEM, "out of memory");
-				goto out;
-			}
-			memcpy(tmp[id], c, n);
-			tmpn[id] = n;
-			t->known[id] = true;
-		}
+		if (t->known[id])
+			continue;
+		int rc = id_bytes_set(ib, id, c, strlen(c), err);
+		if (rc)
+			return rc;
+		t->known[id] = true;
 	}
-	size_t o = 0;
+	return 0;
+}
+
+/* The gathered bytes into the blob in id order; the vocab's hash (only
+ * vocab entries take part in BPE) and single-byte tokens. */
+static void lay_out_ids(struct ms_tokenizer *t, const cJSON *vocab, const struct id_bytes *ib)
+{
+	size_t o = 0, nid = (size_t)t->n_ids;
 	for (size_t i = 0; i < nid; i++) {
 		t->off[i] = o;
-		if (tmp[i]) {
-			memcpy(t->blob + o, tmp[i], tmpn[i]);
-			o += tmpn[i];
+		if (ib->p[i]) {
+			memcpy(t->blob + o, ib->p[i], ib->n[i]);
+			o += ib->n[i];
 		}
 	}
 	t->off[nid] = o;
-	/* only vocab entries take part in BPE */
+	const cJSON *it;
 	cJSON_ArrayForEach(it, vocab)
 		vocab_put(t, (int32_t)it->valuedouble);
 	for (int b = 0; b < 256; b++) {
 		unsigned char c = (unsigned char)b;
 		t->byte_id[b] = vocab_get(t, &c, 1);
 	}
+}
 
-	/* merges: "a b" strings or ["a", "b"] pairs, rank = position */
-	const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
-	if (merges && !cJSON_IsArray(merges)) {
-		rc = ms_err_set(err, -EINVAL, "tokenizer.json: model.merges must be a list");
-		goto out;
+/* ids: the vocab and the added tokens. */
+static int load_ids(struct ms_tokenizer *t, const cJSON *model, const cJSON *root,
+		    const int16_t u2b[0x180], struct ms_err *err)
+{
+	const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+	const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+	if (!cJSON_IsObject(vocab))
+		return ms_err_set(err, -EINVAL, "tokenizer.json: model.vocab must be an object");
+	size_t blob_cap;
+	int rc = count_ids(vocab, added, &t->n_ids, &blob_cap, err);
+	if (rc)
+		return rc;
+	struct id_bytes ib = {0};
+	if (!(rc = alloc_ids(t, blob_cap, &ib, err)) && !(rc = gather_vocab(t, vocab, u2b, &ib, err)) &&
+	    !(rc = gather_added(t, added, &ib, err)))
+		lay_out_ids(t, vocab, &ib);
+	id_bytes_free(&ib, (size_t)t->n_ids);
+	return rc;
+}
+
+/* The two sides of merge `rank`: "a b" (a copied into buf) or ["a", "b"]. */
+static int merge_sides(const cJSON *it, int32_t rank, char buf[SPELLING_MAX], const char **a,
+		       const char **b, struct ms_err *err)
+{
+	if (cJSON_IsString(it)) {
+		const char *sp = strchr(it->valuestring, ' ');
+		size_t la = sp ? (size_t)(sp - it->valuestring) : 0;
+		if (!sp || la >= SPELLING_MAX || strchr(sp + 1, ' '))
+			return ms_err_set(err, -EINVAL, "tokenizer.json: merge %d \"%s\" is not \"a b\"",
+					  rank, it->valuestring);
+		memcpy(buf, it->valuestring, la);
+		buf[la] = '\0';
+		*a = buf;
+		*b = sp + 1;
+		return 0;
 	}
+	if (cJSON_IsArray(it) && cJSON_GetArraySize(it) == 2 && cJSON_IsString(cJSON_GetArrayItem(it, 0)) &&
+	    cJSON_IsString(cJSON_GetArrayItem(it, 1))) {
+		*a = cJSON_GetArrayItem(it, 0)->valuestring;
+		*b = cJSON_GetArrayItem(it, 1)->valuestring;
+		return 0;
+	}
+	return ms_err_set(err, -EINVAL, "tokenizer.json: merge %d is neither \"a b\" nor [a, b]", rank);
+}
+
+/* Merge `rank` of a and b (byte-level spellings of vocab entries). */
+static int add_merge(struct ms_tokenizer *t, const char *a, const char *b, int32_t rank,
+		     const int16_t u2b[0x180], struct ms_err *err)
+{
+	char ab[2 * SPELLING_MAX];
+	size_t na, nb;
+	if (strlen(a) >= SPELLING_MAX || strlen(b) >= SPELLING_MAX || unmap_bytes(a, u2b, ab, &na) ||
+	    unmap_bytes(b, u2b, ab + na, &nb))
+		return ms_err_set(err, -EINVAL, "tokenizer.json: merge %d is not in the byte-level "
+				  "alphabet", rank);
+	int32_t ia = vocab_get(t, ab, na), ib = vocab_get(t, ab + na, nb);
+	int32_t im = vocab_get(t, ab, na + nb);
+	if (ia < 0 || ib < 0 || im < 0)
+		return ms_err_set(err, -EINVAL, "tokenizer.json: merge %d (\"%s\" + \"%s\") names a "
+				  "token that is not in the vocab", rank, a, b);
+	pair_put(&t->merges, ia, ib, rank, im);
+	return 0;
+}
+
+/* merges: "a b" strings or ["a", "b"] pairs, rank = position */
+static int load_merges(struct ms_tokenizer *t, const cJSON *model, const int16_t u2b[0x180],
+		       struct ms_err *err)
+{
+	const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+	if (merges && !cJSON_IsArray(merges))
+		return ms_err_set(err, -EINVAL, "tokenizer.json: model.merges must be a list");
 	size_t nm = (size_t)cJSON_GetArraySize(merges);
 	t->merges.cap = pow2_at_least(2 * nm + 2);
 	t->merges.e = malloc(t->merges.cap * sizeof(struct pair_entry));
-	if (!t->merges.e) {
-		rc = ms_err_set(err, -ENOMEM, "out of memory");
-		goto out;
-	}
+	if (!t->merges.e)
+		return ms_err_set(err, -ENOMEM, "out of memory");
 	memset(t->merges.e, 0xFF, t->merges.cap * sizeof(struct pair_entry));
 	int32_t rank = 0;
+	const cJSON *it;
 	cJSON_ArrayForEach(it, merges) {
-		const char *a, *b;
-		char buf[4096];
-		if (cJSON_IsString(it)) {
-			const char *sp = strchr(it->valuestring, ' ');
-			size_t la = sp ? (size_t)(sp - it->valuestring) : 0;
-			if (!sp || la >= sizeof(buf) || strchr(sp + 1, ' ')) {
-				rc = ms_err_set(err, -EINVAL, "tokenizer.json: merge %d \"%s\" is not \"a b\"",
-						rank, it->valuestring);
-				goto out;
-			}
-			memcpy(buf, it->valuestring, la);
-			buf[la] = '\0';
-			a = buf;
-			b = sp + 1;
-		} else if (cJSON_IsArray(it) && cJSON_GetArraySize(it) == 2 &&
-			   cJSON_IsString(cJSON_GetArrayItem(it, 0)) &&
-			   cJSON_IsString(cJSON_GetArrayItem(it, 1))) {
-			a = cJSON_GetArrayItem(it, 0)->valuestring;
-			b = cJSON_GetArrayItem(it, 1)->valuestring;
-		} else {
-			rc = ms_err_set(err, -EINVAL, "tokenizer.json: merge %d is neither \"a b\" nor [a, b]",
-					rank);
-			goto out;
-		}
-		char ab[8192];
-		size_t na, nb;
-		if (strlen(a) >= 4096 || strlen(b) >= 4096 || unmap_bytes(a, u2b, ab, &na) ||
-		    unmap_bytes(b, u2b, ab + na, &nb)) {
-			rc = ms_err_set(err, -EINVAL, "tokenizer.json: merge %d is not in the byte-level "
-					"alphabet", rank);
-			goto out;
-		}
-		int32_t ia = vocab_get(t, ab, na), ib = vocab_get(t, ab + na, nb);
-		int32_t im = vocab_get(t, ab, na + nb);
-		if (ia < 0 || ib < 0 || im < 0) {
-			rc = ms_err_set(err, -EINVAL, "tokenizer.json: merge %d (\"%s\" + \"%s\") names a "
-					"token that is not in the vocab", rank, a, b);
-			goto out;
-		}
-		pair_put(&t->merges, ia, ib, rank, im);
+		const char *a = NULL, *b = NULL;
+		char buf[SPELLING_MAX];
+		int rc = merge_sides(it, rank, buf, &a, &b, err);
+		if (!rc)
+			rc = add_merge(t, a, b, rank, u2b, err);
+		if (rc)
+			return rc;
 		rank++;
 	}
+	return 0;
+}
 
-	/* pre-tokenizer */
-	const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
-	if (pre && !cJSON_IsNull(pre) && (rc = add_step(t, pre, err)))
-		goto out;
-
-	/* added tokens, bucketed by first byte, longest first */
+/* added tokens, bucketed by first byte, longest first */
+static int load_added(struct ms_tokenizer *t, const cJSON *added, struct ms_err *err)
+{
 	int na = cJSON_GetArraySize(added);
 	t->added = calloc((size_t)na + 1, sizeof(*t->added));
-	if (!t->added) {
-		rc = ms_err_set(err, -ENOMEM, "out of memory");
-		goto out;
-	}
+	if (!t->added)
+		return ms_err_set(err, -ENOMEM, "out of memory");
+	const cJSON *it;
 	cJSON_ArrayForEach(it, added) {
 		struct added *a = &t->added[t->n_added];
 		const char *c = cJSON_GetObjectItemCaseSensitive(it, "content")->valuestring;
-		if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "single_word"))) {
-			rc = ms_err_set(err, -ENOTSUP, "tokenizer.json: added token \"%s\" has single_word "
-					"true, which is not supported", c);
-			goto out;
-		}
+		if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "single_word")))
+			return ms_err_set(err, -ENOTSUP, "tokenizer.json: added token \"%s\" has "
+					  "single_word true, which is not supported", c);
 		a->id = (int32_t)cJSON_GetObjectItemCaseSensitive(it, "id")->valuedouble;
 		a->len = strlen(c);
 		a->text = strdup(c);
 		a->special = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "special"));
 		a->lstrip = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "lstrip"));
 		a->rstrip = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "rstrip"));
-		if (!a->text) {
-			rc = ms_err_set(err, -ENOMEM, "out of memory");
-			goto out;
-		}
+		if (!a->text)
+			return ms_err_set(err, -ENOMEM, "out of memory");
 		t->n_added++;
 	}
 	qsort(t->added, (size_t)t->n_added, sizeof(*t->added), cmp_added);
@@ -598,12 +664,29 @@ static int load_json(struct ms_tokenizer *t, const cJSON *root, struct ms_err *e
 			i++;
 		t->first_added[b] = i;
 	}
-out:
-	for (size_t i = 0; tmp && i < nid; i++)
-		free(tmp[i]);
-	free(tmp);
-	free(tmpn);
-	return rc;
+	return 0;
+}
+
+/* Everything of a parsed tokenizer.json into t (freed by the caller on
+ * failure), in the order errors are reported. */
+static int load_json(struct ms_tokenizer *t, const cJSON *root, struct ms_err *err)
+{
+	uint16_t b2u[256];
+	int16_t u2b[0x180];
+	byte_level_tables(b2u, u2b);
+	const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+	if (!cJSON_IsObject(model))
+		return ms_err_set(err, -EINVAL, "tokenizer.json: no \"model\" object");
+	int rc = check_supported(root, model, err);
+	if (rc)
+		return rc;
+	t->ignore_merges = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "ignore_merges"));
+	if ((rc = load_ids(t, model, root, u2b, err)) || (rc = load_merges(t, model, u2b, err)))
+		return rc;
+	const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
+	if (pre && !cJSON_IsNull(pre) && (rc = add_step(t, pre, err)))
+		return rc;
+	return load_added(t, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), err);
 }
 
 int ms_tokenizer_load(struct ms_tokenizer **out, const char *path, struct ms_err *err)
