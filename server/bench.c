@@ -42,7 +42,6 @@
 #include <errno.h>
 #include <immintrin.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +52,7 @@
 #include "bench.h"
 #include "engine.h"
 #include "ms-clock.h"
+#include "ms-strbuf.h"
 
 static double peak_rss_bytes(void)
 {
@@ -717,85 +717,42 @@ static int run_baseline(const struct ms_bench_opts *o, struct ms_backend *be, do
 	return rc;
 }
 
-/* ---- output ---- */
+/* ---- the runs ---- */
 
-struct jbuf {
-	char s[8192];
-	size_t n;
+static const int batch[4] = {1, 4, 8, 16};
+
+/* What the runs measured: decode at each batch between bandwidth reads and
+ * arithmetic probes (reads and probes i and i + 1 bracket run i), the
+ * prefill, the peak RSS. */
+struct runs {
+	struct run_stats pre, st[4];
+	double bws[5], ar_all[5], ar_one[5];
+	double rss;
 };
 
-__attribute__((format(printf, 2, 3))) static void jadd(struct jbuf *j, const char *fmt, ...)
+/* Refuse an unknown or unsupported baseline set now, not after the runs. */
+static int check_baseline(const struct ms_bench_opts *o)
 {
-	va_list ap;
-	va_start(ap, fmt);
-	if (j->n < sizeof(j->s)) {
-		int k = vsnprintf(j->s + j->n, sizeof(j->s) - j->n, fmt, ap);
-		j->n += k > 0 ? (size_t)k : 0;
+	if (!o->baseline)
+		return EX_OK;
+	struct ms_err err = {0};
+	struct ms_backend tb;
+	struct ms_backend_opts tbo = {.kernels = o->baseline, .threads = 1};
+	if (ms_backend_init_opts(&tb, &tbo, &err)) {
+		fprintf(stderr, "moeserve: error: bench --baseline: %s\n", err.msg);
+		return EX_USAGE;
 	}
-	va_end(ap);
+	ms_backend_free(&tb);
+	return EX_OK;
 }
 
-/* JSON has no NaN or infinity: such a figure (nothing measured) is 0. */
-static double fin(double x)
-{
-	return isfinite(x) ? x : 0;
-}
-
-static void jnum(struct jbuf *j, const char *key, double v, int decimals)
-{
-	jadd(j, "%s\"%s\":%.*f", j->n > 1 ? "," : "", key, decimals, fin(v));
-}
-
-/* "batch<n>_<what>": one decode run's figure */
-static void jnum_batch(struct jbuf *j, int n, const char *what, double v, int decimals)
-{
-	char k[64];
-	snprintf(k, sizeof(k), "batch%d_%s", n, what);
-	jnum(j, k, v, decimals);
-}
-
-static void jbool(struct jbuf *j, const char *key, bool v)
-{
-	jadd(j, "%s\"%s\":%s", j->n > 1 ? "," : "", key, v ? "true" : "false");
-}
-
-static void jstr(struct jbuf *j, const char *key, const char *v)
-{
-	jadd(j, "%s\"%s\":\"", j->n > 1 ? "," : "", key);
-	for (; *v; v++) {
-		if (*v == '"' || *v == '\\')
-			jadd(j, "\\%c", *v);
-		else
-			jadd(j, "%c", (unsigned char)*v < 0x20 ? '?' : *v);
-	}
-	jadd(j, "\"");
-}
-
-struct target {
-	const char *name, *json, *unit;
-	double value, threshold;
-	bool below_is_good;   /* value must stay under the threshold */
-	bool pass;
-};
-
-int ms_cmd_bench(struct ms_model *m, struct ms_backend *be, const struct ms_bench_opts *o)
+/* Warm-up, the decode runs, the prefill; an exit status. load_rss: the
+ * peak RSS of the load. */
+static int measure(struct ms_model *m, struct ms_backend *be, const struct ms_bench_opts *o,
+		   const struct wbytes *w, double load_rss, struct runs *r)
 {
 	struct ms_err err = {0};
-	int threads = be->pool.n_threads;
-	/* nothing has run since the caller loaded the model */
-	double load_rss = peak_rss_bytes();
-	if (o->baseline) {
-		/* refuse an unknown or unsupported set now, not after the runs */
-		struct ms_backend tb;
-		struct ms_backend_opts tbo = {.kernels = o->baseline, .threads = 1};
-		int rc = ms_backend_init_opts(&tb, &tbo, &err);
-		if (rc) {
-			fprintf(stderr, "moeserve: error: bench --baseline: %s\n", err.msg);
-			return EX_USAGE;
-		}
-		ms_backend_free(&tb);
-	}
-	struct wbytes w = weight_bytes(m);
+	memset(r, 0, sizeof(*r));
 	/* The bandwidth buffer stays resident through the runs, so that each
 	 * decode run is measured against reads taken right before and after it
 	 * (a shared machine's bandwidth drifts); its bytes are taken out of the
@@ -805,9 +762,7 @@ int ms_cmd_bench(struct ms_model *m, struct ms_backend *be, const struct ms_benc
 		fprintf(stderr, "moeserve: error: bench: out of memory for the bandwidth buffer\n");
 		return EX_OSERR;
 	}
-	struct run_stats warm, pre, st[4];
-	static const int batch[4] = {1, 4, 8, 16};
-	double bws[5] = {0}, ar_all[5] = {0}, ar_one[5] = {0};
+	struct run_stats warm;
 	struct arith ar;
 	(void)arith_init(&ar, be); /* none: ar.k NULL, the probe left out */
 	/* warm-up: fault in the weights a forward pass uses (a short prompt
@@ -817,216 +772,364 @@ int ms_cmd_bench(struct ms_model *m, struct ms_backend *be, const struct ms_benc
 	 * its steps stream from DRAM anyway, while a smaller one would be
 	 * evicted from the caches by every read and measured slower than it
 	 * runs (its roofline share says little either way). */
-	struct bw_job *between = w.total >= (double)bwj.bytes ? &bwj : NULL;
+	struct bw_job *between = w->total >= (double)bwj.bytes ? &bwj : NULL;
 	int rc = run(m, be, 1, warm_len, 2, NULL, &warm, &err);
 	for (int i = 0; !rc && i < 4; i++) {
-		bws[i] = bw_measure(be, &bwj);
-		arith_measure(be, &ar, &ar_all[i], &ar_one[i]);
-		rc = run(m, be, batch[i], decode_prompt(o), o->decode_tokens, between, &st[i], &err);
+		r->bws[i] = bw_measure(be, &bwj);
+		arith_measure(be, &ar, &r->ar_all[i], &r->ar_one[i]);
+		rc = run(m, be, batch[i], decode_prompt(o), o->decode_tokens, between, &r->st[i], &err);
 	}
 	if (!rc) {
-		bws[4] = bw_measure(be, &bwj);
-		arith_measure(be, &ar, &ar_all[4], &ar_one[4]);
-		rc = run(m, be, 1, o->prompt_tokens, 2, NULL, &pre, &err);
+		r->bws[4] = bw_measure(be, &bwj);
+		arith_measure(be, &ar, &r->ar_all[4], &r->ar_one[4]);
+		rc = run(m, be, 1, o->prompt_tokens, 2, NULL, &r->pre, &err);
 	}
 	/* peak RSS of the model and the runs: from the load, or later less the
 	 * bandwidth buffer (resident since before the first run) */
 	double rss = peak_rss_bytes() - (double)bwj.bytes;
-	rss = rss > load_rss ? rss : load_rss;
+	r->rss = rss > load_rss ? rss : load_rss;
 	free(bwj.buf);
 	arith_free(&ar);
 	if (rc) {
 		fprintf(stderr, "moeserve: error: bench: %s\n", err.msg);
 		return EX_SOFTWARE;
 	}
-	double bw = 0, bw_min = 1e300;
-	for (int i = 0; i < 5; i++) {
-		bw = bws[i] > bw ? bws[i] : bw;
-		bw_min = bws[i] < bw_min ? bws[i] : bw_min;
-	}
-	struct decode d[4];
-	for (int i = 0; i < 4; i++) {
-		decode_figures(m, &w, &st[i], batch[i], bws[i] > bws[i + 1] ? bws[i] : bws[i + 1],
-			       bw, &d[i]);
-		/* the arithmetic next to the run: the better of before and after */
-		d[i].ar_all = ar_all[i] > ar_all[i + 1] ? ar_all[i] : ar_all[i + 1];
-		d[i].ar_one = ar_one[i] > ar_one[i + 1] ? ar_one[i] : ar_one[i + 1];
-	}
+	return EX_OK;
+}
 
-	double ttft = pre.ttft;
-	double prefill_tps = ttft > 0 ? (double)o->prompt_tokens / ttft : 0;
-	double fpt = flop_per_token(m);
+/* ---- the figures ---- */
+
+struct target {
+	const char *name, *json, *unit;
+	double value, threshold;
+	bool below_is_good;   /* value must stay under the threshold */
+	bool pass;
+};
+
+/* Everything the table and the JSON line print. */
+struct report {
+	int threads;
+	struct wbytes w;
+	double load_rss, rss, rss_ratio;
+	double bw, bw_min;          /* the best and the worst bandwidth read */
+	struct decode d[4];
+	double ttft, prefill_tps, fpt, prefill_gflops;
+	int64_t H, I2;              /* the oneDNN shapes' N */
+	struct dnnl_rate dh, df;
+	double onednn, prefill_ratio;
+	struct baseline base;
+	bool have_base;
+	double sp1, sp8;            /* decode speedups over the baseline, batch 1 and 8 */
+	double kv_bpt;
+	struct target tg[6];
+	int n_tg, n_pass;
+};
+
+static void decode_report(const struct ms_model *m, const struct runs *r, struct report *p)
+{
+	p->bw = 0, p->bw_min = 1e300;
+	for (int i = 0; i < 5; i++) {
+		p->bw = r->bws[i] > p->bw ? r->bws[i] : p->bw;
+		p->bw_min = r->bws[i] < p->bw_min ? r->bws[i] : p->bw_min;
+	}
+	for (int i = 0; i < 4; i++) {
+		struct decode *d = &p->d[i];
+		decode_figures(m, &p->w, &r->st[i], batch[i],
+			       r->bws[i] > r->bws[i + 1] ? r->bws[i] : r->bws[i + 1], p->bw, d);
+		/* the arithmetic next to the run: the better of before and after */
+		d->ar_all = r->ar_all[i] > r->ar_all[i + 1] ? r->ar_all[i] : r->ar_all[i + 1];
+		d->ar_one = r->ar_one[i] > r->ar_one[i + 1] ? r->ar_one[i] : r->ar_one[i + 1];
+	}
+}
+
+static void prefill_report(const struct ms_model *m, struct ms_backend *be,
+			   const struct ms_bench_opts *o, const struct runs *r, struct report *p)
+{
+	p->ttft = r->pre.ttft;
+	p->prefill_tps = p->ttft > 0 ? (double)o->prompt_tokens / p->ttft : 0;
+	p->fpt = flop_per_token(m);
 	double head_flop = 2.0 * (double)m->cfg.vocab * (double)m->cfg.hidden;
-	double prefill_gflops = ttft > 0 ? (fpt * (double)o->prompt_tokens + head_flop) / ttft / 1e9 : 0;
+	p->prefill_gflops = p->ttft > 0 ? (p->fpt * (double)o->prompt_tokens + head_flop) / p->ttft / 1e9
+					: 0;
 	/* oneDNN on the prefill's shapes: M = 512 rows, K = hidden, N = hidden
 	 * (attention-like) and N = 2 x intermediate (gate_up); FLOP-weighted */
 	int64_t H = m->cfg.hidden, I2 = 2 * m->cfg.intermediate;
-	struct dnnl_rate dh, df;
-	onednn_matmul(be, 512, H, H, &dh);
-	onednn_matmul(be, 512, H, I2, &df);
-	double onednn = 0;
-	if (dh.gflops > 0 && df.gflops > 0) {
+	p->H = H, p->I2 = I2;
+	onednn_matmul(be, 512, H, H, &p->dh);
+	onednn_matmul(be, 512, H, I2, &p->df);
+	p->onednn = 0;
+	if (p->dh.gflops > 0 && p->df.gflops > 0) {
 		double fh = 2.0 * 512 * (double)H * (double)H, ff = 2.0 * 512 * (double)H * (double)I2;
-		onednn = (fh + ff) / 1e9 / (fh / 1e9 / dh.gflops + ff / 1e9 / df.gflops);
+		p->onednn = (fh + ff) / 1e9 / (fh / 1e9 / p->dh.gflops + ff / 1e9 / p->df.gflops);
 	}
-	double prefill_ratio = onednn > 0 ? prefill_gflops / onednn : 0;
+	p->prefill_ratio = p->onednn > 0 ? p->prefill_gflops / p->onednn : 0;
+}
 
-	struct baseline base = {0};
-	int base_rc = 0;
-	if (o->baseline) {
-		base_rc = run_baseline(o, be, bw, &base, &err);
-		if (base_rc)
-			fprintf(stderr, "moeserve: error: bench --baseline %s: %s\n", o->baseline, err.msg);
-	}
-	bool have_base = o->baseline && !base_rc;
-	double sp1 = have_base && base.d1.tps > 0 ? d[0].tps / base.d1.tps : 0;
-	double sp8 = have_base && base.d8.tps > 0 ? d[2].tps / base.d8.tps : 0;
+static void baseline_report(const struct ms_bench_opts *o, struct ms_backend *be, struct report *p)
+{
+	if (!o->baseline)
+		return;
+	struct ms_err err = {0};
+	if (run_baseline(o, be, p->bw, &p->base, &err))
+		fprintf(stderr, "moeserve: error: bench --baseline %s: %s\n", o->baseline, err.msg);
+	else
+		p->have_base = true;
+	p->sp1 = p->have_base && p->base.d1.tps > 0 ? p->d[0].tps / p->base.d1.tps : 0;
+	p->sp8 = p->have_base && p->base.d8.tps > 0 ? p->d[2].tps / p->base.d8.tps : 0;
+}
 
-	int64_t kvd = m->cfg.n_kv_heads * m->cfg.head_dim;
-	double kv_bpt = 2.0 * (double)kvd * sizeof(float) * (double)m->cfg.n_layers;
-	double rss_ratio = w.total > 0 ? rss / w.total : 0;
-
-	struct target tg[] = {
-		{"decode batch 1, roofline share", "decode_b1", "", d[0].share, 0.85, false, false},
-		{"decode batch 8, roofline share", "decode_b8", "", d[2].share, 0.75, false, false},
-		{"decode batch 16, roofline share", "decode_b16", "", d[3].share, 0.75, false, false},
-		{"prefill GFLOP/s over oneDNN's", "prefill", "", prefill_ratio, 0.50, false, false},
+static void targets(const struct ms_bench_opts *o, struct report *p)
+{
+	const struct target tg[] = {
+		{"decode batch 1, roofline share", "decode_b1", "", p->d[0].share, 0.85, false, false},
+		{"decode batch 8, roofline share", "decode_b8", "", p->d[2].share, 0.75, false, false},
+		{"decode batch 16, roofline share", "decode_b16", "", p->d[3].share, 0.75, false, false},
+		{"prefill GFLOP/s over oneDNN's", "prefill", "", p->prefill_ratio, 0.50, false, false},
 		{"load time, repacking included", "load_time", " s", o->load_seconds, 10.0, true, false},
-		{"peak RSS over resident weights", "load_rss", "", rss_ratio, 1.2, true, false},
+		{"peak RSS over resident weights", "load_rss", "", p->rss_ratio, 1.2, true, false},
 	};
-	int n_tg = (int)(sizeof(tg) / sizeof(tg[0])), n_pass = 0;
-	for (int i = 0; i < n_tg; i++) {
-		tg[i].pass = tg[i].below_is_good ? tg[i].value < tg[i].threshold
-						 : tg[i].value >= tg[i].threshold;
-		n_pass += tg[i].pass;
+	_Static_assert(sizeof(tg) == sizeof(p->tg), "report.tg is the targets' size");
+	memcpy(p->tg, tg, sizeof(tg));
+	p->n_tg = (int)(sizeof(tg) / sizeof(tg[0]));
+	p->n_pass = 0;
+	for (int i = 0; i < p->n_tg; i++) {
+		struct target *t = &p->tg[i];
+		t->pass = t->below_is_good ? t->value < t->threshold : t->value >= t->threshold;
+		p->n_pass += t->pass;
 	}
+}
 
-	if (!o->json_only) {
-		printf("moeserve bench: %s (%s kernels, %d threads)\n", o->model, be->isa, threads);
-		printf("  load, repacking included             %10.3f s\n", o->load_seconds);
-		printf("  peak RSS after load                  %10.1f MiB\n", load_rss / 1048576.0);
-		printf("  resident weight bytes (repacked)     %10.1f MiB\n", w.total / 1048576.0);
-		printf("  memory bandwidth (parallel read)     %10.2f GB/s  (%.2f to %.2f over the run)\n",
-		       bw / 1e9, bw_min / 1e9, bw / 1e9);
-		printf("  prefill (%lld-token prompt)           %10.1f tokens/s\n",
-		       (long long)o->prompt_tokens, prefill_tps);
-		printf("    FLOP per token (active params)     %10.1f MFLOP\n", fpt / 1e6);
-		printf("    achieved                           %10.1f GFLOP/s\n", prefill_gflops);
-		if (onednn > 0) {
-			printf("    oneDNN bf16 matmul 512x%lldx%lld    %10.1f GFLOP/s\n", (long long)H,
-			       (long long)H, dh.gflops);
-			printf("    oneDNN bf16 matmul 512x%lldx%lld    %10.1f GFLOP/s  (%s)\n", (long long)H,
-			       (long long)I2, df.gflops, df.why);
-			printf("    share of oneDNN's rate             %10.3f\n", prefill_ratio);
-		} else {
-			printf("    oneDNN matmul                      unavailable: %s\n",
-			       dh.why[0] ? dh.why : df.why);
-		}
-		printf("  time to first token                  %10.4f s\n", ttft);
-		for (int i = 0; i < 4; i++) {
-			printf("  decode, batch %-2d                     %10.1f tokens/s  %8.2f ms/step\n",
-			       d[i].n, d[i].tps, d[i].step_s * 1e3);
-			printf("    weight bytes per step (%s)    %10.1f MB  (static estimate %.1f MB)\n",
-			       d[i].counted ? "counted" : "static ", d[i].bytes / 1e6, d[i].bytes_static / 1e6);
-			printf("    distinct experts per layer         %10.2f     (uniform routing %.2f)\n",
-			       d[i].experts, distinct_experts(m, d[i].n));
-			printf("    roofline share                     %10.3f     (static estimate %.3f; at %.2f GB/s,\n"
-			       "                                                  %s; %.3f of the peak)\n",
-			       d[i].share, d[i].share_static, d[i].bw / 1e9,
-			       d[i].between ? "read between its steps" : "best read next to the run",
-			       d[i].share_peak);
-			if (d[i].ar_all > 0)
-				printf("    arithmetic next to the run         %10.1f GFLOP/s  (bf16, %d tokens, from "
-				       "cache; one thread %.1f%s)\n",
-				       d[i].ar_all, ARITH_TOKENS, d[i].ar_one,
-				       threads > 1 && d[i].ar_all < 1.2 * d[i].ar_one ?
-					       ": the threads share their arithmetic, several tokens a step are "
-					       "bound by it" : "");
-		}
-		printf("  KV bytes per token (all layers)      %10.0f\n", kv_bpt);
-		printf("  peak RSS (load and runs)             %10.1f MiB\n", rss / 1048576.0);
-		if (have_base) {
-			printf("  baseline: %s kernels (loaded in %.2f s)\n", o->baseline, base.load_s);
-			printf("    decode, batch 1                    %10.1f tokens/s  speedup %.2fx\n",
-			       base.d1.tps, sp1);
-			printf("    decode, batch 8                    %10.1f tokens/s  speedup %.2fx\n",
-			       base.d8.tps, sp8);
-		}
-		printf("  targets (issue 7; informational)\n");
-		for (int i = 0; i < n_tg; i++)
-			printf("    %-34s %8.3f%s %s %.2f%s  %s\n", tg[i].name, tg[i].value, tg[i].unit,
-			       tg[i].below_is_good ? "< " : ">=", tg[i].threshold, tg[i].unit,
-			       tg[i].pass ? "PASS" : "BELOW");
+/* ---- the table ---- */
+
+static void print_decode(const struct ms_model *m, const struct report *p)
+{
+	for (int i = 0; i < 4; i++) {
+		const struct decode *d = &p->d[i];
+		printf("  decode, batch %-2d                     %10.1f tokens/s  %8.2f ms/step\n",
+		       d->n, d->tps, d->step_s * 1e3);
+		printf("    weight bytes per step (%s)    %10.1f MB  (static estimate %.1f MB)\n",
+		       d->counted ? "counted" : "static ", d->bytes / 1e6, d->bytes_static / 1e6);
+		printf("    distinct experts per layer         %10.2f     (uniform routing %.2f)\n",
+		       d->experts, distinct_experts(m, d->n));
+		printf("    roofline share                     %10.3f     (static estimate %.3f; at %.2f GB/s,\n"
+		       "                                                  %s; %.3f of the peak)\n",
+		       d->share, d->share_static, d->bw / 1e9,
+		       d->between ? "read between its steps" : "best read next to the run",
+		       d->share_peak);
+		if (d->ar_all > 0)
+			printf("    arithmetic next to the run         %10.1f GFLOP/s  (bf16, %d tokens, from "
+			       "cache; one thread %.1f%s)\n",
+			       d->ar_all, ARITH_TOKENS, d->ar_one,
+			       p->threads > 1 && d->ar_all < 1.2 * d->ar_one ?
+				       ": the threads share their arithmetic, several tokens a step are "
+				       "bound by it" : "");
 	}
+}
 
-	struct jbuf j;
-	j.n = 0;
-	jadd(&j, "{");
-	/* the original keys */
-	jnum(&j, "prefill_tokens_per_s", prefill_tps, 3);
-	jnum(&j, "decode_tokens_per_s", d[0].tps, 3);
-	jnum(&j, "decode_roofline_share", d[0].share, 4);
-	jnum(&j, "batch4_tokens_per_s", d[1].tps, 3);
-	jnum(&j, "batch8_tokens_per_s", d[2].tps, 3);
-	jnum(&j, "batch16_tokens_per_s", d[3].tps, 3);
-	jnum(&j, "ttft_s", ttft, 6);
-	jnum(&j, "kv_bytes_per_token", kv_bpt, 0);
-	jnum(&j, "peak_rss_bytes", rss, 0);
-	jnum(&j, "bandwidth_bytes_per_s", bw, 0);
-	jnum(&j, "weight_bytes_per_token", d[0].bytes_static, 0);
-	jadd(&j, ",\"threads\":%d", threads);
-	jstr(&j, "kernels", be->isa);
-	/* load */
-	jnum(&j, "load_s", o->load_seconds, 4);
-	jnum(&j, "load_peak_rss_bytes", load_rss, 0);
-	jnum(&j, "weight_bytes", w.total, 0);
-	jnum(&j, "peak_rss_over_weight_bytes", rss_ratio, 4);
-	/* decode */
-	jstr(&j, "bytes_source", d[0].counted ? "counter" : "static");
-	jnum(&j, "decode_step_s", d[0].step_s, 6);
-	jnum(&j, "decode_bytes_per_token", d[0].bytes, 0);
-	jnum(&j, "decode_roofline_share_static", d[0].share_static, 4);
-	jnum(&j, "decode_experts_per_layer", d[0].experts, 3);
-	jnum(&j, "decode_bandwidth_bytes_per_s", d[0].bw, 0);
-	jnum(&j, "decode_roofline_share_of_peak", d[0].share_peak, 4);
-	jnum(&j, "decode_arith_gflops", d[0].ar_all, 1);
-	jnum(&j, "decode_arith_gflops_1thread", d[0].ar_one, 1);
-	jnum(&j, "bandwidth_min_bytes_per_s", bw_min, 0);
+static void print_table(const struct ms_model *m, const struct ms_backend *be,
+			const struct ms_bench_opts *o, const struct report *p)
+{
+	printf("moeserve bench: %s (%s kernels, %d threads)\n", o->model, be->isa, p->threads);
+	printf("  load, repacking included             %10.3f s\n", o->load_seconds);
+	printf("  peak RSS after load                  %10.1f MiB\n", p->load_rss / 1048576.0);
+	printf("  resident weight bytes (repacked)     %10.1f MiB\n", p->w.total / 1048576.0);
+	printf("  memory bandwidth (parallel read)     %10.2f GB/s  (%.2f to %.2f over the run)\n",
+	       p->bw / 1e9, p->bw_min / 1e9, p->bw / 1e9);
+	printf("  prefill (%lld-token prompt)           %10.1f tokens/s\n",
+	       (long long)o->prompt_tokens, p->prefill_tps);
+	printf("    FLOP per token (active params)     %10.1f MFLOP\n", p->fpt / 1e6);
+	printf("    achieved                           %10.1f GFLOP/s\n", p->prefill_gflops);
+	if (p->onednn > 0) {
+		printf("    oneDNN bf16 matmul 512x%lldx%lld    %10.1f GFLOP/s\n", (long long)p->H,
+		       (long long)p->H, p->dh.gflops);
+		printf("    oneDNN bf16 matmul 512x%lldx%lld    %10.1f GFLOP/s  (%s)\n", (long long)p->H,
+		       (long long)p->I2, p->df.gflops, p->df.why);
+		printf("    share of oneDNN's rate             %10.3f\n", p->prefill_ratio);
+	} else {
+		printf("    oneDNN matmul                      unavailable: %s\n",
+		       p->dh.why[0] ? p->dh.why : p->df.why);
+	}
+	printf("  time to first token                  %10.4f s\n", p->ttft);
+	print_decode(m, p);
+	printf("  KV bytes per token (all layers)      %10.0f\n", p->kv_bpt);
+	printf("  peak RSS (load and runs)             %10.1f MiB\n", p->rss / 1048576.0);
+	if (p->have_base) {
+		printf("  baseline: %s kernels (loaded in %.2f s)\n", o->baseline, p->base.load_s);
+		printf("    decode, batch 1                    %10.1f tokens/s  speedup %.2fx\n",
+		       p->base.d1.tps, p->sp1);
+		printf("    decode, batch 8                    %10.1f tokens/s  speedup %.2fx\n",
+		       p->base.d8.tps, p->sp8);
+	}
+	printf("  targets (issue 7; informational)\n");
+	for (int i = 0; i < p->n_tg; i++) {
+		const struct target *t = &p->tg[i];
+		printf("    %-34s %8.3f%s %s %.2f%s  %s\n", t->name, t->value, t->unit,
+		       t->below_is_good ? "< " : ">=", t->threshold, t->unit, t->pass ? "PASS" : "BELOW");
+	}
+}
+
+/* ---- the JSON line ---- */
+
+/* JSON has no NaN or infinity: such a figure (nothing measured) is 0. */
+static double fin(double x)
+{
+	return isfinite(x) ? x : 0;
+}
+
+/* The separator before a key: none right after the opening brace. */
+static const char *sep(const struct ms_strbuf *j)
+{
+	return j->len > 1 ? "," : "";
+}
+
+static void jnum(struct ms_strbuf *j, const char *key, double v, int decimals)
+{
+	ms_strbuf_printf(j, "%s\"%s\":%.*f", sep(j), key, decimals, fin(v));
+}
+
+static void jint(struct ms_strbuf *j, const char *key, long long v)
+{
+	ms_strbuf_printf(j, "%s\"%s\":%lld", sep(j), key, v);
+}
+
+/* "batch<n>_<what>": one decode run's figure */
+static void jnum_batch(struct ms_strbuf *j, int n, const char *what, double v, int decimals)
+{
+	char k[64];
+	snprintf(k, sizeof(k), "batch%d_%s", n, what);
+	jnum(j, k, v, decimals);
+}
+
+static void jbool(struct ms_strbuf *j, const char *key, bool v)
+{
+	ms_strbuf_printf(j, "%s\"%s\":%s", sep(j), key, v ? "true" : "false");
+}
+
+static void jstr(struct ms_strbuf *j, const char *key, const char *v)
+{
+	ms_strbuf_printf(j, "%s\"%s\":\"", sep(j), key);
+	for (; *v; v++) {
+		if (*v == '"' || *v == '\\')
+			ms_strbuf_add(j, "\\", 1);
+		ms_strbuf_add(j, (unsigned char)*v < 0x20 ? "?" : v, 1);
+	}
+	ms_strbuf_str(j, "\"");
+}
+
+/* The original keys, then load and decode at batch 1. */
+static void json_head(struct ms_strbuf *j, const struct ms_backend *be,
+		      const struct ms_bench_opts *o, const struct report *p)
+{
+	const struct decode *d = &p->d[0];
+	jnum(j, "prefill_tokens_per_s", p->prefill_tps, 3);
+	jnum(j, "decode_tokens_per_s", d->tps, 3);
+	jnum(j, "decode_roofline_share", d->share, 4);
+	jnum(j, "batch4_tokens_per_s", p->d[1].tps, 3);
+	jnum(j, "batch8_tokens_per_s", p->d[2].tps, 3);
+	jnum(j, "batch16_tokens_per_s", p->d[3].tps, 3);
+	jnum(j, "ttft_s", p->ttft, 6);
+	jnum(j, "kv_bytes_per_token", p->kv_bpt, 0);
+	jnum(j, "peak_rss_bytes", p->rss, 0);
+	jnum(j, "bandwidth_bytes_per_s", p->bw, 0);
+	jnum(j, "weight_bytes_per_token", d->bytes_static, 0);
+	jint(j, "threads", p->threads);
+	jstr(j, "kernels", be->isa);
+	jnum(j, "load_s", o->load_seconds, 4);
+	jnum(j, "load_peak_rss_bytes", p->load_rss, 0);
+	jnum(j, "weight_bytes", p->w.total, 0);
+	jnum(j, "peak_rss_over_weight_bytes", p->rss_ratio, 4);
+	jstr(j, "bytes_source", d->counted ? "counter" : "static");
+	jnum(j, "decode_step_s", d->step_s, 6);
+	jnum(j, "decode_bytes_per_token", d->bytes, 0);
+	jnum(j, "decode_roofline_share_static", d->share_static, 4);
+	jnum(j, "decode_experts_per_layer", d->experts, 3);
+	jnum(j, "decode_bandwidth_bytes_per_s", d->bw, 0);
+	jnum(j, "decode_roofline_share_of_peak", d->share_peak, 4);
+	jnum(j, "decode_arith_gflops", d->ar_all, 1);
+	jnum(j, "decode_arith_gflops_1thread", d->ar_one, 1);
+	jnum(j, "bandwidth_min_bytes_per_s", p->bw_min, 0);
+}
+
+/* Decode at the other batches, prefill, the baseline, the targets. */
+static void json_tail(struct ms_strbuf *j, const struct ms_bench_opts *o, const struct report *p)
+{
 	for (int i = 1; i < 4; i++) {
-		jnum_batch(&j, d[i].n, "step_s", d[i].step_s, 6);
-		jnum_batch(&j, d[i].n, "bytes_per_step", d[i].bytes, 0);
-		jnum_batch(&j, d[i].n, "bytes_per_step_static", d[i].bytes_static, 0);
-		jnum_batch(&j, d[i].n, "experts_per_layer", d[i].experts, 3);
-		jnum_batch(&j, d[i].n, "roofline_share", d[i].share, 4);
-		jnum_batch(&j, d[i].n, "bandwidth_bytes_per_s", d[i].bw, 0);
-		jnum_batch(&j, d[i].n, "roofline_share_of_peak", d[i].share_peak, 4);
-		jnum_batch(&j, d[i].n, "arith_gflops", d[i].ar_all, 1);
-		jnum_batch(&j, d[i].n, "arith_gflops_1thread", d[i].ar_one, 1);
+		const struct decode *d = &p->d[i];
+		jnum_batch(j, d->n, "step_s", d->step_s, 6);
+		jnum_batch(j, d->n, "bytes_per_step", d->bytes, 0);
+		jnum_batch(j, d->n, "bytes_per_step_static", d->bytes_static, 0);
+		jnum_batch(j, d->n, "experts_per_layer", d->experts, 3);
+		jnum_batch(j, d->n, "roofline_share", d->share, 4);
+		jnum_batch(j, d->n, "bandwidth_bytes_per_s", d->bw, 0);
+		jnum_batch(j, d->n, "roofline_share_of_peak", d->share_peak, 4);
+		jnum_batch(j, d->n, "arith_gflops", d->ar_all, 1);
+		jnum_batch(j, d->n, "arith_gflops_1thread", d->ar_one, 1);
 	}
-	/* prefill */
-	jadd(&j, ",\"prefill_tokens\":%lld", (long long)o->prompt_tokens);
-	jnum(&j, "prefill_flop_per_token", fpt, 0);
-	jnum(&j, "prefill_gflops", prefill_gflops, 3);
-	jnum(&j, "onednn_gflops", onednn, 3);
-	jnum(&j, "onednn_gflops_hidden", dh.gflops, 3);
-	jnum(&j, "onednn_gflops_gate_up", df.gflops, 3);
-	jnum(&j, "prefill_over_onednn", prefill_ratio, 4);
-	/* baseline */
-	if (have_base) {
-		jstr(&j, "baseline_kernels", o->baseline);
-		jnum(&j, "baseline_load_s", base.load_s, 4);
-		jnum(&j, "baseline_decode_tokens_per_s", base.d1.tps, 3);
-		jnum(&j, "baseline_batch8_tokens_per_s", base.d8.tps, 3);
-		jnum(&j, "speedup_decode", sp1, 3);
-		jnum(&j, "speedup_batch8", sp8, 3);
+	jint(j, "prefill_tokens", (long long)o->prompt_tokens);
+	jnum(j, "prefill_flop_per_token", p->fpt, 0);
+	jnum(j, "prefill_gflops", p->prefill_gflops, 3);
+	jnum(j, "onednn_gflops", p->onednn, 3);
+	jnum(j, "onednn_gflops_hidden", p->dh.gflops, 3);
+	jnum(j, "onednn_gflops_gate_up", p->df.gflops, 3);
+	jnum(j, "prefill_over_onednn", p->prefill_ratio, 4);
+	if (p->have_base) {
+		jstr(j, "baseline_kernels", o->baseline);
+		jnum(j, "baseline_load_s", p->base.load_s, 4);
+		jnum(j, "baseline_decode_tokens_per_s", p->base.d1.tps, 3);
+		jnum(j, "baseline_batch8_tokens_per_s", p->base.d8.tps, 3);
+		jnum(j, "speedup_decode", p->sp1, 3);
+		jnum(j, "speedup_batch8", p->sp8, 3);
 	}
-	/* targets */
-	for (int i = 0; i < n_tg; i++) {
+	for (int i = 0; i < p->n_tg; i++) {
 		char k[64];
-		snprintf(k, sizeof(k), "pass_%s", tg[i].json);
-		jbool(&j, k, tg[i].pass);
+		snprintf(k, sizeof(k), "pass_%s", p->tg[i].json);
+		jbool(j, k, p->tg[i].pass);
 	}
-	jadd(&j, ",\"targets_passed\":%d,\"targets\":%d}", n_pass, n_tg);
-	printf("%s\n", j.s);
-	return have_base || !o->baseline ? EX_OK : EX_SOFTWARE;
+	jint(j, "targets_passed", p->n_pass);
+	jint(j, "targets", p->n_tg);
+}
+
+/* The one JSON line, whole or not at all. */
+static bool print_json(const struct ms_backend *be, const struct ms_bench_opts *o,
+		       const struct report *p)
+{
+	struct ms_strbuf j = {0};
+	ms_strbuf_str(&j, "{");
+	json_head(&j, be, o, p);
+	json_tail(&j, o, p);
+	ms_strbuf_str(&j, "}");
+	const char *line = ms_strbuf_cstr(&j);
+	if (line)
+		printf("%s\n", line);
+	else
+		fprintf(stderr, "moeserve: error: bench: out of memory for the JSON line\n");
+	ms_strbuf_free(&j);
+	return line != NULL;
+}
+
+int ms_cmd_bench(struct ms_model *m, struct ms_backend *be, const struct ms_bench_opts *o)
+{
+	struct report p = {.threads = be->pool.n_threads};
+	/* nothing has run since the caller loaded the model */
+	p.load_rss = peak_rss_bytes();
+	int ex = check_baseline(o);
+	if (ex)
+		return ex;
+	p.w = weight_bytes(m);
+	struct runs r;
+	if ((ex = measure(m, be, o, &p.w, p.load_rss, &r)))
+		return ex;
+	p.rss = r.rss;
+	decode_report(m, &r, &p);
+	prefill_report(m, be, o, &r, &p);
+	baseline_report(o, be, &p);
+	int64_t kvd = m->cfg.n_kv_heads * m->cfg.head_dim;
+	p.kv_bpt = 2.0 * (double)kvd * sizeof(float) * (double)m->cfg.n_layers;
+	p.rss_ratio = p.w.total > 0 ? p.rss / p.w.total : 0;
+	targets(o, &p);
+	if (!o->json_only)
+		print_table(m, be, o, &p);
+	if (!print_json(be, o, &p))
+		return EX_OSERR;
+	return p.have_base || !o->baseline ? EX_OK : EX_SOFTWARE;
 }

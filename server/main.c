@@ -26,6 +26,7 @@
 #include "serve.h"
 #include "ms-clock.h"
 #include "ms-malloc.h"
+#include "ms-utf8.h"
 
 #ifndef MS_VERSION
 #define MS_VERSION "0.0.0"
@@ -222,7 +223,17 @@ static int32_t argmax(const float *v, int64_t n)
 	return (int32_t)best;
 }
 
-static int cmd_generate(int argc, char **argv)
+/* What an argument parser returns to go on (otherwise: an exit status). */
+#define GO_ON (-1)
+
+struct gen_args {
+	struct common_opts co;
+	const char *tokens, *logits_out, *text;
+	long max_tokens;
+	bool ignore_eos;
+};
+
+static int generate_args(int argc, char **argv, struct gen_args *a)
 {
 	static const struct option opts[] = {
 		{"model", required_argument, NULL, 'm'},
@@ -239,150 +250,188 @@ static int cmd_generate(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	struct common_opts co = {default_model(), NULL, 0, NULL, false, false};
-	const char *tokens = NULL, *logits_out = NULL, *text = NULL;
-	long max_tokens = 16;
-	bool ignore_eos = false;
+	*a = (struct gen_args){.co = {default_model(), NULL, 0, NULL, false, false}, .max_tokens = 16};
 	int c;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "m:t:n:h", opts, NULL)) != -1) {
 		switch (c) {
-		case 'm': co.model = optarg; break;
-		case 't': tokens = optarg; break;
+		case 'm': a->co.model = optarg; break;
+		case 't': a->tokens = optarg; break;
 		case 'n':
-			if (!parse_long(optarg, 0, 1L << 30, &max_tokens))
+			if (!parse_long(optarg, 0, 1L << 30, &a->max_tokens))
 				return usage_error("generate", "--max-tokens: \"%s\" is not a count >= 0", optarg);
 			break;
-		case OPT_IGNORE_EOS: ignore_eos = true; break;
-		case OPT_LOGITS: logits_out = optarg; break;
+		case OPT_IGNORE_EOS: a->ignore_eos = true; break;
+		case OPT_LOGITS: a->logits_out = optarg; break;
 		case OPT_THREADS:
-			if (!parse_long(optarg, 1, 1024, &co.threads))
+			if (!parse_long(optarg, 1, 1024, &a->co.threads))
 				return usage_error("generate", "--threads: \"%s\" is not in [1, 1024]", optarg);
 			break;
-		case OPT_KERNELS: co.kernels = optarg; break;
-		case OPT_NUMA: co.numa = optarg; break;
-		case OPT_EXACT: co.exact = true; break;
-		case OPT_DENSE_INT8: co.dense_int8 = true; break;
-		case OPT_PROMPT: text = optarg; break;
+		case OPT_KERNELS: a->co.kernels = optarg; break;
+		case OPT_NUMA: a->co.numa = optarg; break;
+		case OPT_EXACT: a->co.exact = true; break;
+		case OPT_DENSE_INT8: a->co.dense_int8 = true; break;
+		case OPT_PROMPT: a->text = optarg; break;
 		case 'h': generate_help(); return EX_OK;
 		default: return usage_error("generate", "%s", "invalid option");
 		}
 	}
 	if (optind < argc)
 		return usage_error("generate", "unexpected argument \"%s\"", argv[optind]);
-	if (!tokens == !text)
+	if (!a->tokens == !a->text)
 		return usage_error("generate", "%s", "give --tokens or --prompt (one of them)");
-	int32_t *prompt = NULL;
-	int64_t n_prompt = 0;
-	int rc;
-	struct ms_tokenizer *tok = NULL;
-	if (text) {
-		/* The prompt is plain text: special tokens written in it are not
-		 * recognised, as for raw completion prompts in the server. */
-		char path[4096];
-		struct ms_err terr = {0};
-		size_t n;
-		snprintf(path, sizeof(path), "%s/tokenizer.json", co.model);
-		if (ms_tokenizer_load(&tok, path, &terr))
-			return fail(&terr);
-		if (ms_tokenizer_encode(tok, text, strlen(text), false, &prompt, &n, &terr)) {
-			ms_tokenizer_free(tok);
-			return fail(&terr);
-		}
-		n_prompt = (int64_t)n;
-		if (!n_prompt) {
-			ms_tokenizer_free(tok);
-			free(prompt);
-			return usage_error("generate", "%s", "--prompt: the text encodes to no tokens");
-		}
-	} else if ((rc = parse_tokens(tokens, &prompt, &n_prompt))) {
-		return usage_error("generate", "--tokens: \"%s\" is not a comma-separated list of ids",
-				   tokens);
-	}
+	return GO_ON;
+}
 
-	struct ms_backend be;
-	struct ms_model m;
-	if ((rc = load(&co, &be, &m))) {
-		free(prompt);
-		ms_tokenizer_free(tok);
-		return rc;
+/* The prompt: --tokens, or --prompt encoded with the model's tokenizer
+ * (kept in *tok to print the continuation as text). An exit status. */
+static int generate_prompt(const struct gen_args *a, struct ms_tokenizer **tok, int32_t **prompt,
+			   int64_t *n_prompt)
+{
+	*tok = NULL;
+	if (!a->text) {
+		if (parse_tokens(a->tokens, prompt, n_prompt))
+			return usage_error("generate", "--tokens: \"%s\" is not a comma-separated list of ids",
+					   a->tokens);
+		return EX_OK;
 	}
-	fprintf(stderr, "moeserve: loaded %s in %.2f s (%s kernels, %d threads; repacked %lld of "
-		"%lld matrices, %.1f MiB, in %.2f s)\n", co.model, m.load_seconds, be.isa,
-		be.pool.n_threads, (long long)m.pack_stats.packed, (long long)m.pack_stats.matrices,
-		(double)m.pack_stats.packed_bytes / 1048576.0, m.pack_stats.seconds);
-	int64_t V = m.cfg.vocab, cap = n_prompt + max_tokens;
-	if (cap > m.cfg.max_pos)
-		cap = m.cfg.max_pos;
+	/* The prompt is plain text: special tokens written in it are not
+	 * recognised, as for raw completion prompts in the server. */
+	char path[4096];
 	struct ms_err err = {0};
-	struct ms_seq seq;
-	float *logits = malloc((size_t)(n_prompt * V) * sizeof(float));
-	int32_t *out = malloc((size_t)(max_tokens + 1) * sizeof(int32_t));
-	int64_t n_out = 0;
-	int ex = EX_OK;
-	if (!logits || !out) {
-		ms_err_set(&err, -ENOMEM, "out of memory for %lld x %lld logits", (long long)n_prompt,
-			   (long long)V);
-		ex = fail(&err);
-		goto done_nofree_seq;
+	size_t n;
+	snprintf(path, sizeof(path), "%s/tokenizer.json", a->co.model);
+	if (ms_tokenizer_load(tok, path, &err))
+		return fail(&err);
+	if (ms_tokenizer_encode(*tok, a->text, strlen(a->text), false, prompt, &n, &err)) {
+		ms_tokenizer_free(*tok);
+		*tok = NULL;
+		return fail(&err);
 	}
-	if ((rc = ms_seq_init(&seq, &m, cap, &err))) {
-		ex = fail(&err);
-		goto done_nofree_seq;
+	*n_prompt = (int64_t)n;
+	if (!n) {
+		ms_tokenizer_free(*tok);
+		*tok = NULL;
+		free(*prompt);
+		*prompt = NULL;
+		return usage_error("generate", "%s", "--prompt: the text encodes to no tokens");
 	}
+	return EX_OK;
+}
+
+static int write_logits(const char *path, const float *logits, size_t n)
+{
+	FILE *f = fopen(path, "wb");
+	if (!f || fwrite(logits, sizeof(float), n, f) != n || fclose(f) != 0) {
+		fprintf(stderr, "moeserve: error: cannot write %s: %s\n", path, strerror(errno));
+		return EX_IOERR;
+	}
+	return EX_OK;
+}
+
+/* The prompt's forward pass (every position's logits written with
+ * --logits-out), then greedy decoding into out; the speeds on stderr. */
+static int generate_steps(struct ms_seq *seq, const struct ms_model *m, const struct gen_args *a,
+			  const int32_t *prompt, int64_t n_prompt, float *logits, int32_t *out,
+			  int64_t *n_out)
+{
+	struct ms_err err = {0};
+	int64_t V = m->cfg.vocab;
 	double t0 = ms_now_s();
-	if ((rc = ms_seq_forward(&seq, prompt, n_prompt, logits, logits_out != NULL, &err))) {
-		ex = fail(&err);
-		goto done;
-	}
+	if (ms_seq_forward(seq, prompt, n_prompt, logits, a->logits_out != NULL, &err))
+		return fail(&err);
 	double t1 = ms_now_s();
-	const float *last = logits_out ? logits + (n_prompt - 1) * V : logits;
-	if (logits_out) {
-		FILE *f = fopen(logits_out, "wb");
-		size_t want = (size_t)(n_prompt * V);
-		if (!f || fwrite(logits, sizeof(float), want, f) != want || fclose(f) != 0) {
-			fprintf(stderr, "moeserve: error: cannot write %s: %s\n", logits_out,
-				strerror(errno));
-			ex = EX_IOERR;
-			goto done;
-		}
-	}
+	const float *last = a->logits_out ? logits + (n_prompt - 1) * V : logits;
+	if (a->logits_out && write_logits(a->logits_out, logits, (size_t)(n_prompt * V)))
+		return EX_IOERR;
 	int32_t next = argmax(last, V);
-	while (n_out < max_tokens) {
-		out[n_out++] = next;
-		if (!ignore_eos && is_eos(&m.cfg, next))
+	while (*n_out < a->max_tokens) {
+		out[(*n_out)++] = next;
+		if (!a->ignore_eos && is_eos(&m->cfg, next))
 			break;
-		if (n_out == max_tokens || seq.n_past >= seq.capacity)
+		if (*n_out == a->max_tokens || seq->n_past >= seq->capacity)
 			break;
-		if ((rc = ms_seq_forward(&seq, &next, 1, logits, false, &err))) {
-			ex = fail(&err);
-			goto done;
-		}
+		if (ms_seq_forward(seq, &next, 1, logits, false, &err))
+			return fail(&err);
 		next = argmax(logits, V);
 	}
 	double t2 = ms_now_s();
 	fprintf(stderr, "moeserve: prompt %lld tokens in %.3f s (%.1f tok/s), generated %lld in %.3f s (%.1f tok/s)\n",
-		(long long)n_prompt, t1 - t0, (double)n_prompt / (t1 - t0 + 1e-12), (long long)n_out,
-		t2 - t1, n_out > 1 ? (double)(n_out - 1) / (t2 - t1 + 1e-12) : 0.0);
-	if (tok) {
-		/* the continuation as text, then the ids as the last line */
-		char *txt;
-		size_t tl;
-		if (ms_tokenizer_decode(tok, out, (size_t)n_out, false, &txt, &tl, &err) == 0) {
-			fwrite(txt, 1, tl, stdout);
-			printf("\n");
-			free(txt);
-		}
+		(long long)n_prompt, t1 - t0, (double)n_prompt / (t1 - t0 + 1e-12), (long long)*n_out,
+		t2 - t1, *n_out > 1 ? (double)(*n_out - 1) / (t2 - t1 + 1e-12) : 0.0);
+	return EX_OK;
+}
+
+/* Generate into *out (malloc'd, *n_out ids); an exit status. */
+static int generate_run(struct ms_model *m, const struct gen_args *a, const int32_t *prompt,
+			int64_t n_prompt, int32_t **out, int64_t *n_out)
+{
+	int64_t V = m->cfg.vocab, cap = n_prompt + a->max_tokens;
+	if (cap > m->cfg.max_pos)
+		cap = m->cfg.max_pos;
+	struct ms_err err = {0};
+	float *logits = malloc((size_t)(n_prompt * V) * sizeof(float));
+	*out = malloc((size_t)(a->max_tokens + 1) * sizeof(int32_t));
+	*n_out = 0;
+	int ex;
+	struct ms_seq seq;
+	if (!logits || !*out) {
+		ms_err_set(&err, -ENOMEM, "out of memory for %lld x %lld logits", (long long)n_prompt,
+			   (long long)V);
+		ex = fail(&err);
+	} else if (ms_seq_init(&seq, m, cap, &err)) {
+		ex = fail(&err);
+	} else {
+		ex = generate_steps(&seq, m, a, prompt, n_prompt, logits, *out, n_out);
+		ms_seq_free(&seq);
+	}
+	free(logits);
+	return ex;
+}
+
+/* The continuation as text (with a tokenizer), then the ids as the last
+ * line. */
+static int generate_print(const struct ms_tokenizer *tok, const int32_t *out, int64_t n_out)
+{
+	struct ms_err err = {0};
+	char *txt;
+	size_t tl;
+	if (tok && ms_tokenizer_decode(tok, out, (size_t)n_out, false, &txt, &tl, &err) == 0) {
+		fwrite(txt, 1, tl, stdout);
+		printf("\n");
+		free(txt);
 	}
 	for (int64_t i = 0; i < n_out; i++)
 		printf("%s%d", i ? " " : "", out[i]);
 	printf("\n");
-	if (fflush(stdout) != 0)
-		ex = EX_IOERR;
-done:
-	ms_seq_free(&seq);
-done_nofree_seq:
-	free(logits);
+	return fflush(stdout) != 0 ? EX_IOERR : EX_OK;
+}
+
+static int cmd_generate(int argc, char **argv)
+{
+	struct gen_args a;
+	int ex = generate_args(argc, argv, &a);
+	if (ex != GO_ON)
+		return ex;
+	struct ms_tokenizer *tok;
+	int32_t *prompt = NULL, *out = NULL;
+	int64_t n_prompt = 0, n_out = 0;
+	if ((ex = generate_prompt(&a, &tok, &prompt, &n_prompt)))
+		return ex;
+	struct ms_backend be;
+	struct ms_model m;
+	if ((ex = load(&a.co, &be, &m))) {
+		free(prompt);
+		ms_tokenizer_free(tok);
+		return ex;
+	}
+	fprintf(stderr, "moeserve: loaded %s in %.2f s (%s kernels, %d threads; repacked %lld of "
+		"%lld matrices, %.1f MiB, in %.2f s)\n", a.co.model, m.load_seconds, be.isa,
+		be.pool.n_threads, (long long)m.pack_stats.packed, (long long)m.pack_stats.matrices,
+		(double)m.pack_stats.packed_bytes / 1048576.0, m.pack_stats.seconds);
+	ex = generate_run(&m, &a, prompt, n_prompt, &out, &n_out);
+	if (ex == EX_OK)
+		ex = generate_print(tok, out, n_out);
 	free(out);
 	free(prompt);
 	ms_tokenizer_free(tok);
@@ -620,26 +669,6 @@ static int hexval(int c)
 	return c >= '0' && c <= '9' ? c - '0' : (c | 32) >= 'a' && (c | 32) <= 'f' ? (c | 32) - 'a' + 10 : -1;
 }
 
-static size_t put_utf8(char *o, uint32_t cp)
-{
-	if (cp < 0x80) {
-		o[0] = (char)cp;
-		return 1;
-	}
-	if (cp < 0x800) {
-		o[0] = (char)(0xC0 | (cp >> 6)), o[1] = (char)(0x80 | (cp & 63));
-		return 2;
-	}
-	if (cp < 0x10000) {
-		o[0] = (char)(0xE0 | (cp >> 12)), o[1] = (char)(0x80 | ((cp >> 6) & 63));
-		o[2] = (char)(0x80 | (cp & 63));
-		return 3;
-	}
-	o[0] = (char)(0xF0 | (cp >> 18)), o[1] = (char)(0x80 | ((cp >> 12) & 63));
-	o[2] = (char)(0x80 | ((cp >> 6) & 63)), o[3] = (char)(0x80 | (cp & 63));
-	return 4;
-}
-
 /* A JSON string literal (the whole line) -> bytes, embedded NULs kept.
  * Returns the length, or -1 when the line is not one JSON string. */
 static long json_unquote(const char *s, size_t n, char *o)
@@ -687,7 +716,7 @@ static long json_unquote(const char *s, size_t n, char *o)
 					i += 6;
 				}
 			}
-			k += put_utf8(o + k, cp);
+			k += ms_utf8_encode(cp, o + k);
 			break;
 		}
 		default: return -1;
@@ -737,7 +766,12 @@ static long parse_id_list(const char *s, int32_t *out, size_t cap)
 	return (long)n;
 }
 
-static int cmd_tokenize(int argc, char **argv)
+struct tok_args {
+	const char *model, *file, *bench;
+	bool special, decode, jsonl;
+};
+
+static int tokenize_args(int argc, char **argv, struct tok_args *a)
 {
 	static const struct option opts[] = {
 		{"model", required_argument, NULL, 'm'},
@@ -749,114 +783,124 @@ static int cmd_tokenize(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	const char *model = NULL, *file = NULL, *bench = NULL;
-	bool special = false, decode = false, jsonl = false;
+	*a = (struct tok_args){0};
 	int c;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "m:t:h", opts, NULL)) != -1) {
 		switch (c) {
-		case 'm': model = optarg; break;
-		case 't': file = optarg; break;
-		case 's': special = true; break;
-		case 'd': decode = true; break;
-		case 'j': jsonl = true; break;
-		case 'b': bench = optarg; break;
+		case 'm': a->model = optarg; break;
+		case 't': a->file = optarg; break;
+		case 's': a->special = true; break;
+		case 'd': a->decode = true; break;
+		case 'j': a->jsonl = true; break;
+		case 'b': a->bench = optarg; break;
 		case 'h': tokenize_help(); return EX_OK;
 		default: return usage_error("tokenize", "%s", "invalid option");
 		}
 	}
 	if (optind < argc)
 		return usage_error("tokenize", "unexpected argument \"%s\"", argv[optind]);
-	if (model && file)
+	if (a->model && a->file)
 		return usage_error("tokenize", "%s", "give --model or --tokenizer, not both");
-	char path[4096];
-	if (!file) {
-		snprintf(path, sizeof(path), "%s/tokenizer.json", model ? model : default_model());
-		file = path;
-	}
+	return GO_ON;
+}
+
+/* --bench FILE: encode it again and again for a second. */
+static int tokenize_bench(const struct ms_tokenizer *t, const char *path)
+{
 	struct ms_err err = {0};
-	struct ms_tokenizer *t;
-	if (ms_tokenizer_load(&t, file, &err))
-		return fail(&err);
-	int ex = EX_OK;
 	size_t n;
-	char *in = NULL;
-	if (bench) {
-		FILE *f = fopen(bench, "rb");
-		in = f ? read_all(f, &n) : NULL;
-		if (f)
-			fclose(f);
-		if (!in) {
-			fprintf(stderr, "moeserve: error: cannot read %s\n", bench);
-			ms_tokenizer_free(t);
-			return EX_NOINPUT;
-		}
-		double t0 = ms_now_s(), el = 0;
-		size_t bytes = 0, toks = 0;
-		do {
-			int32_t *ids;
-			size_t m;
-			if (ms_tokenizer_encode(t, in, n, false, &ids, &m, &err)) {
-				ex = fail(&err);
-				break;
-			}
-			free(ids);
-			bytes += n;
-			toks += m;
-			el = ms_now_s() - t0;
-		} while (el < 1.0);
-		if (ex == EX_OK)
-			printf("%zu bytes -> %zu tokens per pass\nencode: %.2f MB/s\n", n, toks * n / bytes,
-			       (double)bytes / el / 1e6);
-		free(in);
-		ms_tokenizer_free(t);
-		return ex;
-	}
-	in = read_all(stdin, &n);
+	FILE *f = fopen(path, "rb");
+	char *in = f ? read_all(f, &n) : NULL;
+	if (f)
+		fclose(f);
 	if (!in) {
-		ms_tokenizer_free(t);
-		return EX_OSERR;
+		fprintf(stderr, "moeserve: error: cannot read %s\n", path);
+		return EX_NOINPUT;
 	}
+	int ex = EX_OK;
+	double t0 = ms_now_s(), el = 0;
+	size_t bytes = 0, toks = 0;
+	do {
+		int32_t *ids;
+		size_t m;
+		if (ms_tokenizer_encode(t, in, n, false, &ids, &m, &err)) {
+			ex = fail(&err);
+			break;
+		}
+		free(ids);
+		bytes += n;
+		toks += m;
+		el = ms_now_s() - t0;
+	} while (el < 1.0);
+	if (ex == EX_OK)
+		printf("%zu bytes -> %zu tokens per pass\nencode: %.2f MB/s\n", n, toks * n / bytes,
+		       (double)bytes / el / 1e6);
+	free(in);
+	return ex;
+}
+
+/* One input (a line with --jsonl) of ids to text; idbuf holds cap ids. */
+static int decode_line(const struct ms_tokenizer *t, bool jsonl, char *line, size_t ll,
+		       int32_t *idbuf, size_t cap)
+{
+	struct ms_err err = {0};
+	char save = line[ll];
+	line[ll] = '\0';
+	long m = parse_id_list(line, idbuf, cap);
+	line[ll] = save;
+	char *text;
+	size_t tl;
+	if (m < 0) {
+		fprintf(stderr, "moeserve: error: input is not a list of token ids\n");
+		return EX_DATAERR;
+	}
+	if (ms_tokenizer_decode(t, idbuf, (size_t)m, false, &text, &tl, &err))
+		return fail(&err);
+	if (jsonl)
+		print_json_string(text, tl);
+	else
+		fwrite(text, 1, tl, stdout);
+	free(text);
+	return EX_OK;
+}
+
+/* One input (a JSON string line with --jsonl) of text to ids; buf: room
+ * for the unquoted line. */
+static int encode_line(const struct ms_tokenizer *t, const struct tok_args *a, const char *line,
+		       size_t ll, char *buf)
+{
+	struct ms_err err = {0};
+	long tl = a->jsonl ? json_unquote(line, ll, buf) : (long)ll;
+	int32_t *ids;
+	size_t m;
+	if (tl < 0) {
+		fprintf(stderr, "moeserve: error: line is not a JSON string\n");
+		return EX_DATAERR;
+	}
+	if (ms_tokenizer_encode(t, a->jsonl ? buf : line, (size_t)tl, a->special, &ids, &m, &err))
+		return fail(&err);
+	print_ids(ids, m);
+	free(ids);
+	return EX_OK;
+}
+
+/* stdin, whole or line by line (--jsonl), encoded or decoded. */
+static int tokenize_input(const struct ms_tokenizer *t, const struct tok_args *a)
+{
+	size_t n;
+	char *in = read_all(stdin, &n);
+	if (!in)
+		return EX_OSERR;
+	int ex = EX_OK;
 	char *line = in, *end = in + n;
 	char *buf = malloc(n + 1);
 	int32_t *idbuf = malloc((n / 2 + 2) * sizeof(int32_t));
-	while (buf && idbuf && ex == EX_OK && (jsonl ? line < end : line == in)) {
-		char *nl = jsonl ? memchr(line, '\n', (size_t)(end - line)) : NULL;
+	while (buf && idbuf && ex == EX_OK && (a->jsonl ? line < end : line == in)) {
+		char *nl = a->jsonl ? memchr(line, '\n', (size_t)(end - line)) : NULL;
 		size_t ll = (size_t)((nl ? nl : end) - line);
-		if (decode) {
-			char save = line[ll];
-			line[ll] = '\0';
-			long m = parse_id_list(line, idbuf, n / 2 + 2);
-			line[ll] = save;
-			char *text;
-			size_t tl;
-			if (m < 0) {
-				fprintf(stderr, "moeserve: error: input is not a list of token ids\n");
-				ex = EX_DATAERR;
-			} else if (ms_tokenizer_decode(t, idbuf, (size_t)m, false, &text, &tl, &err)) {
-				ex = fail(&err);
-			} else {
-				if (jsonl)
-					print_json_string(text, tl);
-				else
-					fwrite(text, 1, tl, stdout);
-				free(text);
-			}
-		} else {
-			long tl = jsonl ? json_unquote(line, ll, buf) : (long)ll;
-			int32_t *ids;
-			size_t m;
-			if (tl < 0) {
-				fprintf(stderr, "moeserve: error: line is not a JSON string\n");
-				ex = EX_DATAERR;
-			} else if (ms_tokenizer_encode(t, jsonl ? buf : line, (size_t)tl, special, &ids, &m,
-						       &err)) {
-				ex = fail(&err);
-			} else {
-				print_ids(ids, m);
-				free(ids);
-			}
-		}
+		ex = a->decode ? decode_line(t, a->jsonl, line, ll, idbuf, n / 2 + 2)
+			       : encode_line(t, a, line, ll, buf);
 		line += ll + 1;
 	}
 	if (!buf || !idbuf)
@@ -864,9 +908,29 @@ static int cmd_tokenize(int argc, char **argv)
 	free(buf);
 	free(idbuf);
 	free(in);
-	ms_tokenizer_free(t);
 	if (fflush(stdout) != 0)
 		ex = EX_IOERR;
+	return ex;
+}
+
+static int cmd_tokenize(int argc, char **argv)
+{
+	struct tok_args a;
+	int ex = tokenize_args(argc, argv, &a);
+	if (ex != GO_ON)
+		return ex;
+	char path[4096];
+	const char *file = a.file;
+	if (!file) {
+		snprintf(path, sizeof(path), "%s/tokenizer.json", a.model ? a.model : default_model());
+		file = path;
+	}
+	struct ms_err err = {0};
+	struct ms_tokenizer *t;
+	if (ms_tokenizer_load(&t, file, &err))
+		return fail(&err);
+	ex = a.bench ? tokenize_bench(t, a.bench) : tokenize_input(t, &a);
+	ms_tokenizer_free(t);
 	return ex;
 }
 

@@ -12,10 +12,11 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "ms-strbuf.h"
 
 /* ---- bucket boundaries (upper bounds, seconds or tokens) ---- */
 
@@ -265,42 +266,6 @@ void ms_metrics_set_loaded(struct ms_metrics *m, bool loaded)
 
 /* ---- rendering ---- */
 
-struct buf {
-	char *p;
-	size_t len, cap;
-	bool oom;
-};
-
-static void put(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void put(struct buf *b, const char *fmt, ...)
-{
-	if (b->oom)
-		return;
-	for (;;) {
-		va_list ap;
-		va_start(ap, fmt);
-		int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-		va_end(ap);
-		if (n < 0) {
-			b->oom = true;
-			return;
-		}
-		if ((size_t)n < b->cap - b->len) {
-			b->len += (size_t)n;
-			return;
-		}
-		size_t cap = b->cap * 2 + (size_t)n;
-		char *np = realloc(b->p, cap);
-		if (!np) {
-			b->oom = true;
-			return;
-		}
-		b->p = np;
-		b->cap = cap;
-	}
-}
-
 /* A sample value or bound: the shortest decimal that reads back as v, and
  * the exposition format's spellings of the special values. */
 static const char *fmt_double(char *o, size_t n, double v)
@@ -317,38 +282,42 @@ static const char *fmt_double(char *o, size_t n, double v)
 	return o;
 }
 
-static void header(struct buf *b, const char *name, const char *type, const char *help)
+static void header(struct ms_strbuf *b, const char *name, const char *type, const char *help)
 {
-	put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+	ms_strbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void gauge(struct buf *b, const char *ml, const char *name, const char *help, double v)
+static void gauge(struct ms_strbuf *b, const char *ml, const char *name, const char *help, double v)
 {
 	char num[40];
 	header(b, name, "gauge", help);
-	put(b, "%s{model_name=\"%s\"} %s\n", name, ml, fmt_double(num, sizeof(num), v));
+	ms_strbuf_printf(b, "%s{model_name=\"%s\"} %s\n", name, ml, fmt_double(num, sizeof(num), v));
 }
 
-static void counter(struct buf *b, const char *ml, const char *name, const char *help, uint64_t v)
+static void counter(struct ms_strbuf *b, const char *ml, const char *name, const char *help,
+		    uint64_t v)
 {
 	header(b, name, "counter", help);
-	put(b, "%s{model_name=\"%s\"} %" PRIu64 "\n", name, ml, v);
+	ms_strbuf_printf(b, "%s{model_name=\"%s\"} %" PRIu64 "\n", name, ml, v);
 }
 
-static void histogram(struct buf *b, const char *ml, const struct hist_def *d, const struct hist *h)
+static void histogram(struct ms_strbuf *b, const char *ml, const struct hist_def *d,
+		      const struct hist *h)
 {
 	char num[40];
 	header(b, d->name, "histogram", d->help);
 	uint64_t cum = 0;
 	for (int i = 0; i < d->n_bounds; i++) {
 		cum += h->counts[i];
-		put(b, "%s_bucket{model_name=\"%s\",le=\"%s\"} %" PRIu64 "\n", d->name, ml,
-		    fmt_double(num, sizeof(num), d->bounds[i]), cum);
+		ms_strbuf_printf(b, "%s_bucket{model_name=\"%s\",le=\"%s\"} %" PRIu64 "\n", d->name,
+				 ml, fmt_double(num, sizeof(num), d->bounds[i]), cum);
 	}
 	cum += h->counts[d->n_bounds];
-	put(b, "%s_bucket{model_name=\"%s\",le=\"+Inf\"} %" PRIu64 "\n", d->name, ml, cum);
-	put(b, "%s_sum{model_name=\"%s\"} %s\n", d->name, ml, fmt_double(num, sizeof(num), h->sum));
-	put(b, "%s_count{model_name=\"%s\"} %" PRIu64 "\n", d->name, ml, h->count);
+	ms_strbuf_printf(b, "%s_bucket{model_name=\"%s\",le=\"+Inf\"} %" PRIu64 "\n", d->name, ml,
+			 cum);
+	ms_strbuf_printf(b, "%s_sum{model_name=\"%s\"} %s\n", d->name, ml,
+			 fmt_double(num, sizeof(num), h->sum));
+	ms_strbuf_printf(b, "%s_count{model_name=\"%s\"} %" PRIu64 "\n", d->name, ml, h->count);
 }
 
 int ms_metrics_render(struct ms_metrics *m, const struct ms_engine_stats *st, char **out,
@@ -357,16 +326,12 @@ int ms_metrics_render(struct ms_metrics *m, const struct ms_engine_stats *st, ch
 	*out = NULL;
 	*len = 0;
 	struct state *s = malloc(sizeof(*s));
-	struct buf b = {.p = malloc(16384), .cap = 16384};
-	if (!s || !b.p) {
-		free(s);
-		free(b.p);
+	struct ms_strbuf b = {0};
+	if (!s)
 		return ms_err_set(err, -ENOMEM, "metrics: out of memory");
-	}
 	pthread_mutex_lock(&m->mu);
 	memcpy(s, &m->s, sizeof(*s));
 	pthread_mutex_unlock(&m->mu);
-	b.p[0] = '\0';
 	const char *ml = m->model_label;
 
 	/* gauges */
@@ -405,8 +370,8 @@ int ms_metrics_render(struct ms_metrics *m, const struct ms_engine_stats *st, ch
 			b.oom = true;
 			break;
 		}
-		put(&b, "moeserve:request_success_total{model_name=\"%s\",finished_reason=\"%s\"} %" PRIu64
-			"\n", ml, r, s->reason_counts[i]);
+		ms_strbuf_printf(&b, "moeserve:request_success_total{model_name=\"%s\","
+				 "finished_reason=\"%s\"} %" PRIu64 "\n", ml, r, s->reason_counts[i]);
 		free(r);
 	}
 
@@ -414,20 +379,21 @@ int ms_metrics_render(struct ms_metrics *m, const struct ms_engine_stats *st, ch
 	for (int mi = 0; mi < N_METHODS; mi++)
 		for (int si = 0; si < N_STATUS; si++)
 			if (s->http[mi][si])
-				put(&b, "moeserve:http_requests_total{model_name=\"%s\",method=\"%s\","
-					"status=\"%d\"} %" PRIu64 "\n", ml, http_methods[mi],
-				    si == N_STATUS - 1 ? 0 : si + STATUS_LO, s->http[mi][si]);
+				ms_strbuf_printf(&b, "moeserve:http_requests_total{model_name=\"%s\","
+						 "method=\"%s\",status=\"%d\"} %" PRIu64 "\n", ml,
+						 http_methods[mi], si == N_STATUS - 1 ? 0 : si + STATUS_LO,
+						 s->http[mi][si]);
 
 	/* histograms */
 	for (int h = 0; h < H_COUNT; h++)
 		histogram(&b, ml, &hist_defs[h], &s->hist[h]);
 
 	free(s);
-	if (b.oom) {
-		free(b.p);
+	*len = b.len;
+	/* an incomplete text is never served: the scrape fails instead */
+	if (!(*out = ms_strbuf_take(&b))) {
+		*len = 0;
 		return ms_err_set(err, -ENOMEM, "metrics: out of memory while rendering");
 	}
-	*out = b.p;
-	*len = b.len;
 	return 0;
 }

@@ -22,6 +22,100 @@
 
 extern char **environ;
 
+/* What the daemon loaded (each part only when it loaded). */
+struct served {
+	struct ms_backend be;
+	struct ms_model m;
+	struct ms_tokenizer *tok;
+	struct ms_engine *eng;
+	bool have_be, have_m;
+};
+
+/* Backend, model, tokenizer (optional: without one, prompts are ids and
+ * chat is off), engine. */
+static int serve_load(const struct ms_serve_options *o, const char *model_dir, struct served *sv,
+		      struct ms_err *err)
+{
+	struct ms_backend_opts bo = {.kernels = o->kernels, .threads = o->threads, .exact = o->exact,
+				     .dense_int8 = o->dense_int8};
+	int rc = ms_backend_init_opts(&sv->be, &bo, err);
+	if (rc)
+		return rc;
+	sv->have_be = true;
+	ms_backend_set_numa(&sv->be, o->numa);
+	if ((rc = ms_model_load(&sv->m, model_dir, &sv->be, err)))
+		return rc;
+	sv->have_m = true;
+	ms_keep_freed_memory();
+	char tp[4096];
+	snprintf(tp, sizeof(tp), "%s/tokenizer.json", model_dir);
+	if (access(tp, F_OK) == 0) {
+		if ((rc = ms_tokenizer_load(&sv->tok, tp, err)))
+			return rc;
+	} else {
+		fprintf(stderr, "moeserve: note: %s has no tokenizer.json: prompts must be token ids, "
+			"and /v1/chat/completions is off\n", model_dir);
+	}
+	struct ms_engine_config ec = {
+		.kv_cache_bytes = o->kv_cache_bytes, .max_queue = o->max_queue,
+		.max_running = o->max_running, .max_batch_tokens = o->max_batch_tokens,
+		.max_context = o->ctx_size, .no_prefix_cache = o->no_prefix_cache,
+	};
+	if ((rc = ms_engine_init(&sv->eng, &sv->m, sv->tok, &ec, err)))
+		return rc;
+	if ((rc = ms_engine_start(sv->eng, err))) {
+		ms_engine_free(sv->eng);
+		sv->eng = NULL;
+	}
+	return rc;
+}
+
+/* Load and serve, or stay up and say why on /health (an orchestrator sees
+ * the reason); an exit status. */
+static int serve_model(const struct ms_serve_options *o, const char *model_dir, const char *name,
+		       struct ms_server *srv, struct served *sv)
+{
+	struct ms_err err = {0};
+	double t0 = ms_now_s();
+	if (serve_load(o, model_dir, sv, &err)) {
+		fprintf(stderr, "moeserve: error: %s\n", err.msg);
+		ms_server_set_failed(srv, err.msg);
+		return EX_DATAERR;
+	}
+	ms_server_set_ready(srv, &sv->m, sv->tok, sv->eng);
+	/* the context the server advertises is the engine's */
+	srv->max_model_len = o->ctx_size && o->ctx_size < sv->m.cfg.max_pos ? o->ctx_size
+			     : (sv->m.cfg.max_pos < 8192 ? sv->m.cfg.max_pos : 8192);
+	fprintf(stderr, "moeserve: ready in %.2f s: %s (%s kernels, %d threads; repacked %lld "
+		"of %lld matrices, %.1f MiB, in %.2f s)\n", ms_now_s() - t0, name, sv->be.isa,
+		sv->be.pool.n_threads, (long long)sv->m.pack_stats.packed,
+		(long long)sv->m.pack_stats.matrices,
+		(double)sv->m.pack_stats.packed_bytes / 1048576.0, sv->m.pack_stats.seconds);
+	return EX_OK;
+}
+
+/* After the signal: stop accepting, let running requests finish up to the
+ * timeout, cancel the rest, close. */
+static void serve_drain(const struct ms_serve_options *o, struct ms_server *srv, struct served *sv)
+{
+	ms_server_quiesce(srv);
+	double deadline = ms_now_s() + o->shutdown_timeout_s;
+	while (atomic_load(&srv->in_flight) > 0 && ms_now_s() < deadline)
+		usleep(20000);
+	/* what is left is cancelled: its clients get the end of their stream,
+	 * so give the connections a moment to write it before closing them */
+	if (sv->eng)
+		ms_engine_free(sv->eng);
+	for (double end = ms_now_s() + 1.0; atomic_load(&srv->in_flight) > 0 && ms_now_s() < end;)
+		usleep(10000);
+	ms_server_stop(srv);
+	ms_tokenizer_free(sv->tok);
+	if (sv->have_m)
+		ms_model_free(&sv->m);
+	if (sv->have_be)
+		ms_backend_free(&sv->be);
+}
+
 int ms_cmd_serve(int argc, char **argv, const char *default_model)
 {
 	struct ms_serve_options o;
@@ -69,83 +163,14 @@ int ms_cmd_serve(int argc, char **argv, const char *default_model)
 		return EX_UNAVAILABLE;
 	}
 	fprintf(stderr, "moeserve: listening on http://%s:%d (model %s loading)\n", o.host, o.port, name);
-
-	struct ms_backend be;
-	struct ms_model m;
-	struct ms_tokenizer *tok = NULL;
-	struct ms_engine *eng = NULL;
-	int ex = EX_OK;
-	bool have_be = false, have_m = false;
-	double t0 = ms_now_s();
-	struct ms_backend_opts bo = {.kernels = o.kernels, .threads = o.threads, .exact = o.exact,
-				     .dense_int8 = o.dense_int8};
-	rc = ms_backend_init_opts(&be, &bo, &err);
-	if (!rc) {
-		have_be = true;
-		ms_backend_set_numa(&be, o.numa);
-		rc = ms_model_load(&m, model_dir, &be, &err);
-		have_m = !rc;
-		if (have_m)
-			ms_keep_freed_memory();
-	}
-	if (!rc) {
-		char tp[4096];
-		snprintf(tp, sizeof(tp), "%s/tokenizer.json", model_dir);
-		if (access(tp, F_OK) == 0)
-			rc = ms_tokenizer_load(&tok, tp, &err);
-		else
-			fprintf(stderr, "moeserve: note: %s has no tokenizer.json: prompts must be token ids, "
-				"and /v1/chat/completions is off\n", model_dir);
-	}
-	if (!rc) {
-		struct ms_engine_config ec = {
-			.kv_cache_bytes = o.kv_cache_bytes, .max_queue = o.max_queue,
-			.max_running = o.max_running, .max_batch_tokens = o.max_batch_tokens,
-			.max_context = o.ctx_size, .no_prefix_cache = o.no_prefix_cache,
-		};
-		rc = ms_engine_init(&eng, &m, tok, &ec, &err);
-		if (!rc && (rc = ms_engine_start(eng, &err))) {
-			ms_engine_free(eng);
-			eng = NULL;
-		}
-	}
-	if (rc) {
-		/* stay up and say why on /health: an orchestrator sees the reason */
-		fprintf(stderr, "moeserve: error: %s\n", err.msg);
-		ms_server_set_failed(&srv, err.msg);
-		ex = EX_DATAERR;
-	} else {
-		ms_server_set_ready(&srv, &m, tok, eng);
-		/* the context the server advertises is the engine's */
-		srv.max_model_len = o.ctx_size && o.ctx_size < m.cfg.max_pos ? o.ctx_size
-					: (m.cfg.max_pos < 8192 ? m.cfg.max_pos : 8192);
-		fprintf(stderr, "moeserve: ready in %.2f s: %s (%s kernels, %d threads; repacked %lld "
-			"of %lld matrices, %.1f MiB, in %.2f s)\n", ms_now_s() - t0, name, be.isa,
-			be.pool.n_threads, (long long)m.pack_stats.packed,
-			(long long)m.pack_stats.matrices,
-			(double)m.pack_stats.packed_bytes / 1048576.0, m.pack_stats.seconds);
-	}
+	struct served sv = {0};
+	int ex = serve_model(&o, model_dir, name, &srv, &sv);
 	int sig = 0;
 	sigwait(&sigs, &sig);
 	fprintf(stderr, "moeserve: %s: stopping (up to %d s for running requests)\n",
 		sig == SIGTERM ? "SIGTERM" : "SIGINT", o.shutdown_timeout_s);
-	ms_server_quiesce(&srv);
-	double deadline = ms_now_s() + o.shutdown_timeout_s;
-	while (atomic_load(&srv.in_flight) > 0 && ms_now_s() < deadline)
-		usleep(20000);
-	/* what is left is cancelled: its clients get the end of their stream,
-	 * so give the connections a moment to write it before closing them */
-	if (eng)
-		ms_engine_free(eng);
-	for (double end = ms_now_s() + 1.0; atomic_load(&srv.in_flight) > 0 && ms_now_s() < end;)
-		usleep(10000);
-	ms_server_stop(&srv);
-	ms_tokenizer_free(tok);
-	if (have_m)
-		ms_model_free(&m);
-	if (have_be)
-		ms_backend_free(&be);
+	serve_drain(&o, &srv, &sv);
 	ms_metrics_free(metrics);
 	ms_serve_options_free(&o);
-	return ex == EX_OK ? EX_OK : ex;
+	return ex;
 }

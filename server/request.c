@@ -1,0 +1,837 @@
+/*
+ * request.c: the OpenAI request bodies into engine requests (see
+ * request.h). Field order of the checks is the order of the refusals: the
+ * first bad field is the one named.
+ */
+#include "request.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+#include "ms-strbuf.h"
+
+/* ---- refusals ---- */
+
+/* A value as a message shows it: a number as JSON would write it, a string
+ * quoted and cut at 40 bytes on a character boundary, a list with its
+ * length, other kinds by name. */
+static const char *shown(const cJSON *v, char *b, size_t n)
+{
+	if (cJSON_IsNumber(v)) {
+		snprintf(b, n, "%.15g", v->valuedouble);
+		if (strtod(b, NULL) != v->valuedouble)
+			snprintf(b, n, "%.17g", v->valuedouble);
+	} else if (cJSON_IsString(v)) {
+		size_t len = strlen(v->valuestring), cut = len > 40 ? 40 : len;
+		while (cut < len && cut > 0 && ((unsigned char)v->valuestring[cut] & 0xC0) == 0x80)
+			cut--;
+		snprintf(b, n, "\"%.*s%s\"", (int)cut, v->valuestring, cut < len ? "..." : "");
+	} else if (cJSON_IsArray(v)) {
+		snprintf(b, n, "a list of %d", cJSON_GetArraySize(v));
+	} else {
+		snprintf(b, n, "%s", cJSON_IsObject(v) ? "an object" : cJSON_IsTrue(v) ? "true"
+				     : cJSON_IsFalse(v) ? "false" : "null");
+	}
+	return b;
+}
+
+/* 400 naming param, with the given value (got, when there is one) after
+ * the rule. Returns -EINVAL. */
+static int refuse(struct ms_req_error *e, const char *param, const cJSON *got, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int refuse(struct ms_req_error *e, const char *param, const cJSON *got, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+	va_end(ap);
+	if (got) {
+		char v[64];
+		size_t l = strlen(e->msg);
+		snprintf(e->msg + l, sizeof(e->msg) - l, " (got %s)", shown(got, v, sizeof(v)));
+	}
+	e->status = 400;
+	e->type = "invalid_request_error";
+	e->param = param;
+	return -EINVAL;
+}
+
+static int oom(struct ms_req_error *e)
+{
+	snprintf(e->msg, sizeof(e->msg), "out of memory");
+	e->status = 500;
+	e->type = "server_error";
+	e->param = NULL;
+	return -ENOMEM;
+}
+
+/* ---- fields ---- */
+
+static const cJSON *jget(const cJSON *o, const char *k)
+{
+	const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, k);
+	return it && !cJSON_IsNull(it) ? it : NULL;
+}
+
+/* An integer in [lo, hi] at name: 1 with *out set, 0 when absent, or the
+ * refusal "\"name\" must be <rule>". */
+static int int_field(const cJSON *j, const char *name, double lo, double hi, const char *rule,
+		     int64_t *out, struct ms_req_error *e)
+{
+	const cJSON *v = jget(j, name);
+	if (!v)
+		return 0;
+	if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo ||
+	    v->valuedouble > hi)
+		return refuse(e, name, v, "\"%s\" must be %s", name, rule);
+	*out = (int64_t)v->valuedouble;
+	return 1;
+}
+
+static int bool_field(const cJSON *j, const char *name, bool *out, struct ms_req_error *e)
+{
+	const cJSON *v = jget(j, name);
+	if (!v)
+		return 0;
+	if (!cJSON_IsBool(v))
+		return refuse(e, name, v, "\"%s\" must be true or false", name);
+	*out = cJSON_IsTrue(v);
+	return 1;
+}
+
+static int float_fields(const cJSON *j, struct ms_sampling *sp, struct ms_req_error *e)
+{
+	const struct {
+		const char *name;
+		float *dst;
+		double lo, hi;
+	} floats[] = {
+		{"temperature", &sp->temperature, 0, 100},
+		{"top_p", &sp->top_p, 0, 1},
+		{"min_p", &sp->min_p, 0, 1},
+		{"presence_penalty", &sp->presence_penalty, -2, 2},
+		{"frequency_penalty", &sp->frequency_penalty, -2, 2},
+		{"repetition_penalty", &sp->repetition_penalty, 0, 10},
+	};
+	for (size_t i = 0; i < sizeof(floats) / sizeof(floats[0]); i++) {
+		const cJSON *v = jget(j, floats[i].name);
+		if (!v)
+			continue;
+		if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < floats[i].lo ||
+		    v->valuedouble > floats[i].hi)
+			return refuse(e, floats[i].name, v, "\"%s\" must be a number in [%g, %g]",
+				      floats[i].name, floats[i].lo, floats[i].hi);
+		*floats[i].dst = (float)v->valuedouble;
+	}
+	return 0;
+}
+
+/* Any integer a 64-bit seed can hold, negative ones as two's complement
+ * (what clients send as a signed or an unsigned seed). */
+static int seed_field(const cJSON *j, struct ms_sampling *sp, struct ms_req_error *e)
+{
+	const cJSON *v = jget(j, "seed");
+	if (!v)
+		return 0;
+	double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+	if (!(d == floor(d) && d >= -0x1p63 && d < 0x1p64))
+		return refuse(e, "seed", v, "\"seed\" must be an integer in [-2^63, 2^64)");
+	sp->seed = d >= 0x1p63 ? (uint64_t)d : (uint64_t)(int64_t)d;
+	sp->has_seed = true;
+	return 0;
+}
+
+/* logprobs: completions take the top-N as an integer; chat a boolean plus
+ * top_logprobs. */
+static int logprob_fields(const cJSON *j, bool chat, struct ms_sampling *sp, struct ms_req_error *e)
+{
+	int64_t v;
+	int rc;
+	if (!chat) {
+		rc = int_field(j, "logprobs", 0, 20, "an integer in [0, 20]", &v, e);
+		if (rc > 0)
+			sp->n_logprobs = (int)v;
+		return rc < 0 ? rc : 0;
+	}
+	bool on = false;
+	if ((rc = bool_field(j, "logprobs", &on, e)) < 0)
+		return rc;
+	if (on)
+		sp->n_logprobs = 0;
+	if ((rc = int_field(j, "top_logprobs", 0, 20, "an integer in [0, 20]", &v, e)) <= 0)
+		return rc;
+	if (sp->n_logprobs < 0)
+		return refuse(e, "top_logprobs", NULL, "\"top_logprobs\" needs \"logprobs\": true");
+	sp->n_logprobs = (int)v;
+	return 0;
+}
+
+static int logit_bias_field(const cJSON *j, int64_t vocab, struct ms_req_gen *r,
+			    struct ms_req_error *e)
+{
+	const cJSON *v = jget(j, "logit_bias"), *it;
+	if (!v)
+		return 0;
+	if (!cJSON_IsObject(v))
+		return refuse(e, "logit_bias", v, "\"logit_bias\" must be an object of token id -> bias");
+	r->bias = calloc((size_t)cJSON_GetArraySize(v) + 1, sizeof(*r->bias));
+	if (!r->bias)
+		return oom(e);
+	size_t k = 0;
+	cJSON_ArrayForEach(it, v) {
+		char *end;
+		long id = strtol(it->string, &end, 10);
+		if (*end || end == it->string || id < 0 || id >= vocab || !cJSON_IsNumber(it) ||
+		    fabs(it->valuedouble) > 100)
+			return refuse(e, "logit_bias", it, "\"logit_bias\": \"%s\" must be a token id in "
+				      "[0, %lld) with a bias in [-100, 100]", it->string, (long long)vocab);
+		r->bias[k++] = (struct ms_logit_bias){(int32_t)id, (float)it->valuedouble};
+	}
+	r->params.sampling.logit_bias = r->bias;
+	r->params.sampling.n_logit_bias = k;
+	return 0;
+}
+
+static int sampling_fields(const cJSON *j, int64_t vocab, struct ms_req_gen *r,
+			   struct ms_req_error *e)
+{
+	struct ms_sampling *sp = &r->params.sampling;
+	int64_t v;
+	int rc;
+	if ((rc = float_fields(j, sp, e)))
+		return rc;
+	if ((rc = int_field(j, "top_k", -1, 1e9, "an integer >= -1", &v, e)) < 0)
+		return rc;
+	if (rc)
+		sp->top_k = (int32_t)v;
+	if ((rc = seed_field(j, sp, e)) || (rc = logprob_fields(j, r->chat, sp, e)))
+		return rc;
+	return logit_bias_field(j, vocab, r, e);
+}
+
+/* "stop": a string or a list of up to 16 strings; empty ones are dropped. */
+static int stop_field(const cJSON *j, struct ms_req_gen *r, struct ms_req_error *e)
+{
+	const cJSON *v = jget(j, "stop"), *it;
+	r->n_stops = 0;
+	if (!v)
+		return 0;
+	if (cJSON_IsString(v)) {
+		if (v->valuestring[0])
+			r->stops[r->n_stops++] = v->valuestring;
+		return 0;
+	}
+	if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) > MS_REQ_MAX_STOPS)
+		return refuse(e, "stop", v, "\"stop\" must be a string or a list of at most 16 strings");
+	cJSON_ArrayForEach(it, v) {
+		if (!cJSON_IsString(it))
+			return refuse(e, "stop", it, "\"stop\" must be a string or a list of strings");
+		if (it->valuestring[0])
+			r->stops[r->n_stops++] = it->valuestring;
+	}
+	return 0;
+}
+
+/* The fields both endpoints share. */
+static int common_fields(const struct ms_req_model *m, struct ms_req_gen *r, struct ms_req_error *e)
+{
+	const cJSON *j = r->req, *v;
+	int64_t x;
+	int rc;
+	if ((rc = sampling_fields(j, m->vocab, r, e)))
+		return rc;
+	if (!r->chat)
+		r->logprobs = r->params.sampling.n_logprobs;
+	r->params.max_tokens = r->chat ? m->max_model_len : 16;
+	const char *mt = r->chat && jget(j, "max_completion_tokens") ? "max_completion_tokens"
+								      : "max_tokens";
+	if ((rc = int_field(j, mt, 0, 1e9, "an integer >= 0", &x, e)) < 0)
+		return rc;
+	if (rc)
+		r->params.max_tokens = x;
+	if ((rc = int_field(j, "n", 1, 16, "an integer in [1, 16]", &x, e)) < 0)
+		return rc;
+	if (rc)
+		r->n = (int)x;
+	if ((rc = bool_field(j, "stream", &r->stream, e)) < 0)
+		return rc;
+	const cJSON *so = jget(j, "stream_options");
+	if (so && cJSON_IsObject(so))
+		r->include_usage = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(so, "include_usage"));
+	if ((rc = stop_field(j, r, e)))
+		return rc;
+	if ((v = jget(j, "model")) && !cJSON_IsString(v))
+		return refuse(e, "model", v, "\"model\" must be a string");
+	return 0;
+}
+
+/* ---- the body ---- */
+
+int ms_req_body(const struct ms_req_model *m, const char *body, size_t len, cJSON **out,
+		struct ms_req_error *e)
+{
+	*out = NULL;
+	unsigned long f0 = ms_json_failures();
+	const char *end = NULL;
+	body = body ? body : "";
+	cJSON *req = cJSON_ParseWithLengthOpts(body, len, &end, false);
+	if (!req && ms_json_failures() != f0)
+		return oom(e);
+	if (!req)
+		return refuse(e, NULL, NULL, "the body is not a JSON object (not valid JSON near byte %zu)",
+			      end ? (size_t)(end - body) : (size_t)0);
+	if (!cJSON_IsObject(req)) {
+		int rc = refuse(e, NULL, req, "the body is not a JSON object");
+		cJSON_Delete(req);
+		return rc;
+	}
+	const cJSON *model = jget(req, "model");
+	if (model && cJSON_IsString(model) && strcmp(model->valuestring, m->name)) {
+		snprintf(e->msg, sizeof(e->msg), "the model \"%s\" does not exist (this server has \"%s\")",
+			 model->valuestring, m->name);
+		e->status = 404;
+		e->type = "invalid_request_error";
+		e->param = "model";
+		cJSON_Delete(req);
+		return -ENOENT;
+	}
+	*out = req;
+	return 0;
+}
+
+const char *ms_req_unknown_field(const cJSON *req)
+{
+	static const char *const known[] = {
+		"model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature",
+		"top_p", "top_k", "min_p", "seed", "stop", "n", "presence_penalty",
+		"frequency_penalty", "repetition_penalty", "logit_bias", "logprobs", "top_logprobs",
+		"echo", "stream", "stream_options", "tools", "tool_choice", "reasoning_effort", "user",
+		"suffix", "best_of", "parallel_tool_calls", "response_format", NULL,
+	};
+	const cJSON *it;
+	cJSON_ArrayForEach(it, req) {
+		bool ok = false;
+		for (const char *const *k = known; *k && !ok; k++)
+			ok = !strcmp(*k, it->string);
+		if (!ok)
+			return it->string;
+	}
+	return NULL;
+}
+
+static struct ms_req_gen *gen_new(cJSON *req, bool chat)
+{
+	struct ms_req_gen *r = calloc(1, sizeof(*r));
+	if (!r)
+		return NULL;
+	r->req = req;
+	r->chat = chat;
+	r->n = 1;
+	r->logprobs = -1;
+	ms_sampling_defaults(&r->params.sampling);
+	r->params.sampling.n_logprobs = -1;
+	r->params.prompt_logprobs = -1;
+	r->params.skip_special = true;
+	return r;
+}
+
+void ms_req_gen_free(struct ms_req_gen *r)
+{
+	if (!r)
+		return;
+	for (int i = 0; i < r->n_prompts; i++) {
+		free(r->prompts ? r->prompts[i] : NULL);
+		free(r->echo_text ? r->echo_text[i] : NULL);
+	}
+	free(r->prompts);
+	free(r->n_prompt);
+	free(r->echo_text);
+	free(r->bias);
+	cJSON_Delete(r->req);
+	free(r);
+}
+
+/* ---- POST /v1/completions ---- */
+
+/* A list of token ids into *out (its length in *n). */
+static int prompt_ids(const struct ms_req_model *m, const cJSON *p, int32_t **out, int64_t *n,
+		      struct ms_req_error *e)
+{
+	*out = malloc((size_t)(cJSON_GetArraySize(p) + 1) * sizeof(int32_t));
+	if (!*out)
+		return oom(e);
+	const cJSON *it;
+	int64_t k = 0;
+	cJSON_ArrayForEach(it, p) {
+		if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) || it->valuedouble < 0 ||
+		    it->valuedouble >= (double)m->vocab)
+			return refuse(e, "prompt", it, "prompt token %lld is not an id in [0, %lld)",
+				      (long long)k, (long long)m->vocab);
+		(*out)[k++] = (int32_t)it->valuedouble;
+	}
+	*n = k;
+	return 0;
+}
+
+/* Tokens of one prompt element: a string (encoded, special tokens as plain
+ * text) or a list of ids; *text is what echo shows of it. */
+static int prompt_tokens(const struct ms_req_model *m, const cJSON *p, int32_t **out, int64_t *n,
+			 char **text, struct ms_req_error *e)
+{
+	struct ms_err err = {0};
+	*out = NULL;
+	*text = NULL;
+	if (cJSON_IsString(p)) {
+		if (!m->tok)
+			return refuse(e, "prompt", NULL, "this model has no tokenizer.json: send token ids");
+		size_t k;
+		int rc = ms_tokenizer_encode(m->tok, p->valuestring, strlen(p->valuestring), false, out,
+					     &k, &err);
+		if (rc)
+			return rc == -ENOMEM ? oom(e) : refuse(e, "prompt", NULL, "%.400s", err.msg);
+		*n = (int64_t)k;
+		*text = strdup(p->valuestring);
+		return *text ? 0 : oom(e);
+	}
+	int rc = prompt_ids(m, p, out, n, e);
+	if (rc)
+		return rc;
+	size_t tl;
+	/* ids the tokenizer cannot decode (past its vocabulary) echo as nothing */
+	if (m->tok && ms_tokenizer_decode(m->tok, *out, (size_t)*n, false, text, &tl, &err) == -ENOMEM)
+		return oom(e);
+	if (!*text && !(*text = strdup("")))
+		return oom(e);
+	return 0;
+}
+
+/* "prompt": a string, a list of strings, a list of ids or a list of lists
+ * of ids (at most 64 prompts). */
+static int prompts_field(const struct ms_req_model *m, struct ms_req_gen *r, struct ms_req_error *e)
+{
+	const cJSON *pr = jget(r->req, "prompt");
+	if (!pr)
+		return refuse(e, "prompt", NULL, "\"prompt\" is required");
+	const cJSON *first = cJSON_GetArrayItem(pr, 0);
+	bool list_of = cJSON_IsArray(pr) && (cJSON_IsString(first) || cJSON_IsArray(first));
+	int np = list_of ? cJSON_GetArraySize(pr) : 1;
+	if ((!cJSON_IsString(pr) && !cJSON_IsArray(pr)) || np > 64)
+		return refuse(e, "prompt", pr, "\"prompt\" must be a string, a list of strings, a list "
+			      "of token ids or a list of lists of ids (at most 64)");
+	r->prompts = calloc((size_t)np, sizeof(*r->prompts));
+	r->n_prompt = calloc((size_t)np, sizeof(*r->n_prompt));
+	r->echo_text = calloc((size_t)np, sizeof(*r->echo_text));
+	if (!r->prompts || !r->n_prompt || !r->echo_text)
+		return oom(e);
+	r->n_prompts = np;
+	for (int i = 0; i < np; i++) {
+		const cJSON *one = list_of ? cJSON_GetArrayItem(pr, i) : pr;
+		if (list_of && !cJSON_IsString(one) && !cJSON_IsArray(one))
+			return refuse(e, "prompt", one, "\"prompt\"[%d] must be a string or a list of ids", i);
+		int rc = prompt_tokens(m, one, &r->prompts[i], &r->n_prompt[i], &r->echo_text[i], e);
+		if (rc)
+			return rc;
+		if (r->n_prompt[i] == 0)
+			return refuse(e, "prompt", NULL, "\"prompt\" is empty");
+	}
+	return 0;
+}
+
+static int completion_fields(const struct ms_req_model *m, struct ms_req_gen *r,
+			     struct ms_req_error *e)
+{
+	int rc;
+	if ((rc = common_fields(m, r, e)) || (rc = bool_field(r->req, "echo", &r->echo, e)) < 0)
+		return rc;
+	if (r->params.max_tokens == 0 && !r->echo)
+		return refuse(e, "max_tokens", NULL, "\"max_tokens\" 0 only makes sense with \"echo\"");
+	return prompts_field(m, r, e);
+}
+
+int ms_req_completion(const struct ms_req_model *m, cJSON *req, struct ms_req_gen **out,
+		      struct ms_req_error *e)
+{
+	*out = NULL;
+	struct ms_req_gen *r = gen_new(req, false);
+	if (!r) {
+		cJSON_Delete(req);
+		return oom(e);
+	}
+	int rc = completion_fields(m, r, e);
+	if (rc) {
+		ms_req_gen_free(r);
+		return rc;
+	}
+	if (r->echo && r->logprobs >= 0)
+		r->params.prompt_logprobs = r->logprobs;
+	r->params.stop = r->stops;
+	r->params.n_stop = r->n_stops;
+	int ne = 0;
+	for (int i = 0; i < m->n_eos && ne < 8; i++)
+		r->stop_ids[ne++] = m->eos[i];
+	r->params.stop_ids = r->stop_ids;
+	r->params.n_stop_ids = ne;
+	*out = r;
+	return 0;
+}
+
+/* ---- POST /v1/chat/completions: messages and tools ---- */
+
+/* Keep s (made for the request) until ms_req_chat_free; NULL when s is
+ * NULL or cannot be kept (s is freed). */
+static const char *keep(struct ms_req_chat *c, char *s)
+{
+	char **ns = s ? realloc(c->strs, (size_t)(c->n_strs + 1) * sizeof(char *)) : NULL;
+	if (!ns) {
+		free(s);
+		return NULL;
+	}
+	c->strs = ns;
+	return c->strs[c->n_strs++] = s;
+}
+
+/* v printed as JSON text and kept, or NULL (out of memory). */
+static const char *keep_json(struct ms_req_chat *c, const cJSON *v)
+{
+	return keep(c, cJSON_PrintUnformatted(v));
+}
+
+/* A message's content: a string, or a list of {"type": "text", "text": ...}
+ * joined. 1 with *out set (NULL when absent), 0 when it is neither, or
+ * -ENOMEM. */
+static int content_text(struct ms_req_chat *c, const cJSON *v, const char **out)
+{
+	*out = NULL;
+	if (!v)
+		return 1;
+	if (cJSON_IsString(v)) {
+		*out = v->valuestring;
+		return 1;
+	}
+	if (!cJSON_IsArray(v))
+		return 0;
+	struct ms_strbuf b = {0};
+	const cJSON *part;
+	cJSON_ArrayForEach(part, v) {
+		const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
+		const cJSON *ty = cJSON_GetObjectItemCaseSensitive(part, "type");
+		if (!cJSON_IsString(t) || (ty && (!cJSON_IsString(ty) || strcmp(ty->valuestring, "text")))) {
+			ms_strbuf_free(&b);
+			return 0;
+		}
+		ms_strbuf_str(&b, t->valuestring);
+	}
+	*out = keep(c, ms_strbuf_take(&b));
+	return *out ? 1 : -ENOMEM;
+}
+
+/* An assistant message's tool calls, from c->tcalls[*t] on. */
+static int tool_calls_of(struct ms_req_chat *c, const cJSON *m, int i, struct ms_chat_message *cm,
+			 int *t, struct ms_req_error *e)
+{
+	const cJSON *tc = jget(m, "tool_calls"), *c1;
+	if (!tc || !cJSON_IsArray(tc))
+		return 0;
+	cm->tool_calls = &c->tcalls[*t];
+	cJSON_ArrayForEach(c1, tc) {
+		const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c1, "function");
+		const cJSON *nm = cJSON_GetObjectItemCaseSensitive(fn, "name");
+		const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+		const cJSON *id = cJSON_GetObjectItemCaseSensitive(c1, "id");
+		if (!cJSON_IsString(nm))
+			return refuse(e, "messages", nm, "messages[%d].tool_calls[%d].function.name is "
+				      "required", i, cm->n_tool_calls);
+		struct ms_chat_tool_call *call = &c->tcalls[(*t)++];
+		call->name = nm->valuestring;
+		call->id = cJSON_IsString(id) ? id->valuestring : NULL;
+		/* arguments sent as an object rather than JSON text: its text */
+		call->arguments = cJSON_IsString(args) ? args->valuestring : NULL;
+		if (args && !cJSON_IsString(args) && !(call->arguments = keep_json(c, args)))
+			return oom(e);
+		cm->n_tool_calls++;
+	}
+	return 0;
+}
+
+/* A tool result's function: its "name", or that of the earlier call its
+ * "tool_call_id" names (the first t calls). */
+static int tool_name_of(const struct ms_req_chat *c, const cJSON *m, int i, struct ms_chat_message *cm,
+			int t, struct ms_req_error *e)
+{
+	const cJSON *nm = jget(m, "name"), *id = jget(m, "tool_call_id");
+	if (nm && cJSON_IsString(nm))
+		cm->name = nm->valuestring;
+	for (int q = 0; !cm->name && id && cJSON_IsString(id) && q < t; q++)
+		if (c->tcalls[q].id && !strcmp(c->tcalls[q].id, id->valuestring))
+			cm->name = c->tcalls[q].name;
+	if (!cm->name)
+		return refuse(e, "messages", NULL, "messages[%d]: a tool message needs \"name\" or the "
+			      "\"tool_call_id\" of an earlier tool call", i);
+	return 0;
+}
+
+static int message_of(struct ms_req_chat *c, const cJSON *m, int i, int *t, struct ms_req_error *e)
+{
+	struct ms_chat_message *cm = &c->msgs[i];
+	const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+	if (!cJSON_IsObject(m) || !cJSON_IsString(role))
+		return refuse(e, "messages", cJSON_IsObject(m) ? role : m,
+			      "messages[%d] needs a \"role\"", i);
+	cm->role = role->valuestring;
+	const cJSON *content = jget(m, "content");
+	int ok = content_text(c, content, &cm->content);
+	if (ok < 0)
+		return oom(e);
+	if (!ok)
+		return refuse(e, "messages", content, "messages[%d].content must be a string or a list "
+			      "of text parts", i);
+	const cJSON *r = jget(m, "reasoning_content");
+	r = r ? r : jget(m, "reasoning");
+	if (r && cJSON_IsString(r))
+		cm->reasoning = r->valuestring;
+	int rc = tool_calls_of(c, m, i, cm, t, e);
+	if (!rc && !strcmp(cm->role, "tool"))
+		rc = tool_name_of(c, m, i, cm, *t, e);
+	return rc;
+}
+
+static int messages_field(const cJSON *req, struct ms_req_chat *c, struct ms_req_error *e)
+{
+	const cJSON *ms = jget(req, "messages"), *m;
+	if (!cJSON_IsArray(ms) || !cJSON_GetArraySize(ms))
+		return refuse(e, "messages", ms, "\"messages\" must be a non-empty list");
+	int n = cJSON_GetArraySize(ms), ntc = 0;
+	cJSON_ArrayForEach(m, ms) {
+		const cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+		ntc += cJSON_IsArray(tc) ? cJSON_GetArraySize(tc) : 0;
+	}
+	c->msgs = calloc((size_t)n, sizeof(*c->msgs));
+	c->tcalls = calloc((size_t)ntc + 1, sizeof(*c->tcalls));
+	if (!c->msgs || !c->tcalls)
+		return oom(e);
+	int i = 0, t = 0, rc;
+	cJSON_ArrayForEach(m, ms) {
+		if ((rc = message_of(c, m, i, &t, e)))
+			return rc;
+		i++;
+	}
+	c->cr.messages = c->msgs;
+	c->cr.n_messages = n;
+	return 0;
+}
+
+static int tools_field(const cJSON *req, struct ms_req_chat *c, struct ms_req_error *e)
+{
+	const cJSON *tools = jget(req, "tools"), *tl;
+	if (!tools)
+		return 0;
+	if (!cJSON_IsArray(tools))
+		return refuse(e, "tools", tools, "\"tools\" must be a list");
+	c->tools = calloc((size_t)cJSON_GetArraySize(tools) + 1, sizeof(*c->tools));
+	if (!c->tools)
+		return oom(e);
+	int k = 0;
+	cJSON_ArrayForEach(tl, tools) {
+		const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tl, "function");
+		const cJSON *nm = cJSON_GetObjectItemCaseSensitive(fn, "name");
+		const cJSON *ds = cJSON_GetObjectItemCaseSensitive(fn, "description");
+		const cJSON *ps = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+		if (!cJSON_IsString(nm))
+			return refuse(e, "tools", nm, "tools[%d].function.name is required", k);
+		c->tools[k].name = nm->valuestring;
+		c->tools[k].description = cJSON_IsString(ds) ? ds->valuestring : NULL;
+		if (ps && !cJSON_IsNull(ps) && !(c->tools[k].parameters = keep_json(c, ps)))
+			return oom(e);
+		k++;
+	}
+	c->cr.tools = c->tools;
+	c->cr.n_tools = k;
+	return 0;
+}
+
+int ms_req_chat_messages(const cJSON *req, struct ms_req_chat *c, struct ms_req_error *e)
+{
+	memset(c, 0, sizeof(*c));
+	int rc;
+	if ((rc = messages_field(req, c, e)) || (rc = tools_field(req, c, e)))
+		return rc;
+	const cJSON *re = jget(req, "reasoning_effort");
+	if (!re)
+		return 0;
+	if (!cJSON_IsString(re) || (strcmp(re->valuestring, "low") && strcmp(re->valuestring, "medium") &&
+				    strcmp(re->valuestring, "high")))
+		return refuse(e, "reasoning_effort", re,
+			      "\"reasoning_effort\" must be \"low\", \"medium\" or \"high\"");
+	c->cr.reasoning_effort = re->valuestring;
+	return 0;
+}
+
+void ms_req_chat_free(struct ms_req_chat *c)
+{
+	for (int i = 0; i < c->n_strs; i++)
+		free(c->strs[i]);
+	free(c->strs);
+	free(c->msgs);
+	free(c->tools);
+	free(c->tcalls);
+	memset(c, 0, sizeof(*c));
+}
+
+/* ---- POST /v1/chat/completions: the prompt ---- */
+
+/* The rendered text as ids: the text between the renderer's special tokens
+ * with special tokens off (a user's "<|end|>" stays text), the specials by
+ * id. */
+static int encode_rendered(const struct ms_tokenizer *tok, const char *text, size_t tlen,
+			   const struct ms_harmony_span *sp, size_t nsp, int32_t *ids, int64_t *nid,
+			   struct ms_req_error *e)
+{
+	struct ms_err err = {0};
+	size_t at = 0;
+	*nid = 0;
+	for (size_t q = 0; q <= nsp; q++) {
+		size_t end = q < nsp ? sp[q].off : tlen;
+		if (end > at) {
+			int32_t *part;
+			size_t np;
+			int rc = ms_tokenizer_encode(tok, text + at, end - at, false, &part, &np, &err);
+			if (rc)
+				return rc == -ENOMEM ? oom(e) : refuse(e, "messages", NULL, "%s", err.msg);
+			memcpy(ids + *nid, part, np * sizeof(int32_t));
+			*nid += (int64_t)np;
+			free(part);
+		}
+		if (q < nsp) {
+			char name[64];
+			snprintf(name, sizeof(name), "%.*s", (int)sp[q].len, text + sp[q].off);
+			if ((ids[(*nid)++] = ms_tokenizer_find(tok, name)) < 0)
+				return refuse(e, "messages", NULL, "the tokenizer has no special token %s "
+					      "(the harmony renderer wrote it)", name);
+			at = sp[q].off + sp[q].len;
+		}
+	}
+	return 0;
+}
+
+/* The messages rendered with harmony and encoded: the request's one prompt. */
+static int chat_prompt(const struct ms_req_model *m, struct ms_req_gen *r, struct ms_req_error *e)
+{
+	struct ms_req_chat c;
+	char *text = NULL;
+	size_t tlen = 0, nsp = 0;
+	struct ms_harmony_span *sp = NULL;
+	struct ms_err err = {0};
+	int rc = ms_req_chat_messages(r->req, &c, e);
+	if (!rc && (rc = ms_harmony_render_ex(&c.cr, &text, &tlen, &sp, &nsp, &err)))
+		rc = rc == -ENOMEM ? oom(e) : refuse(e, "messages", NULL, "%s", err.msg);
+	ms_req_chat_free(&c);
+	if (!rc) {
+		r->prompts = calloc(1, sizeof(*r->prompts));
+		r->n_prompt = calloc(1, sizeof(*r->n_prompt));
+		if (r->prompts && r->n_prompt)
+			r->n_prompts = 1;
+		/* each byte of text is at most one token */
+		if (!r->n_prompts || !(r->prompts[0] = malloc((tlen + nsp + 1) * sizeof(int32_t))))
+			rc = oom(e);
+	}
+	if (!rc)
+		rc = encode_rendered(m->tok, text, tlen, sp, nsp, r->prompts[0], &r->n_prompt[0], e);
+	free(text);
+	free(sp);
+	return rc;
+}
+
+int ms_req_chat(const struct ms_req_model *m, cJSON *req, struct ms_req_gen **out,
+		struct ms_req_error *e)
+{
+	*out = NULL;
+	if (!m->tok || !m->harmony) {
+		cJSON_Delete(req);
+		return refuse(e, NULL, NULL, "chat needs the model's tokenizer.json with the harmony "
+			      "special tokens (<|start|>, <|message|>, ...); use /v1/completions");
+	}
+	struct ms_req_gen *r = gen_new(req, true);
+	if (!r) {
+		cJSON_Delete(req);
+		return oom(e);
+	}
+	int rc = common_fields(m, r, e);
+	if (!rc)
+		rc = chat_prompt(m, r, e);
+	if (rc) {
+		ms_req_gen_free(r);
+		return rc;
+	}
+	if (!jget(req, "max_tokens") && !jget(req, "max_completion_tokens"))
+		r->params.max_tokens = m->max_model_len - r->n_prompt[0]; /* the rest of the context */
+	int ne = 0;
+	r->stop_ids[ne++] = m->hids.ret;
+	r->stop_ids[ne++] = m->hids.call;
+	for (int i = 0; i < m->n_eos && ne < 10; i++)
+		r->stop_ids[ne++] = m->eos[i];
+	r->params.stop_ids = r->stop_ids;
+	r->params.n_stop_ids = ne;
+	*out = r;
+	return 0;
+}
+
+/* ---- POST /tokenize, /detokenize ---- */
+
+int ms_req_tokenize(const struct ms_req_model *m, const cJSON *req, int32_t **ids, size_t *n,
+		    struct ms_req_error *e)
+{
+	const cJSON *p = jget(req, "prompt");
+	if (!p)
+		p = jget(req, "text");
+	const cJSON *sp = jget(req, "add_special_tokens");
+	*ids = NULL;
+	*n = 0;
+	if (!m->tok)
+		return refuse(e, NULL, NULL, "this model has no tokenizer.json");
+	if (!p || !cJSON_IsString(p))
+		return refuse(e, "prompt", p, "\"prompt\" must be a string");
+	/* special tokens written in the text count only when asked */
+	bool special = sp && cJSON_IsTrue(sp);
+	struct ms_err err = {0};
+	int rc = ms_tokenizer_encode(m->tok, p->valuestring, strlen(p->valuestring), special, ids, n,
+				     &err);
+	if (rc)
+		return rc == -ENOMEM ? oom(e) : refuse(e, "prompt", NULL, "%s", err.msg);
+	return 0;
+}
+
+int ms_req_detokenize(const struct ms_req_model *m, const cJSON *req, char **text, size_t *len,
+		      struct ms_req_error *e)
+{
+	const cJSON *t = jget(req, "tokens"), *it;
+	*text = NULL;
+	*len = 0;
+	if (!m->tok)
+		return refuse(e, "tokens", NULL, "this model has no tokenizer.json");
+	if (!t || !cJSON_IsArray(t))
+		return refuse(e, "tokens", t, "\"tokens\" must be a list of ids");
+	int n = cJSON_GetArraySize(t), i = 0, n_ids = ms_tokenizer_n_ids(m->tok);
+	int32_t *ids = malloc((size_t)(n + 1) * sizeof(int32_t));
+	if (!ids)
+		return oom(e);
+	cJSON_ArrayForEach(it, t) {
+		if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble >= n_ids ||
+		    it->valuedouble != floor(it->valuedouble)) {
+			free(ids);
+			return refuse(e, "tokens", it, "tokens[%d] is not an id in [0, %d)", i, n_ids);
+		}
+		ids[i++] = (int32_t)it->valuedouble;
+	}
+	struct ms_err err = {0};
+	int rc = ms_tokenizer_decode(m->tok, ids, (size_t)n, false, text, len, &err);
+	free(ids);
+	if (rc)
+		return rc == -ENOMEM ? oom(e) : refuse(e, "tokens", NULL, "%s", err.msg);
+	return 0;
+}

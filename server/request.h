@@ -1,0 +1,108 @@
+/*
+ * request.h: the OpenAI request bodies, parsed and validated into what the
+ * engine takes (server/ only; no HTTP here, so tests drive it on JSON text).
+ *
+ * Every refusal names the field (the error envelope's "param") and says
+ * what the field must be, with the value that was given. An allocation
+ * failure is a refusal too, status 500, never a crash or a shorter request.
+ * Fields that are absent or JSON null take their defaults.
+ */
+#ifndef MS_SERVER_REQUEST_H
+#define MS_SERVER_REQUEST_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine.h"
+#include "harmony.h"
+#include "tokenizer.h"
+
+/* What the parsers need to know of the model served. */
+struct ms_req_model {
+	const char *name;               /* the served model id ("model" must match) */
+	int64_t vocab;                  /* token ids are in [0, vocab) */
+	int64_t max_model_len;          /* the context advertised */
+	const struct ms_tokenizer *tok; /* NULL: token prompts only, no chat */
+	bool harmony;                   /* tok has the harmony special tokens (chat) */
+	struct ms_harmony_ids hids;
+	const int32_t *eos;             /* the model's eos ids (generation stops there) */
+	int n_eos;
+};
+
+struct ms_req_error {
+	int status;         /* 400, 404 (another model), 500 (out of memory) */
+	const char *type;   /* the envelope's "type" */
+	const char *param;  /* the field, or NULL */
+	char msg[1024];
+};
+
+#define MS_REQ_MAX_STOPS 16
+
+/* A parsed /v1/completions or /v1/chat/completions request: one engine
+ * request per prompt and choice. */
+struct ms_req_gen {
+	bool chat, stream, include_usage, echo;
+	int n;                          /* choices per prompt, 1..16 */
+	int logprobs;                   /* completions: top-N per token; -1: none */
+	int n_prompts;                  /* completions: 1..64; chat: 1 */
+	int32_t **prompts;              /* (n_prompts) token ids */
+	int64_t *n_prompt;
+	char **echo_text;               /* completions: each prompt's text, for echo */
+	/* What the engine gets. Completions pass the stop strings to it; chat
+	 * applies them to the answer (not to channel headers or reasoning), so
+	 * its params.n_stop is 0. */
+	struct ms_request_params params;
+	const char *stops[MS_REQ_MAX_STOPS]; /* non-empty, pointing into req */
+	int n_stops;
+	int32_t stop_ids[12];
+	struct ms_logit_bias *bias;
+	cJSON *req;                     /* the body */
+};
+
+/* The body: a JSON object whose "model", when a string, is the served one.
+ * *out is the parsed body (the caller deletes it). */
+int ms_req_body(const struct ms_req_model *m, const char *body, size_t len, cJSON **out,
+		struct ms_req_error *e);
+
+/* The name of the first field that neither endpoint knows, or NULL (they
+ * are ignored; the server logs one). */
+const char *ms_req_unknown_field(const cJSON *req);
+
+/* POST /v1/completions and /v1/chat/completions. req is taken (owned by
+ * *out on success, deleted otherwise). 0, or -EINVAL / -ENOMEM with e set;
+ * *out is NULL then. Chat renders the messages with harmony and encodes the
+ * text between the renderer's special tokens with special tokens off (a
+ * user's "<|end|>" stays text). */
+int ms_req_completion(const struct ms_req_model *m, cJSON *req, struct ms_req_gen **out,
+		      struct ms_req_error *e);
+int ms_req_chat(const struct ms_req_model *m, cJSON *req, struct ms_req_gen **out,
+		struct ms_req_error *e);
+void ms_req_gen_free(struct ms_req_gen *r);   /* NULL is fine */
+
+/* A chat request's messages and tools as harmony takes them: strings point
+ * into the body, or into strs (joined content parts, tool-call arguments
+ * and tool parameters printed as JSON). */
+struct ms_req_chat {
+	struct ms_chat_request cr;
+	struct ms_chat_message *msgs;
+	struct ms_chat_tool *tools;
+	struct ms_chat_tool_call *tcalls;
+	char **strs;
+	int n_strs;
+};
+
+/* "messages", "tools" and "reasoning_effort" of a chat body. 0 or an
+ * error; c is to be freed with ms_req_chat_free either way. */
+int ms_req_chat_messages(const cJSON *req, struct ms_req_chat *c, struct ms_req_error *e);
+void ms_req_chat_free(struct ms_req_chat *c);
+
+/* POST /tokenize ({"prompt" or "text", "add_special_tokens"}): *ids
+ * malloc'd. POST /detokenize ({"tokens"}): *text malloc'd. */
+int ms_req_tokenize(const struct ms_req_model *m, const cJSON *req, int32_t **ids, size_t *n,
+		    struct ms_req_error *e);
+int ms_req_detokenize(const struct ms_req_model *m, const cJSON *req, char **text, size_t *len,
+		      struct ms_req_error *e);
+
+#endif

@@ -1,0 +1,975 @@
+/*
+ * test-server-requests.c: the OpenAI request parsers (server/request.c) on
+ * JSON text, without a daemon.
+ *
+ * Every field of /v1/completions, /v1/chat/completions, /tokenize and
+ * /detokenize accepted at its edge values and read back from the engine
+ * request; every refusal (malformed JSON, wrong type, out of range, unknown
+ * enum value, missing field, another model) with its status, the field
+ * named as "param" and a message that names the field and the value given.
+ * Prompts are encoded with the default model's tokenizer (harmony tokens
+ * included, so chat renders for real). Allocation failures injected into
+ * cJSON answer 500, never a 400 or a shorter request.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+#include "request.h"
+#include "sampler.h"
+#include "tokenizer.h"
+
+#ifndef MS_DEFAULT_MODEL
+#define MS_DEFAULT_MODEL "models/default/bf16"
+#endif
+
+static struct ms_tokenizer *tok;
+static const int32_t eos[] = {4084, 4081};
+
+#define VOCAB 4096
+#define CONTEXT 8192
+
+static struct ms_req_model model(void)
+{
+	struct ms_req_model m = {
+		.name = "kjv", .vocab = VOCAB, .max_model_len = CONTEXT, .tok = tok, .eos = eos, .n_eos = 2,
+	};
+	m.hids = (struct ms_harmony_ids){
+		ms_tokenizer_find(tok, "<|start|>"), ms_tokenizer_find(tok, "<|end|>"),
+		ms_tokenizer_find(tok, "<|message|>"), ms_tokenizer_find(tok, "<|channel|>"),
+		ms_tokenizer_find(tok, "<|constrain|>"), ms_tokenizer_find(tok, "<|return|>"),
+		ms_tokenizer_find(tok, "<|call|>")};
+	m.harmony = true;
+	return m;
+}
+
+typedef int (*parse_fn)(const struct ms_req_model *m, cJSON *req, struct ms_req_gen **out,
+			struct ms_req_error *e);
+
+/* The body as the server takes it: ms_req_body, then the endpoint's parser. */
+static int parse_with(const struct ms_req_model *m, parse_fn fn, const char *json,
+		      struct ms_req_gen **r, struct ms_req_error *e)
+{
+	cJSON *req;
+	*r = NULL;
+	int rc = ms_req_body(m, json, strlen(json), &req, e);
+	return rc ? rc : fn(m, req, r, e);
+}
+
+static struct ms_req_gen *accepted(parse_fn fn, const char *json)
+{
+	struct ms_req_model m = model();
+	struct ms_req_gen *r;
+	struct ms_req_error e = {0};
+	int rc = parse_with(&m, fn, json, &r, &e);
+	ck_assert_msg(rc == 0, "%s: refused: %d %s (param %s)", json, e.status, e.msg,
+		      e.param ? e.param : "null");
+	ck_assert_ptr_nonnull(r);
+	return r;
+}
+
+#define CMPL(json) accepted(ms_req_completion, json)
+#define CHAT(json) accepted(ms_req_chat, json)
+
+/* json refused with status and param (NULL: none), the message holding
+ * every needle. */
+static void refused_by(const struct ms_req_model *m, parse_fn fn, const char *json, int status,
+		       const char *param, const char *const *needles)
+{
+	struct ms_req_gen *r;
+	struct ms_req_error e = {0};
+	int rc = parse_with(m, fn, json, &r, &e);
+	ck_assert_msg(rc < 0, "%s: accepted", json);
+	ck_assert_msg(r == NULL, "%s: refused, yet a request came out", json);
+	ck_assert_msg(e.status == status, "%s: status %d, want %d (%s)", json, e.status, status, e.msg);
+	if (param)
+		ck_assert_msg(e.param && !strcmp(e.param, param), "%s: param %s, want %s (%s)", json,
+			      e.param ? e.param : "null", param, e.msg);
+	else
+		ck_assert_msg(!e.param, "%s: param %s, want null (%s)", json, e.param, e.msg);
+	for (const char *const *n = needles; *n; n++)
+		ck_assert_msg(strstr(e.msg, *n), "%s: the message \"%s\" lacks \"%s\"", json, e.msg, *n);
+}
+
+static void refused(parse_fn fn, const char *json, int status, const char *param,
+		    const char *const *needles)
+{
+	struct ms_req_model m = model();
+	refused_by(&m, fn, json, status, param, needles);
+}
+
+#define NEEDLES(...) ((const char *const[]){__VA_ARGS__, NULL})
+#define CMPL_BAD(json, param, ...) refused(ms_req_completion, json, 400, param, NEEDLES(__VA_ARGS__))
+#define CHAT_BAD(json, param, ...) refused(ms_req_chat, json, 400, param, NEEDLES(__VA_ARGS__))
+
+/* The ids of text, encoded as a completion prompt is (special tokens as text). */
+static size_t encode(const char *text, int32_t **ids)
+{
+	size_t n;
+	struct ms_err err = {0};
+	ck_assert_int_eq(ms_tokenizer_encode(tok, text, strlen(text), false, ids, &n, &err), 0);
+	return n;
+}
+
+/* The prompt as text, special tokens spelled out. */
+static char *prompt_text(const struct ms_req_gen *r, int i)
+{
+	char *text;
+	size_t len;
+	struct ms_err err = {0};
+	ck_assert_int_eq(ms_tokenizer_decode(tok, r->prompts[i], (size_t)r->n_prompt[i], false, &text,
+					     &len, &err), 0);
+	return text;
+}
+
+static int count_id(const struct ms_req_gen *r, int32_t id)
+{
+	int c = 0;
+	for (int64_t i = 0; i < r->n_prompt[0]; i++)
+		c += r->prompts[0][i] == id;
+	return c;
+}
+
+/* ==== the body ==== */
+
+START_TEST(body_refusals)
+{
+	struct ms_req_model m = model();
+	struct {
+		const char *json;
+		const char *needle;
+	} bad[] = {
+		{"{bad json", "not valid JSON near byte 2"},
+		{"", "not valid JSON near byte 0"},
+		{"{\"prompt\": \"x\",}", "not valid JSON near byte 15"},
+		{"{\"messages\": [", "not valid JSON"},
+		{"[1, 2]", "(got a list of 2)"},
+		{"\"str\"", "(got \"str\")"},
+		{"42", "(got 42)"},
+		{"null", "(got null)"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		cJSON *req = (cJSON *)1;
+		struct ms_req_error e = {0};
+		int rc = ms_req_body(&m, bad[i].json, strlen(bad[i].json), &req, &e);
+		ck_assert_msg(rc == -EINVAL && !req, "%s: accepted", bad[i].json);
+		ck_assert_int_eq(e.status, 400);
+		ck_assert_str_eq(e.type, "invalid_request_error");
+		ck_assert_ptr_null(e.param);
+		ck_assert_msg(strstr(e.msg, "the body is not a JSON object") && strstr(e.msg, bad[i].needle),
+			      "%s: \"%s\" lacks \"%s\"", bad[i].json, e.msg, bad[i].needle);
+	}
+	/* the length is the body's, not the string's */
+	const char *two = "{\"prompt\": \"x\"}{\"prompt\": 5}";
+	cJSON *req;
+	struct ms_req_error e = {0};
+	ck_assert_int_eq(ms_req_body(&m, two, 15, &req, &e), 0);
+	ck_assert_str_eq(cJSON_GetObjectItem(req, "prompt")->valuestring, "x");
+	cJSON_Delete(req);
+	ck_assert_int_eq(ms_req_body(&m, two, 14, &req, &e), -EINVAL);
+	/* another model: 404 naming both */
+	refused(ms_req_completion, "{\"model\": \"nope\", \"prompt\": \"x\"}", 404, "model",
+		NEEDLES("the model \"nope\" does not exist", "this server has \"kjv\""));
+	refused(ms_req_chat, "{\"model\": \"gpt-4\", \"messages\": []}", 404, "model", NEEDLES("\"gpt-4\""));
+	/* this model, or none: accepted; null is none */
+	ms_req_gen_free(CMPL("{\"model\": \"kjv\", \"prompt\": \"x\"}"));
+	ms_req_gen_free(CMPL("{\"model\": null, \"prompt\": \"x\"}"));
+	CMPL_BAD("{\"model\": 5, \"prompt\": \"x\"}", "model", "\"model\" must be a string (got 5)");
+	CMPL_BAD("{\"model\": [\"kjv\"], \"prompt\": \"x\"}", "model", "(got a list of 1)");
+}
+END_TEST
+
+START_TEST(unknown_fields)
+{
+	cJSON *req = cJSON_Parse("{\"prompt\": \"x\", \"temperature\": 1, \"tool_choice\": \"auto\"}");
+	ck_assert_ptr_null(ms_req_unknown_field(req));
+	cJSON_Delete(req);
+	req = cJSON_Parse("{\"prompt\": \"x\", \"guided_json\": {}, \"foo\": 1}");
+	ck_assert_str_eq(ms_req_unknown_field(req), "guided_json");
+	cJSON_Delete(req);
+}
+END_TEST
+
+/* ==== /v1/completions ==== */
+
+START_TEST(completion_defaults)
+{
+	struct ms_req_gen *r = CMPL("{\"prompt\": \"In the beginning God created\"}");
+	struct ms_sampling d;
+	ms_sampling_defaults(&d);
+	const struct ms_sampling *s = &r->params.sampling;
+	ck_assert(!r->chat && !r->stream && !r->include_usage && !r->echo);
+	ck_assert_int_eq(r->n, 1);
+	ck_assert_int_eq(r->logprobs, -1);
+	ck_assert_int_eq(r->params.max_tokens, 16);
+	ck_assert(s->temperature == d.temperature && s->top_p == d.top_p && s->min_p == d.min_p);
+	ck_assert_int_eq(s->top_k, d.top_k);
+	ck_assert(s->presence_penalty == d.presence_penalty && s->frequency_penalty == d.frequency_penalty);
+	ck_assert(s->repetition_penalty == d.repetition_penalty);
+	ck_assert(!s->has_seed);
+	ck_assert_int_eq(s->n_logprobs, -1);
+	ck_assert_ptr_null(s->logit_bias);
+	ck_assert_int_eq(r->params.prompt_logprobs, -1);
+	ck_assert(r->params.skip_special);
+	ck_assert_int_eq(r->params.n_stop, 0);
+	ck_assert_int_eq(r->params.n_stop_ids, 2);
+	ck_assert_int_eq(r->params.stop_ids[0], 4084);
+	ck_assert_int_eq(r->params.stop_ids[1], 4081);
+	/* the prompt: encoded with special tokens as text, and kept for echo */
+	int32_t *ids;
+	size_t n = encode("In the beginning God created", &ids);
+	ck_assert_int_eq(r->n_prompts, 1);
+	ck_assert_int_eq(r->n_prompt[0], (int64_t)n);
+	ck_assert_mem_eq(r->prompts[0], ids, n * sizeof(int32_t));
+	ck_assert_str_eq(r->echo_text[0], "In the beginning God created");
+	free(ids);
+	ms_req_gen_free(r);
+	/* null is absent */
+	r = CMPL("{\"prompt\": \"x\", \"temperature\": null, \"max_tokens\": null, \"n\": null, "
+		 "\"stop\": null, \"seed\": null, \"logprobs\": null, \"echo\": null, \"stream\": null}");
+	ck_assert_int_eq(r->params.max_tokens, 16);
+	ck_assert(r->params.sampling.temperature == d.temperature && !r->params.sampling.has_seed);
+	ms_req_gen_free(r);
+}
+END_TEST
+
+START_TEST(completion_sampling_edges)
+{
+	struct {
+		const char *json;
+		float temperature, top_p, min_p, presence, frequency, repetition;
+	} f[] = {
+		{"{\"prompt\": \"x\", \"temperature\": 0, \"top_p\": 0, \"min_p\": 0, \"presence_penalty\": -2, "
+		 "\"frequency_penalty\": -2, \"repetition_penalty\": 0}", 0, 0, 0, -2, -2, 0},
+		{"{\"prompt\": \"x\", \"temperature\": 100, \"top_p\": 1, \"min_p\": 1, \"presence_penalty\": 2, "
+		 "\"frequency_penalty\": 2, \"repetition_penalty\": 10}", 100, 1, 1, 2, 2, 10},
+		{"{\"prompt\": \"x\", \"temperature\": 0.7, \"top_p\": 0.95, \"min_p\": 0.05, "
+		 "\"presence_penalty\": 0.5, \"frequency_penalty\": -0.25, \"repetition_penalty\": 1.1}",
+		 0.7f, 0.95f, 0.05f, 0.5f, -0.25f, 1.1f},
+	};
+	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+		struct ms_req_gen *r = CMPL(f[i].json);
+		const struct ms_sampling *s = &r->params.sampling;
+		ck_assert_float_eq(s->temperature, f[i].temperature);
+		ck_assert_float_eq(s->top_p, f[i].top_p);
+		ck_assert_float_eq(s->min_p, f[i].min_p);
+		ck_assert_float_eq(s->presence_penalty, f[i].presence);
+		ck_assert_float_eq(s->frequency_penalty, f[i].frequency);
+		ck_assert_float_eq(s->repetition_penalty, f[i].repetition);
+		ms_req_gen_free(r);
+	}
+	struct {
+		const char *json;
+		int32_t top_k;
+	} k[] = {
+		{"{\"prompt\": \"x\", \"top_k\": -1}", -1},
+		{"{\"prompt\": \"x\", \"top_k\": 0}", 0},
+		{"{\"prompt\": \"x\", \"top_k\": 40}", 40},
+		{"{\"prompt\": \"x\", \"top_k\": 1e9}", 1000000000},
+	};
+	for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++) {
+		struct ms_req_gen *r = CMPL(k[i].json);
+		ck_assert_int_eq(r->params.sampling.top_k, k[i].top_k);
+		ms_req_gen_free(r);
+	}
+	/* seeds: signed or unsigned 64-bit, negative ones as two's complement */
+	struct {
+		const char *json;
+		uint64_t seed;
+	} sd[] = {
+		{"{\"prompt\": \"x\", \"seed\": 0}", 0},
+		{"{\"prompt\": \"x\", \"seed\": 1234}", 1234},
+		{"{\"prompt\": \"x\", \"seed\": -1}", UINT64_MAX},
+		{"{\"prompt\": \"x\", \"seed\": -9223372036854775808}", (uint64_t)1 << 63},
+		{"{\"prompt\": \"x\", \"seed\": 9223372036854775808}", (uint64_t)1 << 63},
+		{"{\"prompt\": \"x\", \"seed\": 18446744073709549568}", UINT64_MAX - 2047},
+	};
+	for (size_t i = 0; i < sizeof(sd) / sizeof(sd[0]); i++) {
+		struct ms_req_gen *r = CMPL(sd[i].json);
+		ck_assert(r->params.sampling.has_seed);
+		ck_assert_msg(r->params.sampling.seed == sd[i].seed, "%s: seed %llu", sd[i].json,
+			      (unsigned long long)r->params.sampling.seed);
+		ms_req_gen_free(r);
+	}
+}
+END_TEST
+
+START_TEST(completion_logprobs_and_bias)
+{
+	struct ms_req_gen *r = CMPL("{\"prompt\": \"x\", \"logprobs\": 0}");
+	ck_assert_int_eq(r->logprobs, 0);
+	ck_assert_int_eq(r->params.sampling.n_logprobs, 0);
+	ck_assert_int_eq(r->params.prompt_logprobs, -1); /* no echo: no prompt logprobs */
+	ms_req_gen_free(r);
+	r = CMPL("{\"prompt\": \"x\", \"logprobs\": 20, \"echo\": true}");
+	ck_assert_int_eq(r->logprobs, 20);
+	ck_assert_int_eq(r->params.prompt_logprobs, 20);
+	ck_assert(r->echo);
+	ms_req_gen_free(r);
+	r = CMPL("{\"prompt\": \"x\", \"echo\": true}");
+	ck_assert_int_eq(r->params.prompt_logprobs, -1);
+	ms_req_gen_free(r);
+	/* top_logprobs is chat's: completions ignore it */
+	r = CMPL("{\"prompt\": \"x\", \"top_logprobs\": 99}");
+	ck_assert_int_eq(r->params.sampling.n_logprobs, -1);
+	ms_req_gen_free(r);
+	/* logit_bias: ids at both ends of the vocabulary, biases at both ends */
+	r = CMPL("{\"prompt\": \"x\", \"logit_bias\": {\"0\": -100, \"4095\": 100, \"17\": 0.5}}");
+	const struct ms_sampling *s = &r->params.sampling;
+	ck_assert_uint_eq(s->n_logit_bias, 3);
+	ck_assert_int_eq(s->logit_bias[0].id, 0);
+	ck_assert_float_eq(s->logit_bias[0].bias, -100);
+	ck_assert_int_eq(s->logit_bias[1].id, 4095);
+	ck_assert_float_eq(s->logit_bias[1].bias, 100);
+	ck_assert_int_eq(s->logit_bias[2].id, 17);
+	ck_assert_float_eq(s->logit_bias[2].bias, 0.5f);
+	ms_req_gen_free(r);
+	r = CMPL("{\"prompt\": \"x\", \"logit_bias\": {}}");
+	ck_assert_uint_eq(r->params.sampling.n_logit_bias, 0);
+	ms_req_gen_free(r);
+}
+END_TEST
+
+START_TEST(completion_limits_and_stops)
+{
+	struct ms_req_gen *r = CMPL("{\"prompt\": \"x\", \"max_tokens\": 0, \"echo\": true}");
+	ck_assert_int_eq(r->params.max_tokens, 0);
+	ms_req_gen_free(r);
+	r = CMPL("{\"prompt\": \"x\", \"max_tokens\": 1e9}");
+	ck_assert_int_eq(r->params.max_tokens, 1000000000);
+	ms_req_gen_free(r);
+	r = CMPL("{\"prompt\": \"x\", \"n\": 16, \"stream\": true, \"stream_options\": {\"include_usage\": true}}");
+	ck_assert_int_eq(r->n, 16);
+	ck_assert(r->stream && r->include_usage);
+	ms_req_gen_free(r);
+	/* stream_options that are not an object, or false: no usage chunk */
+	r = CMPL("{\"prompt\": \"x\", \"stream\": false, \"stream_options\": \"yes\"}");
+	ck_assert(!r->stream && !r->include_usage);
+	ms_req_gen_free(r);
+	r = CMPL("{\"prompt\": \"x\", \"stream_options\": {\"include_usage\": false}}");
+	ck_assert(!r->include_usage);
+	ms_req_gen_free(r);
+	/* stop strings: a string, or a list; empty ones dropped; 16 at most */
+	r = CMPL("{\"prompt\": \"x\", \"stop\": \"\"}");
+	ck_assert_int_eq(r->n_stops, 0);
+	ms_req_gen_free(r);
+	r = CMPL("{\"prompt\": \"x\", \"stop\": \"\\n\\n\"}");
+	ck_assert_int_eq(r->n_stops, 1);
+	ck_assert_str_eq(r->stops[0], "\n\n");
+	ms_req_gen_free(r);
+	r = CMPL("{\"prompt\": \"x\", \"stop\": [\"a\", \"\", \"bc\"]}");
+	ck_assert_int_eq(r->n_stops, 2);
+	ck_assert_str_eq(r->stops[0], "a");
+	ck_assert_str_eq(r->stops[1], "bc");
+	/* completions hand them to the engine */
+	ck_assert_int_eq(r->params.n_stop, 2);
+	ck_assert_ptr_eq(r->params.stop, r->stops);
+	ms_req_gen_free(r);
+	r = CMPL("{\"prompt\": \"x\", \"stop\": [\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\","
+		 "\"11\",\"12\",\"13\",\"14\",\"15\",\"16\"]}");
+	ck_assert_int_eq(r->n_stops, 16);
+	ck_assert_str_eq(r->stops[15], "16");
+	ms_req_gen_free(r);
+}
+END_TEST
+
+START_TEST(completion_prompts)
+{
+	/* a list of strings: one prompt each */
+	struct ms_req_gen *r = CMPL("{\"prompt\": [\"And God said\", \"Let there be light\"], \"n\": 3}");
+	ck_assert_int_eq(r->n_prompts, 2);
+	ck_assert_int_eq(r->n, 3);
+	ck_assert_str_eq(r->echo_text[1], "Let there be light");
+	int32_t *ids;
+	size_t n = encode("Let there be light", &ids);
+	ck_assert_int_eq(r->n_prompt[1], (int64_t)n);
+	ck_assert_mem_eq(r->prompts[1], ids, n * sizeof(int32_t));
+	ms_req_gen_free(r);
+	/* a list of ids, echoed as their text; ids at both ends */
+	r = CMPL("{\"prompt\": [0, 4095]}");
+	ck_assert_int_eq(r->n_prompts, 1);
+	ck_assert_int_eq(r->n_prompt[0], 2);
+	ck_assert_int_eq(r->prompts[0][0], 0);
+	ck_assert_int_eq(r->prompts[0][1], 4095);
+	ms_req_gen_free(r);
+	char body[256];
+	snprintf(body, sizeof(body), "{\"prompt\": [%d, %d, %d]}", ids[0], ids[1], ids[2]);
+	r = CMPL(body);
+	char *text;
+	size_t tl;
+	struct ms_err err = {0};
+	ck_assert_int_eq(ms_tokenizer_decode(tok, ids, 3, false, &text, &tl, &err), 0);
+	ck_assert_str_eq(r->echo_text[0], text);
+	free(text);
+	ms_req_gen_free(r);
+	free(ids);
+	/* a list of lists of ids */
+	r = CMPL("{\"prompt\": [[1, 2, 3], [4]]}");
+	ck_assert_int_eq(r->n_prompts, 2);
+	ck_assert_int_eq(r->n_prompt[0], 3);
+	ck_assert_int_eq(r->n_prompt[1], 1);
+	ck_assert_int_eq(r->prompts[1][0], 4);
+	ms_req_gen_free(r);
+	/* a string's special tokens are text */
+	r = CMPL("{\"prompt\": \"<|start|>user\"}");
+	ck_assert_int_eq(count_id(r, ms_tokenizer_find(tok, "<|start|>")), 0);
+	ck_assert_int_gt(r->n_prompt[0], 1);
+	ms_req_gen_free(r);
+	/* 64 prompts: the most */
+	char big[64 * 6 + 32];
+	int at = snprintf(big, sizeof(big), "{\"prompt\": [");
+	for (int i = 0; i < 64; i++)
+		at += snprintf(big + at, sizeof(big) - (size_t)at, "%s\"a\"", i ? "," : "");
+	snprintf(big + at, sizeof(big) - (size_t)at, "]}");
+	r = CMPL(big);
+	ck_assert_int_eq(r->n_prompts, 64);
+	ms_req_gen_free(r);
+	/* without a tokenizer: ids only, echoed as nothing */
+	struct ms_req_model m = model();
+	m.tok = NULL;
+	struct ms_req_error e;
+	ck_assert_int_eq(parse_with(&m, ms_req_completion, "{\"prompt\": [5, 6]}", &r, &e), 0);
+	ck_assert_str_eq(r->echo_text[0], "");
+	ms_req_gen_free(r);
+	refused_by(&m, ms_req_completion, "{\"prompt\": \"x\"}", 400, "prompt",
+		   NEEDLES("this model has no tokenizer.json: send token ids"));
+}
+END_TEST
+
+START_TEST(completion_type_refusals)
+{
+	CMPL_BAD("{\"prompt\": \"x\", \"max_tokens\": \"8\"}", "max_tokens",
+		 "\"max_tokens\" must be an integer >= 0 (got \"8\")");
+	CMPL_BAD("{\"prompt\": \"x\", \"max_tokens\": 2.5}", "max_tokens", "(got 2.5)");
+	CMPL_BAD("{\"prompt\": \"x\", \"temperature\": \"hot\"}", "temperature",
+		 "\"temperature\" must be a number in [0, 100] (got \"hot\")");
+	CMPL_BAD("{\"prompt\": \"x\", \"temperature\": true}", "temperature", "(got true)");
+	CMPL_BAD("{\"prompt\": \"x\", \"top_p\": [1]}", "top_p", "\"top_p\"", "(got a list of 1)");
+	CMPL_BAD("{\"prompt\": \"x\", \"top_k\": \"5\"}", "top_k", "\"top_k\" must be an integer >= -1",
+		 "(got \"5\")");
+	CMPL_BAD("{\"prompt\": \"x\", \"top_k\": 1.5}", "top_k", "(got 1.5)");
+	CMPL_BAD("{\"prompt\": \"x\", \"stream\": \"yes\"}", "stream",
+		 "\"stream\" must be true or false (got \"yes\")");
+	CMPL_BAD("{\"prompt\": \"x\", \"stream\": 1}", "stream", "(got 1)");
+	CMPL_BAD("{\"prompt\": \"x\", \"echo\": 1}", "echo", "\"echo\" must be true or false (got 1)");
+	CMPL_BAD("{\"prompt\": \"x\", \"n\": \"2\"}", "n", "\"n\" must be an integer in [1, 16] (got \"2\")");
+	CMPL_BAD("{\"prompt\": \"x\", \"stop\": 5}", "stop",
+		 "\"stop\" must be a string or a list of at most 16 strings (got 5)");
+	CMPL_BAD("{\"prompt\": \"x\", \"stop\": {\"a\": 1}}", "stop", "(got an object)");
+	CMPL_BAD("{\"prompt\": \"x\", \"stop\": [\"a\", 1]}", "stop",
+		 "\"stop\" must be a string or a list of strings (got 1)");
+	CMPL_BAD("{\"prompt\": \"x\", \"logit_bias\": [1]}", "logit_bias",
+		 "\"logit_bias\" must be an object of token id -> bias (got a list of 1)");
+	CMPL_BAD("{\"prompt\": \"x\", \"logit_bias\": {\"x\": 1}}", "logit_bias", "\"x\" must be a token id");
+	CMPL_BAD("{\"prompt\": \"x\", \"logit_bias\": {\"5.0\": 1}}", "logit_bias", "\"5.0\"");
+	CMPL_BAD("{\"prompt\": \"x\", \"logit_bias\": {\"5\": \"a\"}}", "logit_bias", "(got \"a\")");
+	CMPL_BAD("{\"prompt\": \"x\", \"seed\": \"s\"}", "seed", "\"seed\" must be an integer", "(got \"s\")");
+	CMPL_BAD("{\"prompt\": \"x\", \"seed\": 1.5}", "seed", "(got 1.5)");
+	CMPL_BAD("{\"prompt\": \"x\", \"logprobs\": true}", "logprobs",
+		 "\"logprobs\" must be an integer in [0, 20] (got true)");
+	CMPL_BAD("{\"prompt\": \"x\", \"logprobs\": 2.5}", "logprobs", "(got 2.5)");
+	/* the first bad field is the one named: sampling, then the others */
+	CMPL_BAD("{\"max_tokens\": -1, \"temperature\": -1, \"prompt\": 5}", "temperature", "(got -1)");
+	CMPL_BAD("{\"n\": 0, \"prompt\": 5}", "n", "(got 0)");
+	CMPL_BAD("{\"prompt\": 5, \"echo\": \"no\"}", "echo", "(got \"no\")");
+}
+END_TEST
+
+START_TEST(completion_range_refusals)
+{
+	CMPL_BAD("{\"prompt\": \"x\", \"max_tokens\": -1}", "max_tokens", "(got -1)");
+	CMPL_BAD("{\"prompt\": \"x\", \"max_tokens\": 1e10}", "max_tokens", "(got 10000000000)");
+	CMPL_BAD("{\"prompt\": \"x\", \"max_tokens\": 0}", "max_tokens",
+		 "\"max_tokens\" 0 only makes sense with \"echo\"");
+	CMPL_BAD("{\"prompt\": \"x\", \"temperature\": -0.1}", "temperature", "[0, 100]", "(got -0.1)");
+	CMPL_BAD("{\"prompt\": \"x\", \"temperature\": 100.5}", "temperature", "(got 100.5)");
+	CMPL_BAD("{\"prompt\": \"x\", \"temperature\": 1e999}", "temperature", "(got inf)");
+	CMPL_BAD("{\"prompt\": \"x\", \"top_p\": 1.5}", "top_p", "\"top_p\" must be a number in [0, 1] (got 1.5)");
+	CMPL_BAD("{\"prompt\": \"x\", \"min_p\": -0.5}", "min_p", "[0, 1]", "(got -0.5)");
+	CMPL_BAD("{\"prompt\": \"x\", \"min_p\": 1.01}", "min_p", "(got 1.01)");
+	CMPL_BAD("{\"prompt\": \"x\", \"presence_penalty\": 3}", "presence_penalty", "[-2, 2]", "(got 3)");
+	CMPL_BAD("{\"prompt\": \"x\", \"frequency_penalty\": -2.5}", "frequency_penalty", "(got -2.5)");
+	CMPL_BAD("{\"prompt\": \"x\", \"repetition_penalty\": 10.5}", "repetition_penalty", "[0, 10]",
+		 "(got 10.5)");
+	CMPL_BAD("{\"prompt\": \"x\", \"repetition_penalty\": -1}", "repetition_penalty", "(got -1)");
+	CMPL_BAD("{\"prompt\": \"x\", \"top_k\": -2}", "top_k", "(got -2)");
+	CMPL_BAD("{\"prompt\": \"x\", \"top_k\": 2e9}", "top_k", "(got 2000000000)");
+	CMPL_BAD("{\"prompt\": \"x\", \"n\": 0}", "n", "[1, 16]", "(got 0)");
+	CMPL_BAD("{\"prompt\": \"x\", \"n\": -3}", "n", "(got -3)");
+	CMPL_BAD("{\"prompt\": \"x\", \"n\": 17}", "n", "(got 17)");
+	CMPL_BAD("{\"prompt\": \"x\", \"logprobs\": 21}", "logprobs", "(got 21)");
+	CMPL_BAD("{\"prompt\": \"x\", \"logprobs\": -1}", "logprobs", "(got -1)");
+	CMPL_BAD("{\"prompt\": \"x\", \"seed\": 18446744073709551616}", "seed", "[-2^63, 2^64)",
+		 "(got 1.8446744073709552e+19)");
+	CMPL_BAD("{\"prompt\": \"x\", \"seed\": -1e19}", "seed", "(got -1e+19)");
+	CMPL_BAD("{\"prompt\": \"x\", \"logit_bias\": {\"4096\": 1}}", "logit_bias",
+		 "\"logit_bias\": \"4096\" must be a token id in [0, 4096) with a bias in [-100, 100] (got 1)");
+	CMPL_BAD("{\"prompt\": \"x\", \"logit_bias\": {\"-1\": 1}}", "logit_bias", "\"-1\"");
+	CMPL_BAD("{\"prompt\": \"x\", \"logit_bias\": {\"5\": 101}}", "logit_bias", "(got 101)");
+	CMPL_BAD("{\"prompt\": \"x\", \"logit_bias\": {\"5\": -100.5}}", "logit_bias", "(got -100.5)");
+	CMPL_BAD("{\"prompt\": \"x\", \"stop\": [\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\","
+		 "\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}", "stop", "at most 16", "(got a list of 17)");
+}
+END_TEST
+
+START_TEST(completion_prompt_refusals)
+{
+	CMPL_BAD("{\"max_tokens\": 4}", "prompt", "\"prompt\" is required");
+	CMPL_BAD("{\"prompt\": null}", "prompt", "\"prompt\" is required");
+	CMPL_BAD("{\"prompt\": 5}", "prompt", "\"prompt\" must be a string, a list of strings, a list "
+		 "of token ids or a list of lists of ids (at most 64) (got 5)");
+	CMPL_BAD("{\"prompt\": {\"text\": \"x\"}}", "prompt", "(got an object)");
+	CMPL_BAD("{\"prompt\": [1, \"a\"]}", "prompt", "prompt token 1 is not an id in [0, 4096) (got \"a\")");
+	CMPL_BAD("{\"prompt\": [1, 2.5]}", "prompt", "prompt token 1", "(got 2.5)");
+	CMPL_BAD("{\"prompt\": [4096]}", "prompt", "prompt token 0", "(got 4096)");
+	CMPL_BAD("{\"prompt\": [-1]}", "prompt", "(got -1)");
+	CMPL_BAD("{\"prompt\": [[1], 2]}", "prompt", "\"prompt\"[1] must be a string or a list of ids (got 2)");
+	CMPL_BAD("{\"prompt\": [\"a\", {}]}", "prompt", "\"prompt\"[1]", "(got an object)");
+	CMPL_BAD("{\"prompt\": [[1], [\"a\"]]}", "prompt", "prompt token 0", "(got \"a\")");
+	CMPL_BAD("{\"prompt\": []}", "prompt", "\"prompt\" is empty");
+	CMPL_BAD("{\"prompt\": \"\"}", "prompt", "\"prompt\" is empty");
+	CMPL_BAD("{\"prompt\": [[]]}", "prompt", "\"prompt\" is empty");
+	CMPL_BAD("{\"prompt\": [\"a\", \"\"]}", "prompt", "\"prompt\" is empty");
+	/* invalid UTF-8 in the text: the tokenizer's refusal, naming the byte */
+	CMPL_BAD("{\"prompt\": \"ab\xff\"}", "prompt", "not valid UTF-8 (byte 2)");
+	char big[65 * 4 + 32];
+	int at = snprintf(big, sizeof(big), "{\"prompt\": [");
+	for (int i = 0; i < 65; i++)
+		at += snprintf(big + at, sizeof(big) - (size_t)at, "%s\"a\"", i ? "," : "");
+	snprintf(big + at, sizeof(big) - (size_t)at, "]}");
+	CMPL_BAD(big, "prompt", "(at most 64) (got a list of 65)");
+	/* a long string given is cut at 40 bytes, on a character boundary */
+	CMPL_BAD("{\"prompt\": \"x\", \"temperature\": \"a\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+		 "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\"}", "temperature",
+		 "(got \"a\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+		 "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9...\")");
+}
+END_TEST
+
+/* ==== /v1/chat/completions ==== */
+
+#define USER_HI "\"messages\": [{\"role\": \"user\", \"content\": \"Who is the king of Israel?\"}]"
+
+START_TEST(chat_defaults)
+{
+	struct ms_req_gen *r = CHAT("{" USER_HI "}");
+	ck_assert(r->chat && !r->echo);
+	ck_assert_int_eq(r->n_prompts, 1);
+	ck_assert_int_eq(r->n, 1);
+	ck_assert_int_eq(r->logprobs, -1);
+	ck_assert_int_eq(r->params.sampling.n_logprobs, -1);
+	char *text = prompt_text(r, 0);
+	ck_assert_msg(strstr(text, "<|start|>user<|message|>Who is the king of Israel?<|end|>"), "%s", text);
+	size_t tl = strlen(text);
+	ck_assert_str_eq(text + tl - strlen("<|start|>assistant"), "<|start|>assistant");
+	ck_assert_msg(strstr(text, "Reasoning: medium"), "%s", text);
+	free(text);
+	/* the rest of the context by default */
+	ck_assert_int_eq(r->params.max_tokens, CONTEXT - r->n_prompt[0]);
+	/* stops at <|return|> and <|call|>, then the model's eos */
+	ck_assert_int_eq(r->params.n_stop_ids, 4);
+	ck_assert_int_eq(r->params.stop_ids[0], ms_tokenizer_find(tok, "<|return|>"));
+	ck_assert_int_eq(r->params.stop_ids[1], ms_tokenizer_find(tok, "<|call|>"));
+	ck_assert_int_eq(r->params.stop_ids[2], 4084);
+	ck_assert(r->params.skip_special);
+	ms_req_gen_free(r);
+}
+END_TEST
+
+START_TEST(chat_fields)
+{
+	struct ms_req_gen *r = CHAT("{" USER_HI ", \"max_tokens\": 5}");
+	ck_assert_int_eq(r->params.max_tokens, 5);
+	ms_req_gen_free(r);
+	/* max_completion_tokens wins over max_tokens; null is absent */
+	r = CHAT("{" USER_HI ", \"max_tokens\": 5, \"max_completion_tokens\": 7}");
+	ck_assert_int_eq(r->params.max_tokens, 7);
+	ms_req_gen_free(r);
+	r = CHAT("{" USER_HI ", \"max_tokens\": 5, \"max_completion_tokens\": null}");
+	ck_assert_int_eq(r->params.max_tokens, 5);
+	ms_req_gen_free(r);
+	r = CHAT("{" USER_HI ", \"max_completion_tokens\": 0}");
+	ck_assert_int_eq(r->params.max_tokens, 0);
+	ms_req_gen_free(r);
+	/* logprobs: a boolean, and top_logprobs 0..20 with it */
+	r = CHAT("{" USER_HI ", \"logprobs\": true}");
+	ck_assert_int_eq(r->params.sampling.n_logprobs, 0);
+	ck_assert_int_eq(r->logprobs, -1);
+	ms_req_gen_free(r);
+	r = CHAT("{" USER_HI ", \"logprobs\": true, \"top_logprobs\": 20}");
+	ck_assert_int_eq(r->params.sampling.n_logprobs, 20);
+	ms_req_gen_free(r);
+	r = CHAT("{" USER_HI ", \"logprobs\": false}");
+	ck_assert_int_eq(r->params.sampling.n_logprobs, -1);
+	ms_req_gen_free(r);
+	/* stop strings apply to the answer: not the engine's */
+	r = CHAT("{" USER_HI ", \"stop\": [\"Israel\", \"\"], \"n\": 2, \"stream\": true}");
+	ck_assert_int_eq(r->n_stops, 1);
+	ck_assert_str_eq(r->stops[0], "Israel");
+	ck_assert_int_eq(r->params.n_stop, 0);
+	ck_assert_int_eq(r->n, 2);
+	ck_assert(r->stream);
+	ms_req_gen_free(r);
+	/* reasoning_effort in the system message */
+	const char *efforts[] = {"low", "medium", "high"};
+	for (int i = 0; i < 3; i++) {
+		char body[256], want[64];
+		snprintf(body, sizeof(body), "{" USER_HI ", \"reasoning_effort\": \"%s\"}", efforts[i]);
+		snprintf(want, sizeof(want), "Reasoning: %s", efforts[i]);
+		r = CHAT(body);
+		char *text = prompt_text(r, 0);
+		ck_assert_msg(strstr(text, want), "%s: %s", body, text);
+		free(text);
+		ms_req_gen_free(r);
+	}
+}
+END_TEST
+
+START_TEST(chat_content_and_tools)
+{
+	/* content as text parts, joined; a user's special token stays text */
+	struct ms_req_gen *r = CHAT("{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", "
+				    "\"text\": \"In the \"}, {\"text\": \"beginning\"}]}]}");
+	char *text = prompt_text(r, 0);
+	ck_assert_msg(strstr(text, "<|message|>In the beginning<|end|>"), "%s", text);
+	free(text);
+	int32_t end = ms_tokenizer_find(tok, "<|end|>");
+	int ends = count_id(r, end);
+	ms_req_gen_free(r);
+	r = CHAT("{\"messages\": [{\"role\": \"user\", \"content\": \"<|end|>\"}]}");
+	ck_assert_int_eq(count_id(r, end), ends);
+	ms_req_gen_free(r);
+	/* tools, an assistant's call (arguments as an object) and its result */
+	r = CHAT("{\"messages\": [{\"role\": \"user\", \"content\": \"Weather in Paris?\"},"
+		 "{\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"call_1\", "
+		 "\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": "
+		 "{\"city\": \"Paris\"}}}]},"
+		 "{\"role\": \"tool\", \"tool_call_id\": \"call_1\", \"content\": \"sunny\"}],"
+		 "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+		 "\"description\": \"Weather of a city\", \"parameters\": {\"type\": \"object\", "
+		 "\"properties\": {\"city\": {\"type\": \"string\"}}}}}]}");
+	text = prompt_text(r, 0);
+	ck_assert_msg(strstr(text, "get_weather"), "%s", text);
+	ck_assert_msg(strstr(text, "Weather of a city"), "%s", text);
+	ck_assert_msg(strstr(text, "to=functions.get_weather"), "%s", text);
+	ck_assert_msg(strstr(text, "sunny"), "%s", text);
+	free(text);
+	ms_req_gen_free(r);
+}
+END_TEST
+
+START_TEST(chat_messages_parsed)
+{
+	cJSON *req = cJSON_Parse(
+		"{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"},"
+		"{\"role\": \"assistant\", \"reasoning_content\": \"think\", \"tool_calls\": ["
+		"{\"id\": \"a\", \"function\": {\"name\": \"f\", \"arguments\": \"{\\\"x\\\": 1}\"}},"
+		"{\"id\": \"b\", \"function\": {\"name\": \"g\", \"arguments\": {\"y\": [1, 2]}}},"
+		"{\"function\": {\"name\": \"h\"}}]},"
+		"{\"role\": \"tool\", \"tool_call_id\": \"b\", \"content\": \"2\"},"
+		"{\"role\": \"tool\", \"name\": \"f\", \"tool_call_id\": \"b\", \"content\": \"1\"},"
+		"{\"role\": \"assistant\", \"reasoning\": \"hmm\", \"content\": null}],"
+		"\"tools\": [{\"function\": {\"name\": \"f\"}}, {\"function\": {\"name\": \"g\", "
+		"\"description\": \"gee\", \"parameters\": {\"type\": \"object\"}}}],"
+		"\"reasoning_effort\": \"high\"}");
+	struct ms_req_chat c;
+	struct ms_req_error e = {0};
+	ck_assert_int_eq(ms_req_chat_messages(req, &c, &e), 0);
+	ck_assert_int_eq(c.cr.n_messages, 5);
+	ck_assert_str_eq(c.msgs[0].role, "system");
+	ck_assert_str_eq(c.msgs[0].content, "Be brief.");
+	ck_assert_str_eq(c.msgs[1].reasoning, "think");
+	ck_assert_ptr_null(c.msgs[1].content);
+	ck_assert_int_eq(c.msgs[1].n_tool_calls, 3);
+	ck_assert_str_eq(c.msgs[1].tool_calls[0].name, "f");
+	ck_assert_str_eq(c.msgs[1].tool_calls[0].id, "a");
+	ck_assert_str_eq(c.msgs[1].tool_calls[0].arguments, "{\"x\": 1}");
+	ck_assert_str_eq(c.msgs[1].tool_calls[1].arguments, "{\"y\":[1,2]}");
+	ck_assert_ptr_null(c.msgs[1].tool_calls[2].arguments);
+	ck_assert_ptr_null(c.msgs[1].tool_calls[2].id);
+	/* a tool result's function: by its call's id, or its own name first */
+	ck_assert_str_eq(c.msgs[2].name, "g");
+	ck_assert_str_eq(c.msgs[3].name, "f");
+	ck_assert_str_eq(c.msgs[4].reasoning, "hmm");
+	ck_assert_int_eq(c.cr.n_tools, 2);
+	ck_assert_str_eq(c.tools[0].name, "f");
+	ck_assert_ptr_null(c.tools[0].description);
+	ck_assert_ptr_null(c.tools[0].parameters);
+	ck_assert_str_eq(c.tools[1].description, "gee");
+	ck_assert_str_eq(c.tools[1].parameters, "{\"type\":\"object\"}");
+	ck_assert_str_eq(c.cr.reasoning_effort, "high");
+	ms_req_chat_free(&c);
+	cJSON_Delete(req);
+}
+END_TEST
+
+START_TEST(chat_refusals)
+{
+	CHAT_BAD("{\"messages\": \"hi\"}", "messages", "\"messages\" must be a non-empty list (got \"hi\")");
+	CHAT_BAD("{\"messages\": []}", "messages", "(got a list of 0)");
+	CHAT_BAD("{\"prompt\": \"hi\"}", "messages", "\"messages\" must be a non-empty list");
+	CHAT_BAD("{\"messages\": [{\"content\": \"no role\"}]}", "messages", "messages[0] needs a \"role\"");
+	CHAT_BAD("{\"messages\": [{\"role\": 5}]}", "messages", "messages[0] needs a \"role\" (got 5)");
+	CHAT_BAD("{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, \"b\"]}", "messages",
+		 "messages[1] needs a \"role\" (got \"b\")");
+	CHAT_BAD("{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", "messages",
+		 "messages[0].content must be a string or a list of text parts (got 5)");
+	CHAT_BAD("{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\", "
+		 "\"image_url\": {}}]}]}", "messages", "messages[0].content", "(got a list of 1)");
+	CHAT_BAD("{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": 5}]}]}",
+		 "messages", "messages[0].content");
+	CHAT_BAD("{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", "
+		 "\"tool_calls\": [{\"function\": {\"name\": \"f\"}}, {\"function\": {}}]}]}", "messages",
+		 "messages[1].tool_calls[1].function.name is required");
+	CHAT_BAD("{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"name\": 7}}]}]}",
+		 "messages", "(got 7)");
+	CHAT_BAD("{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"tool\", "
+		 "\"content\": \"1\"}]}", "messages",
+		 "messages[1]: a tool message needs \"name\" or the \"tool_call_id\" of an earlier tool call");
+	CHAT_BAD("{\"messages\": [{\"role\": \"tool\", \"tool_call_id\": \"nope\", \"content\": \"1\"}]}",
+		 "messages", "messages[0]: a tool message needs");
+	CHAT_BAD("{" USER_HI ", \"tools\": {\"a\": 1}}", "tools", "\"tools\" must be a list (got an object)");
+	CHAT_BAD("{" USER_HI ", \"tools\": [{\"type\": \"function\", \"function\": {}}]}", "tools",
+		 "tools[0].function.name is required");
+	CHAT_BAD("{" USER_HI ", \"tools\": [{\"function\": {\"name\": \"f\"}}, {\"function\": {\"name\": 1}}]}",
+		 "tools", "tools[1].function.name is required (got 1)");
+	CHAT_BAD("{" USER_HI ", \"reasoning_effort\": \"max\"}", "reasoning_effort",
+		 "\"reasoning_effort\" must be \"low\", \"medium\" or \"high\" (got \"max\")");
+	CHAT_BAD("{" USER_HI ", \"reasoning_effort\": 2}", "reasoning_effort", "(got 2)");
+	CHAT_BAD("{" USER_HI ", \"logprobs\": 1}", "logprobs", "\"logprobs\" must be true or false (got 1)");
+	CHAT_BAD("{" USER_HI ", \"top_logprobs\": 2}", "top_logprobs",
+		 "\"top_logprobs\" needs \"logprobs\": true");
+	CHAT_BAD("{" USER_HI ", \"logprobs\": true, \"top_logprobs\": 21}", "top_logprobs",
+		 "\"top_logprobs\" must be an integer in [0, 20] (got 21)");
+	CHAT_BAD("{" USER_HI ", \"max_completion_tokens\": \"x\"}", "max_completion_tokens",
+		 "\"max_completion_tokens\" must be an integer >= 0 (got \"x\")");
+	CHAT_BAD("{" USER_HI ", \"max_tokens\": -5}", "max_tokens", "(got -5)");
+	CHAT_BAD("{" USER_HI ", \"temperature\": -1}", "temperature", "(got -1)");
+	CHAT_BAD("{" USER_HI ", \"n\": 0}", "n", "(got 0)");
+	/* the renderer's refusals name the message and the field */
+	CHAT_BAD("{\"messages\": [{\"role\": \"wizard\", \"content\": \"hi\"}]}", "messages",
+		 "messages[0].role: \"wizard\" is not one of");
+	/* chat needs the harmony tokens */
+	struct ms_req_model m = model();
+	m.harmony = false;
+	refused_by(&m, ms_req_chat, "{" USER_HI "}", 400, NULL,
+		   NEEDLES("chat needs the model's tokenizer.json with the harmony special tokens"));
+	m.tok = NULL;
+	refused_by(&m, ms_req_chat, "{" USER_HI "}", 400, NULL, NEEDLES("use /v1/completions"));
+}
+END_TEST
+
+/* ==== /tokenize, /detokenize ==== */
+
+START_TEST(tokenize)
+{
+	struct ms_req_model m = model();
+	struct ms_req_error e = {0};
+	int32_t *ids, *want;
+	size_t n, nw = encode("Let there be light", &want);
+	cJSON *req = cJSON_Parse("{\"prompt\": \"Let there be light\"}");
+	ck_assert_int_eq(ms_req_tokenize(&m, req, &ids, &n, &e), 0);
+	ck_assert_uint_eq(n, nw);
+	ck_assert_mem_eq(ids, want, n * sizeof(int32_t));
+	free(ids);
+	cJSON_Delete(req);
+	/* "text" for "prompt" */
+	req = cJSON_Parse("{\"text\": \"Let there be light\"}");
+	ck_assert_int_eq(ms_req_tokenize(&m, req, &ids, &n, &e), 0);
+	ck_assert_uint_eq(n, nw);
+	free(ids);
+	cJSON_Delete(req);
+	free(want);
+	/* special tokens in the text only when asked */
+	int32_t start = ms_tokenizer_find(tok, "<|start|>");
+	req = cJSON_Parse("{\"prompt\": \"<|start|>\", \"add_special_tokens\": true}");
+	ck_assert_int_eq(ms_req_tokenize(&m, req, &ids, &n, &e), 0);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_int_eq(ids[0], start);
+	free(ids);
+	cJSON_Delete(req);
+	req = cJSON_Parse("{\"prompt\": \"<|start|>\"}");
+	ck_assert_int_eq(ms_req_tokenize(&m, req, &ids, &n, &e), 0);
+	ck_assert_uint_gt(n, 1);
+	free(ids);
+	cJSON_Delete(req);
+	/* refusals */
+	const char *bad[][2] = {
+		{"{\"prompt\": 5}", "\"prompt\" must be a string (got 5)"},
+		{"{}", "\"prompt\" must be a string"},
+		{"{\"prompt\": [\"a\"]}", "(got a list of 1)"},
+		{"{\"prompt\": \"\xc3\"}", "not valid UTF-8"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		req = cJSON_Parse(bad[i][0]);
+		ck_assert_int_eq(ms_req_tokenize(&m, req, &ids, &n, &e), -EINVAL);
+		ck_assert_int_eq(e.status, 400);
+		ck_assert_str_eq(e.param, "prompt");
+		ck_assert_msg(strstr(e.msg, bad[i][1]), "%s: %s", bad[i][0], e.msg);
+		cJSON_Delete(req);
+	}
+	m.tok = NULL;
+	req = cJSON_Parse("{\"prompt\": \"x\"}");
+	ck_assert_int_eq(ms_req_tokenize(&m, req, &ids, &n, &e), -EINVAL);
+	ck_assert_ptr_null(e.param);
+	ck_assert_str_eq(e.msg, "this model has no tokenizer.json");
+	cJSON_Delete(req);
+}
+END_TEST
+
+START_TEST(detokenize)
+{
+	struct ms_req_model m = model();
+	struct ms_req_error e = {0};
+	int32_t *ids;
+	size_t n = encode("And God saw the light", &ids);
+	char body[512], *text;
+	int at = snprintf(body, sizeof(body), "{\"tokens\": [");
+	for (size_t i = 0; i < n; i++)
+		at += snprintf(body + at, sizeof(body) - (size_t)at, "%s%d", i ? "," : "", ids[i]);
+	snprintf(body + at, sizeof(body) - (size_t)at, "]}");
+	free(ids);
+	cJSON *req = cJSON_Parse(body);
+	size_t len;
+	ck_assert_int_eq(ms_req_detokenize(&m, req, &text, &len, &e), 0);
+	ck_assert_str_eq(text, "And God saw the light");
+	ck_assert_uint_eq(len, strlen("And God saw the light"));
+	free(text);
+	cJSON_Delete(req);
+	req = cJSON_Parse("{\"tokens\": []}");
+	ck_assert_int_eq(ms_req_detokenize(&m, req, &text, &len, &e), 0);
+	ck_assert_uint_eq(len, 0);
+	ck_assert_str_eq(text, "");
+	free(text);
+	cJSON_Delete(req);
+	const char *bad[][2] = {
+		{"{\"tokens\": \"abc\"}", "\"tokens\" must be a list of ids (got \"abc\")"},
+		{"{}", "\"tokens\" must be a list of ids"},
+		{"{\"tokens\": [1, 10000000]}", "tokens[1] is not an id in [0, 4096) (got 10000000)"},
+		{"{\"tokens\": [1.5]}", "tokens[0] is not an id in [0, 4096) (got 1.5)"},
+		{"{\"tokens\": [-1]}", "tokens[0]", },
+		{"{\"tokens\": [4096]}", "(got 4096)"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		req = cJSON_Parse(bad[i][0]);
+		ck_assert_int_eq(ms_req_detokenize(&m, req, &text, &len, &e), -EINVAL);
+		ck_assert_int_eq(e.status, 400);
+		ck_assert_str_eq(e.param, "tokens");
+		ck_assert_msg(strstr(e.msg, bad[i][1]), "%s: %s", bad[i][0], e.msg);
+		cJSON_Delete(req);
+	}
+	m.tok = NULL;
+	req = cJSON_Parse("{\"tokens\": [1]}");
+	ck_assert_int_eq(ms_req_detokenize(&m, req, &text, &len, &e), -EINVAL);
+	ck_assert_str_eq(e.param, "tokens");
+	ck_assert_str_eq(e.msg, "this model has no tokenizer.json");
+	cJSON_Delete(req);
+}
+END_TEST
+
+/* ==== allocation failures ==== */
+
+/* Fail each cJSON allocation of parsing body in turn: every outcome is the
+ * request, or a 500 when an allocation failed, never a refusal of the
+ * client's (a 400 would blame the request) nor a crash or a leak. */
+static void each_failure(parse_fn fn, const char *body)
+{
+	struct ms_req_model m = model();
+	int oom = 0;
+	for (unsigned long nth = 1;; nth++) {
+		struct ms_req_gen *r;
+		struct ms_req_error e = {0};
+		unsigned long f0 = ms_json_failures();
+		ms_json_fail_nth(nth);
+		int rc = parse_with(&m, fn, body, &r, &e);
+		ms_json_fail_nth(0);
+		bool failed = ms_json_failures() != f0;
+		if (!failed) {
+			ck_assert_msg(rc == 0, "%s: allocation %lu: %s", body, nth, e.msg);
+			ms_req_gen_free(r);
+			break; /* past the last allocation */
+		}
+		oom++;
+		ck_assert_msg(rc == -ENOMEM && !r, "%s: allocation %lu failed, yet rc %d (%s)", body, nth,
+			      rc, e.msg);
+		ck_assert_int_eq(e.status, 500);
+		ck_assert_str_eq(e.type, "server_error");
+		ck_assert_str_eq(e.msg, "out of memory");
+	}
+	ck_assert_int_gt(oom, 3);
+}
+
+START_TEST(allocation_failures)
+{
+	ms_json_init();
+	each_failure(ms_req_completion, "{\"prompt\": [\"a\", \"b\"], \"logit_bias\": {\"5\": 1}, "
+		     "\"stop\": [\"x\"]}");
+	/* chat: tool-call arguments and tool parameters are printed as JSON */
+	each_failure(ms_req_chat, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, "
+		     "{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"name\": \"f\", "
+		     "\"arguments\": {\"x\": [1, 2]}}}]}], \"tools\": [{\"function\": {\"name\": \"f\", "
+		     "\"parameters\": {\"type\": \"object\"}}}]}");
+	/* a failure while printing the arguments alone */
+	cJSON *req = cJSON_Parse("{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"function\": "
+				 "{\"name\": \"f\", \"arguments\": {\"x\": 1}}}]}]}");
+	struct ms_req_chat c;
+	struct ms_req_error e = {0};
+	ms_json_fail_nth(1);
+	ck_assert_int_eq(ms_req_chat_messages(req, &c, &e), -ENOMEM);
+	ms_json_fail_nth(0);
+	ck_assert_int_eq(e.status, 500);
+	ms_req_chat_free(&c);
+	cJSON_Delete(req);
+}
+END_TEST
+
+int main(void)
+{
+	char path[4096];
+	struct ms_err err = {0};
+	snprintf(path, sizeof(path), "%s/tokenizer.json", MS_DEFAULT_MODEL);
+	if (ms_tokenizer_load(&tok, path, &err)) {
+		fprintf(stderr, "test-server-requests: %s\n", err.msg);
+		return 1;
+	}
+	Suite *s = suite_create("server-requests");
+	TCase *tb = tcase_create("body");
+	tcase_add_test(tb, body_refusals);
+	tcase_add_test(tb, unknown_fields);
+	tcase_add_test(tb, allocation_failures);
+	suite_add_tcase(s, tb);
+	TCase *tc = tcase_create("completions");
+	tcase_add_test(tc, completion_defaults);
+	tcase_add_test(tc, completion_sampling_edges);
+	tcase_add_test(tc, completion_logprobs_and_bias);
+	tcase_add_test(tc, completion_limits_and_stops);
+	tcase_add_test(tc, completion_prompts);
+	tcase_add_test(tc, completion_type_refusals);
+	tcase_add_test(tc, completion_range_refusals);
+	tcase_add_test(tc, completion_prompt_refusals);
+	suite_add_tcase(s, tc);
+	TCase *th = tcase_create("chat");
+	tcase_add_test(th, chat_defaults);
+	tcase_add_test(th, chat_fields);
+	tcase_add_test(th, chat_content_and_tools);
+	tcase_add_test(th, chat_messages_parsed);
+	tcase_add_test(th, chat_refusals);
+	suite_add_tcase(s, th);
+	TCase *tt = tcase_create("tokenize");
+	tcase_add_test(tt, tokenize);
+	tcase_add_test(tt, detokenize);
+	suite_add_tcase(s, tt);
+	TCase *all[] = {tb, tc, th, tt};
+	for (int i = 0; i < 4; i++)
+		tcase_set_timeout(all[i], 60);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	ms_tokenizer_free(tok);
+	return failed ? 1 : 0;
+}
