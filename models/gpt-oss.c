@@ -259,7 +259,7 @@ static int gptoss_load(struct ms_model *m, struct ms_err *err)
 
 /* ---- attention ---- */
 
-/* engine/attention.c: per (block of tokens, kv head), every query head of
+/* engine/cpu/attention.c: per (block of tokens, kv head), every query head of
  * the group over the token's own pages, the sink in the softmax. */
 
 /* ---- forward ---- */

@@ -1,6 +1,6 @@
 /*
  * intq.h: the INTQ layout GPTQ and AWQ are repacked into (shared by
- * gptq.c and awq.c; see MS_WFMT_INTQ in engine/kernels.h).
+ * gptq.c and awq.c; see MS_WFMT_INTQ in engine/cpu/kernels.h).
  */
 #ifndef MS_INTQ_H
 #define MS_INTQ_H

@@ -1,5 +1,5 @@
 /*
- * test-dense.c: dense bf16 matrices through oneDNN (engine/dense-onednn.c).
+ * test-dense.c: dense bf16 matrices through oneDNN (engine/cpu/dense-onednn.c).
  *
  * - On random bf16 matrices of ragged shapes it computes W bf16(x): within
  *   1e-5 of the sum of magnitudes of the double-precision product on the
