@@ -26,8 +26,6 @@ FREE = ("tests", "tools")
 
 # (including file, included header): what removes it.
 KNOWN = {
-    ("engine/cpu/moe.c", "quant.h"):
-        "the experts' forward takes the backend's view of the weights, not quant's ms_qmoe",
     ("engine/engine.h", "model.h"):
         "the scheduler drives the model through an interface of engine/",
 }
