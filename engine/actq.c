@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "wmat.h"
 
 const char *ms_actq_name(enum ms_actq_kind k)
 {

@@ -102,8 +102,9 @@ static int load_vec(struct ms_model *m, const char *name, int64_t n, float **out
 
 static void add_group(struct ms_model *m, const char *group, const struct ms_qlinear *l)
 {
-	ms_model_add_group(m, group, l->scheme, ms_wfmt_name(l->w.fmt), ms_actq_name(l->act.kind),
-			   l->kernel->name, l->why, ms_wmat_bytes(&l->w));
+	const struct ms_linear *w = &l->lin;
+	ms_model_add_group(m, group, l->scheme, ms_wfmt_name(w->w.fmt), ms_actq_name(w->act.kind),
+			   w->kernel->name, l->why, ms_wmat_bytes(&w->w));
 }
 
 static int load_linear(struct ms_model *m, const char *group, const char *prefix,
@@ -179,7 +180,7 @@ static int load_layer(struct ms_model *m, int64_t i, struct gptoss_layer *L, str
 	/* Its outputs choose experts: rounding its input (int8, bf16) flips
 	 * near-ties, and a flipped expert is a different function. It is tiny:
 	 * keep fp32 activations (binding happens in the layer's flush). */
-	L->router.w.exact_acts = true;
+	L->router.lin.w.exact_acts = true;
 	snprintf(name, sizeof(name), "%s.mlp.experts", p);
 	if ((rc = ms_quant_load_moe(&m->qcfg, &m->ck, name, c->n_experts, H, c->intermediate, m->be,
 				    &L->moe, err)))
@@ -259,7 +260,7 @@ static int gptoss_load(struct ms_model *m, struct ms_err *err)
 
 /* ---- attention ---- */
 
-/* engine/attention.c: per (block of tokens, kv head), every query head of
+/* engine/cpu/attention.c: per (block of tokens, kv head), every query head of
  * the group over the token's own pages, the sink in the softmax. */
 
 /* ---- forward ---- */
@@ -320,7 +321,7 @@ static int gptoss_forward_batch(struct ms_model *m, const struct ms_batch *bt, f
 		goto out;
 	}
 	for (int64_t t = 0; t < n; t++) {
-		ms_wmat_row_f32(&g->embed.w, bt->tokens[t], b.x + t * H);
+		ms_wmat_row_f32(&g->embed.lin.w, bt->tokens[t], b.x + t * H);
 		rope_table(g, d, bt->pos[t], b.rope + t * d, b.rope + t * d + d / 2);
 	}
 	for (int64_t li = 0; li < c->n_layers; li++) {
@@ -360,7 +361,7 @@ static int gptoss_forward_batch(struct ms_model *m, const struct ms_batch *bt, f
 			goto oom;
 		ms_moe_route(b.rl, n, E, k, b.sel, b.rw);
 		/* the experts' sum is added into the residual stream */
-		if ((rc = ms_moe_forward(be, &L->moe, act, b.h, n, b.sel, b.rw, k, b.x, err)))
+		if ((rc = ms_moe_forward(be, &L->moe.w, act, b.h, n, b.sel, b.rw, k, b.x, err)))
 			goto out;
 	}
 	/* Only the rows whose logits are wanted go through the head. */

@@ -54,7 +54,7 @@ int ms_intq_alloc(struct ms_qlinear *l, int64_t N, int64_t K, int bits, int64_t 
 	l->owned_bufs |= 0x7;
 	if (!l->owned[0] || !l->owned[1] || !l->owned[2])
 		return ms_err_set(err, -ENOMEM, "%s: out of memory", prefix);
-	l->w = (struct ms_wmat){.fmt = MS_WFMT_INTQ, .rows = N, .cols = K, .w = l->owned[0],
+	l->lin.w = (struct ms_wmat){.fmt = MS_WFMT_INTQ, .rows = N, .cols = K, .w = l->owned[0],
 				.row_bytes = rb, .bits = bits, .group_size = group_size,
 				.n_groups = G, .fscale = l->owned[1], .fzero = l->owned[2]};
 	return 0;
@@ -251,7 +251,7 @@ static void unpack_task(void *ctx, int task, int worker)
 		int64_t W = j->K * j->bits / 32;
 		const uint8_t *src = j->qweight;
 		uint8_t *dst = j->l->owned[0];
-		size_t rb = j->l->w.row_bytes, N = (size_t)j->N;
+		size_t rb = j->l->lin.w.row_bytes, N = (size_t)j->N;
 		/* 16 words at a time: a row's line gets 64 bytes per pass instead
 		 * of 4, the 16 source rows are read side by side (one word at a
 		 * time, the rows written in between left L1 every pass: ~17% of
@@ -344,7 +344,7 @@ static int gptq_load_linear(const struct ms_quant_config *qc, const struct ms_ch
 			l->owned[4] = (void *)rows;
 			for (int64_t n = 0; n < N; n++)
 				rows[n] = map;
-			l->w.row_g_idx = (const int32_t *const *)rows;
+			l->lin.w.row_g_idx = (const int32_t *const *)rows;
 		}
 	}
 	/* Repack column by column (a row of our layout), in parallel. */

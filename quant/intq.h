@@ -1,6 +1,6 @@
 /*
  * intq.h: the INTQ layout GPTQ and AWQ are repacked into (shared by
- * gptq.c and awq.c; see MS_WFMT_INTQ in engine/kernels.h).
+ * gptq.c and awq.c; see MS_WFMT_INTQ in engine/cpu/kernels.h).
  */
 #ifndef MS_INTQ_H
 #define MS_INTQ_H
@@ -19,9 +19,9 @@ int ms_intq_alloc(struct ms_qlinear *l, int64_t N, int64_t K, int bits, int64_t 
 
 static inline void ms_intq_put(struct ms_qlinear *l, int64_t n, int64_t k, uint32_t q)
 {
-	int sb = ms_intq_storage_bits(l->w.bits);
+	int sb = ms_intq_storage_bits(l->lin.w.bits);
 	int64_t bit = k * sb;
-	uint8_t *row = (uint8_t *)l->owned[0] + (size_t)n * l->w.row_bytes;
+	uint8_t *row = (uint8_t *)l->owned[0] + (size_t)n * l->lin.w.row_bytes;
 	row[bit / 8] |= (uint8_t)(q << (bit % 8));
 }
 

@@ -50,14 +50,14 @@ int ms_qmoe_init_fused(struct ms_qmoe *m, const struct ms_checkpoint *ck, const 
 		return rc;
 	}
 	for (int64_t e = 0; e < E && !rc; e++) {
-		m->gate_up[e].bias = malloc((size_t)(2 * I) * sizeof(float));
-		m->down[e].bias = malloc((size_t)H * sizeof(float));
-		if (!m->gate_up[e].bias || !m->down[e].bias) {
+		m->gate_up[e].lin.bias = malloc((size_t)(2 * I) * sizeof(float));
+		m->down[e].lin.bias = malloc((size_t)H * sizeof(float));
+		if (!m->gate_up[e].lin.bias || !m->down[e].lin.bias) {
 			rc = ms_err_set(err, -ENOMEM, "%s: out of memory", prefix);
 			break;
 		}
-		memcpy(m->gate_up[e].bias, gub + e * 2 * I, (size_t)(2 * I) * sizeof(float));
-		memcpy(m->down[e].bias, dnb + e * H, (size_t)H * sizeof(float));
+		memcpy(m->gate_up[e].lin.bias, gub + e * 2 * I, (size_t)(2 * I) * sizeof(float));
+		memcpy(m->down[e].lin.bias, dnb + e * H, (size_t)H * sizeof(float));
 	}
 	free(gub);
 	free(dnb);
@@ -144,6 +144,25 @@ static int load_split(const struct ms_quant_config *qc, const struct ms_checkpoi
 	return rc;
 }
 
+/* The backend's view of the experts (m->w): pointers to each expert's
+ * ms_linear, which stay where they are from here on. */
+static int make_view(struct ms_qmoe *m, const char *prefix, struct ms_err *err)
+{
+	int64_t E = m->n_experts;
+	m->w = (struct ms_moe_w){.n_experts = E, .hidden = m->hidden, .inter = m->inter};
+	m->w.gate_up = malloc((size_t)E * sizeof(*m->w.gate_up));
+	m->w.down = malloc((size_t)E * sizeof(*m->w.down));
+	if (!m->w.gate_up || !m->w.down) {
+		ms_qmoe_free(m);
+		return ms_err_set(err, -ENOMEM, "%s: out of memory", prefix);
+	}
+	for (int64_t e = 0; e < E; e++) {
+		m->w.gate_up[e] = &m->gate_up[e].lin;
+		m->w.down[e] = &m->down[e].lin;
+	}
+	return 0;
+}
+
 int ms_quant_load_moe(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
 		      const char *prefix, int64_t E, int64_t H, int64_t I, struct ms_backend *be,
 		      struct ms_qmoe *m, struct ms_err *err)
@@ -170,7 +189,7 @@ int ms_quant_load_moe(const struct ms_quant_config *qc, const struct ms_checkpoi
 		for (int64_t e = 0; e < E; e++)
 			m->gate_up[e].scheme = m->down[e].scheme = s->name;
 		m->layout = layout_names[lay];
-		return 0;
+		return make_view(m, prefix, err);
 	}
 	m->n_experts = E;
 	m->hidden = H;
@@ -219,5 +238,5 @@ int ms_quant_load_moe(const struct ms_quant_config *qc, const struct ms_checkpoi
 		return rc;
 	}
 	m->scheme = m->gate_up[0].scheme;
-	return 0;
+	return make_view(m, prefix, err);
 }

@@ -51,11 +51,11 @@ static int load_moe(const struct ms_quant_config *qc, const struct ms_checkpoint
 									      : "gate_up_proj_scales");
 	const uint8_t *gb = gub->data, *gs = gus->data, *db = dnb->data, *ds = dns->data;
 	for (int64_t e = 0; e < E; e++) {
-		m->gate_up[e].w = (struct ms_wmat){
+		m->gate_up[e].lin.w = (struct ms_wmat){
 			.fmt = MS_WFMT_MXFP4, .rows = 2 * I, .cols = H,
 			.w = gb + (size_t)(e * 2 * I * gh * 16), .row_bytes = (size_t)gh * 16,
 			.scales = gs + (size_t)(e * 2 * I * gh), .scale_row_bytes = (size_t)gh};
-		m->down[e].w = (struct ms_wmat){
+		m->down[e].lin.w = (struct ms_wmat){
 			.fmt = MS_WFMT_MXFP4, .rows = H, .cols = I,
 			.w = db + (size_t)(e * H * gi * 16), .row_bytes = (size_t)gi * 16,
 			.scales = ds + (size_t)(e * H * gi), .scale_row_bytes = (size_t)gi};

@@ -300,8 +300,8 @@ int ms_quant_load_linear(const struct ms_quant_config *qc, const struct ms_check
 void ms_qlinear_drop_pack(struct ms_qlinear *l)
 {
 	if (l->pack_owned) {
-		if (l->kernel && l->kernel->pack_free)
-			l->kernel->pack_free(l->pack_owned);
+		if (l->lin.kernel && l->lin.kernel->pack_free)
+			l->lin.kernel->pack_free(l->pack_owned);
 		else
 			free(l->pack_owned);
 	}
@@ -424,8 +424,8 @@ static void owned_free(struct ms_qlinear *l, int i)
  * stay in the page cache; touching them again just faults them back in). */
 static void release_rows(struct ms_qlinear *l)
 {
-	struct ms_wmat *w = &l->w;
-	if (!w->pack || l->kernel->keeps_rows || !w->pack_row)
+	struct ms_wmat *w = &l->lin.w;
+	if (!w->pack || l->lin.kernel->keeps_rows || !w->pack_row)
 		return;
 	bool owned = false;
 	for (int i = 0; i < MS_QLINEAR_OWNED; i++)
@@ -461,7 +461,7 @@ static int bind_now(struct ms_qlinear *l, struct ms_backend *be, const char *pre
 	struct ms_err e2 = {0};
 	size_t o = strlen(l->origin);
 	snprintf(l->why, sizeof(l->why), "%s", l->origin);
-	int rc = ms_backend_bind(be, &l->w, &l->kernel, &l->pack_owned, l->why + o,
+	int rc = ms_backend_bind(be, &l->lin.w, &l->lin.kernel, &l->pack_owned, l->why + o,
 				 sizeof(l->why) - o, &e2);
 	if (rc)
 		return ms_err_set(err, rc, "%s: %s", prefix, e2.msg);
@@ -487,26 +487,26 @@ int ms_qlinear_set_kernel(struct ms_qlinear *l, struct ms_backend *be, const cha
 			  struct ms_err *err)
 {
 	ms_qlinear_drop_pack(l);
-	l->w.pack = NULL;
-	l->w.pack_bytes = 0;
-	l->w.pack_row = NULL;
+	l->lin.w.pack = NULL;
+	l->lin.w.pack_bytes = 0;
+	l->lin.w.pack_row = NULL;
 	const struct ms_kernel *plain = NULL;
-	if (l->w.fmt >= 0 && l->w.fmt < MS_WFMT_COUNT)
-		for (int i = 0; i < be->n_kernels[l->w.fmt] && !plain; i++)
-			if (!be->kernels[l->w.fmt][i]->pack)
-				plain = be->kernels[l->w.fmt][i];
+	if (l->lin.w.fmt >= 0 && l->lin.w.fmt < MS_WFMT_COUNT)
+		for (int i = 0; i < be->n_kernels[l->lin.w.fmt] && !plain; i++)
+			if (!be->kernels[l->lin.w.fmt][i]->pack)
+				plain = be->kernels[l->lin.w.fmt][i];
 	/* Something to be spliced into another matrix, or an embedding: the
 	 * rows are read as they are, so a plain kernel, no packed copy. */
 	if (be->no_pack || !plain) {
 		if (!plain)
 			return ms_err_set(err, -ENOTSUP, "%s: no kernel computes %s weights", prefix,
-					  ms_wfmt_name(l->w.fmt));
-		l->kernel = plain;
+					  ms_wfmt_name(l->lin.w.fmt));
+		l->lin.kernel = plain;
 		snprintf(l->why, sizeof(l->why), "%s%s (rows read in place, not packed)", l->origin,
-			 be->reasons[l->w.fmt]);
+			 be->reasons[l->lin.w.fmt]);
 		return 0;
 	}
-	l->kernel = plain; /* until the deferred pass binds it */
+	l->lin.kernel = plain; /* until the deferred pass binds it */
 	struct ms_bind_defer *d = be->bind_defer;
 	if (d) {
 		if (d->n == d->cap) {
@@ -579,9 +579,9 @@ int ms_quant_bind_flush(struct ms_backend *be, struct ms_bind_stats *st, bool mo
 			rc = ms_err_set(err, d->items[i].rc, "%s", d->items[i].err.msg);
 		if (st && !d->items[i].rc && d->items[i].l) {
 			st->matrices++;
-			if (d->items[i].l->w.pack) {
+			if (d->items[i].l->lin.w.pack) {
 				st->packed++;
-				st->packed_bytes += d->items[i].l->w.pack_bytes;
+				st->packed_bytes += d->items[i].l->lin.w.pack_bytes;
 			}
 		}
 	}
@@ -619,7 +619,7 @@ int ms_qlinear_load_bias(struct ms_qlinear *l, const struct ms_checkpoint *ck, c
 		return 0;
 	char name[512];
 	snprintf(name, sizeof(name), "%s.bias", prefix);
-	return ms_checkpoint_get_f32(ck, name, 1, (int64_t[]){out}, &l->bias, err);
+	return ms_checkpoint_get_f32(ck, name, 1, (int64_t[]){out}, &l->lin.bias, err);
 }
 
 int ms_quant_read_scale(const struct ms_checkpoint *ck, const char *name, float *out,
@@ -658,7 +658,7 @@ void ms_qlinear_free(struct ms_qlinear *l)
 		struct ms_bind_defer *d = l->bind_list;
 		d->items[l->bind_idx].l = NULL;
 	}
-	free(l->bias);
+	free(l->lin.bias);
 	ms_qlinear_drop_pack(l);
 	for (int i = 0; i < MS_QLINEAR_OWNED; i++)
 		owned_free(l, i);
@@ -678,6 +678,8 @@ void ms_qmoe_free(struct ms_qmoe *m)
 	free(m->gate_up);
 	free(m->down);
 	free(m->owned);
+	free(m->w.gate_up);
+	free(m->w.down);
 	memset(m, 0, sizeof(*m));
 }
 
@@ -686,19 +688,19 @@ void ms_qmoe_free(struct ms_qmoe *m)
 int ms_qlinear_apply(struct ms_backend *be, const struct ms_qlinear *l, const float *x,
 		     int64_t n, float *y)
 {
-	if (l->act.kind == MS_ACTQ_NONE)
-		return ms_backend_gemm(be, l->kernel, &l->w, x, n, y, l->bias);
-	int64_t K = l->w.cols, N = l->w.rows;
+	if (l->lin.act.kind == MS_ACTQ_NONE)
+		return ms_backend_gemm(be, l->lin.kernel, &l->lin.w, x, n, y, l->lin.bias);
+	int64_t K = l->lin.w.cols, N = l->lin.w.rows;
 	float *xq = malloc((size_t)(n * K) * sizeof(float));
 	float *rs = malloc((size_t)n * sizeof(float));
 	int rc = xq && rs ? 0 : -ENOMEM;
 	if (!rc) {
-		ms_actq_apply(&l->act, x, K, n, K, xq, rs);
-		rc = ms_backend_gemm(be, l->kernel, &l->w, xq, n, y, NULL);
+		ms_actq_apply(&l->lin.act, x, K, n, K, xq, rs);
+		rc = ms_backend_gemm(be, l->lin.kernel, &l->lin.w, xq, n, y, NULL);
 	}
 	for (int64_t t = 0; !rc && t < n; t++)
 		for (int64_t r = 0; r < N; r++)
-			y[t * N + r] = y[t * N + r] * rs[t] + (l->bias ? l->bias[r] : 0.0f);
+			y[t * N + r] = y[t * N + r] * rs[t] + (l->lin.bias ? l->lin.bias[r] : 0.0f);
 	free(xq);
 	free(rs);
 	return rc;
@@ -709,8 +711,9 @@ int ms_qlinear_apply_multi(struct ms_backend *be, int m, const struct ms_qlinear
 {
 	bool together = m >= 1 && m <= MS_GEMM_MULTI_MAX;
 	for (int i = 0; together && i < m; i++)
-		together = l[i]->act.kind == MS_ACTQ_NONE && l[i]->kernel == l[0]->kernel &&
-			   l[i]->w.cols == l[0]->w.cols;
+		together = l[i]->lin.act.kind == MS_ACTQ_NONE &&
+			   l[i]->lin.kernel == l[0]->lin.kernel &&
+			   l[i]->lin.w.cols == l[0]->lin.w.cols;
 	if (!together) {
 		int rc = 0;
 		for (int i = 0; i < m && !rc; i++)
@@ -720,8 +723,8 @@ int ms_qlinear_apply_multi(struct ms_backend *be, int m, const struct ms_qlinear
 	const struct ms_wmat *w[MS_GEMM_MULTI_MAX];
 	const float *b[MS_GEMM_MULTI_MAX];
 	for (int i = 0; i < m; i++)
-		w[i] = &l[i]->w, b[i] = l[i]->bias;
-	return ms_backend_gemm_multi(be, l[0]->kernel, m, w, x, n, y, b);
+		w[i] = &l[i]->lin.w, b[i] = l[i]->lin.bias;
+	return ms_backend_gemm_multi(be, l[0]->lin.kernel, m, w, x, n, y, b);
 }
 
 /* ---- splicing rows of two matrices ---- */
@@ -742,20 +745,21 @@ int ms_qlinear_splice_rows(struct ms_qlinear *dst, const struct ms_qlinear *a,
 			   const struct ms_qlinear *b, const int64_t *map, int64_t rows,
 			   const char *what, struct ms_err *err)
 {
-	const struct ms_wmat *wa = &a->w, *wb = &b->w;
+	const struct ms_wmat *wa = &a->lin.w, *wb = &b->lin.w;
 	memset(dst, 0, sizeof(*dst));
 	bool oka, okb;
 	const int32_t *ga = shared_g_idx(wa, &oka), *gb = shared_g_idx(wb, &okb);
 	if (wa->fmt != wb->fmt || wa->cols != wb->cols || wa->row_bytes != wb->row_bytes ||
 	    wa->scale_row_bytes != wb->scale_row_bytes || wa->bits != wb->bits ||
 	    wa->group_size != wb->group_size || wa->n_groups != wb->n_groups ||
-	    a->act.kind != b->act.kind || a->act.scale != b->act.scale || !a->bias != !b->bias ||
+	    a->lin.act.kind != b->lin.act.kind || a->lin.act.scale != b->lin.act.scale ||
+	    !a->lin.bias != !b->lin.bias ||
 	    !oka || !okb)
 		return ms_err_set(err, -ENOTSUP,
 				  "%s: its two parts are stored differently (%s, %s activations vs %s, "
 				  "%s activations, or other group sizes): cannot fuse them",
-				  what, ms_wfmt_name(wa->fmt), ms_actq_name(a->act.kind),
-				  ms_wfmt_name(wb->fmt), ms_actq_name(b->act.kind));
+				  what, ms_wfmt_name(wa->fmt), ms_actq_name(a->lin.act.kind),
+				  ms_wfmt_name(wb->fmt), ms_actq_name(b->lin.act.kind));
 	size_t rb = wa->row_bytes, sb = wa->scale_row_bytes, G = (size_t)wa->n_groups;
 	size_t K = (size_t)wa->cols;
 	bool intq = wa->fmt == MS_WFMT_INTQ;
@@ -771,10 +775,10 @@ int ms_qlinear_splice_rows(struct ms_qlinear *dst, const struct ms_qlinear *a,
 	dst->owned[0] = wbuf, dst->owned[1] = sbuf, dst->owned[2] = fs, dst->owned[3] = fz;
 	dst->owned[4] = gblk;
 	dst->owned_bufs = 0xF;
-	if (a->bias)
-		dst->bias = malloc((size_t)rows * sizeof(float));
+	if (a->lin.bias)
+		dst->lin.bias = malloc((size_t)rows * sizeof(float));
 	if (!wbuf || (sb && !sbuf) || (nfs && !fs) || (intq && !fz) || (maps && !gblk) ||
-	    (a->bias && !dst->bias)) {
+	    (a->lin.bias && !dst->lin.bias)) {
 		ms_qlinear_free(dst);
 		return ms_err_set(err, -ENOMEM, "%s: out of memory", what);
 	}
@@ -788,7 +792,7 @@ int ms_qlinear_splice_rows(struct ms_qlinear *dst, const struct ms_qlinear *a,
 	for (int64_t i = 0; i < rows; i++) {
 		bool from_a = map[i] >= 0;
 		const struct ms_qlinear *sl = from_a ? a : b;
-		const struct ms_wmat *src = &sl->w;
+		const struct ms_wmat *src = &sl->lin.w;
 		int64_t r = from_a ? map[i] : -map[i] - 1;
 		memcpy(wbuf + (size_t)i * rb, src->w + (size_t)r * rb, rb);
 		if (sb)
@@ -799,21 +803,21 @@ int ms_qlinear_splice_rows(struct ms_qlinear *dst, const struct ms_qlinear *a,
 			memcpy(fz + (size_t)i * G, src->fzero + (size_t)r * G, G * sizeof(float));
 		if (maps)
 			rg[i] = gcopy + (from_a ? 0 : K);
-		if (dst->bias)
-			dst->bias[i] = sl->bias[r];
+		if (dst->lin.bias)
+			dst->lin.bias[i] = sl->lin.bias[r];
 	}
-	dst->w = *wa;
-	dst->w.rows = rows;
-	dst->w.w = wbuf;
-	dst->w.scales = sbuf;
-	dst->w.fscale = fs;
-	dst->w.fzero = fz;
-	dst->w.row_g_idx = maps ? (const int32_t *const *)rg : NULL;
-	dst->w.pack = NULL; /* the caller binds a kernel to the new matrix */
-	dst->w.pack_bytes = 0;
-	dst->kernel = a->kernel;
+	dst->lin.w = *wa;
+	dst->lin.w.rows = rows;
+	dst->lin.w.w = wbuf;
+	dst->lin.w.scales = sbuf;
+	dst->lin.w.fscale = fs;
+	dst->lin.w.fzero = fz;
+	dst->lin.w.row_g_idx = maps ? (const int32_t *const *)rg : NULL;
+	dst->lin.w.pack = NULL; /* the caller binds a kernel to the new matrix */
+	dst->lin.w.pack_bytes = 0;
+	dst->lin.kernel = a->lin.kernel;
 	snprintf(dst->why, sizeof(dst->why), "%s", a->why);
-	dst->act = a->act;
+	dst->lin.act = a->lin.act;
 	dst->scheme = a->scheme;
 	return 0;
 }

@@ -24,6 +24,7 @@
 
 #include "actq.h"
 #include "backend.h"
+#include "linear.h"
 #include "ms-error.h"
 #include "safetensors.h"
 
@@ -31,27 +32,26 @@ struct ms_quant_config;
 
 #define MS_QLINEAR_OWNED 5
 
-/* One [out, in] projection: y = act(x) W^T * row_scale + b. */
+/* One [out, in] projection as loaded: what the backend computes with
+ * (lin: y = act(x) W^T * row_scale + b), and the loader's bookkeeping. */
 struct ms_qlinear {
+	struct ms_linear lin;           /* weights, fp32 bias (owned), activation
+					 * quantization, the kernel chosen at load */
 	const char *scheme;             /* scheme that loaded it */
-	struct ms_wmat w;
-	const struct ms_kernel *kernel; /* chosen when loading */
 	char why[224];                  /* why that kernel (inspect) */
 	char origin[64];                /* what the scheme did first ("requantized ..."),
 					 * put before the reason in why */
-	float *bias;                    /* [out] fp32, owned; NULL when none */
-	struct ms_actq act;             /* input quantization (NONE for most) */
 	void *owned[MS_QLINEAR_OWNED];  /* buffers this layer owns (repacked data) */
 	unsigned owned_bufs;            /* bit i: owned[i] is from ms_quant_buf_alloc */
-	void *pack_owned;               /* the kernel's packed copy (w.pack), or NULL */
+	void *pack_owned;               /* the kernel's packed copy (lin.w.pack), or NULL */
 	void *bind_list;                /* the deferred bind pass holding it, or NULL */
 	int64_t bind_idx;               /* its entry there */
 };
 
-/* The experts of one MoE layer in the one layout the kernels use: per
- * expert, gate_up [2I, H] with gate on even rows and up on odd rows (the
- * interleaving of the original checkpoint), and down [H, I]. */
+/* The experts of one MoE layer in the one layout the kernels use (struct
+ * ms_moe_w; w points into gate_up and down once loaded). */
 struct ms_qmoe {
+	struct ms_moe_w w;              /* what the backend computes with */
 	const char *scheme;             /* scheme of expert 0 (inspect) */
 	const char *layout;             /* the checkpoint's expert layout family */
 	int64_t n_experts, hidden, inter;

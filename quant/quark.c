@@ -380,9 +380,9 @@ static int quark_load_linear(const struct ms_quant_config *qc, const struct ms_c
 		if (memchr(ws->data, 0xFF, ws->nbytes))
 			return ms_err_set(err, -EBADMSG, "%s: tensor \"%s\" holds the E8M0 byte 0xFF (NaN "
 					  "scale)", ms_checkpoint_file_of(ck, ws), name);
-		l->w = (struct ms_wmat){.fmt = MS_WFMT_MXFP4, .rows = N, .cols = K, .w = w->data,
-					.row_bytes = (size_t)kb, .scales = ws->data,
-					.scale_row_bytes = (size_t)kg};
+		l->lin.w = (struct ms_wmat){.fmt = MS_WFMT_MXFP4, .rows = N, .cols = K,
+					    .w = w->data, .row_bytes = (size_t)kb,
+					    .scales = ws->data, .scale_row_bytes = (size_t)kg};
 	} else {
 		if ((rc = ms_checkpoint_get(ck, name, MS_DTYPE_F8_E4M3, 2, (int64_t[]){N, K}, &w, err)))
 			return rc;
@@ -419,13 +419,13 @@ static int quark_load_linear(const struct ms_quant_config *qc, const struct ms_c
 			if (rc)
 				return rc;
 		}
-		l->w = (struct ms_wmat){.fmt = MS_WFMT_FP8, .rows = N, .cols = K, .w = w->data,
+		l->lin.w = (struct ms_wmat){.fmt = MS_WFMT_FP8, .rows = N, .cols = K, .w = w->data,
 					.row_bytes = (size_t)K, .fscale = fs};
 	}
-	l->act.kind = s->act;
+	l->lin.act.kind = s->act;
 	if (s->act == MS_ACTQ_FP8_STATIC) {
 		snprintf(name, sizeof(name), "%s.input_scale", prefix);
-		if ((rc = ms_quant_read_scale(ck, name, &l->act.scale, err)))
+		if ((rc = ms_quant_read_scale(ck, name, &l->lin.act.scale, err)))
 			return rc;
 	}
 	if ((rc = ms_qlinear_set_kernel(l, be, prefix, err)))

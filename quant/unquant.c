@@ -70,7 +70,7 @@ static float round_to_f16(float f)
  * rounded down and a code clamps, amax - 127 scale < scale / 2). */
 static int requantize_int8(struct ms_qlinear *l, const char *prefix, struct ms_err *err)
 {
-	struct ms_wmat src = l->w;
+	struct ms_wmat src = l->lin.w;
 	void *src_copy = l->owned[0]; /* a misaligned tensor's aligned copy, or NULL */
 	l->owned[0] = NULL;
 	int64_t N = src.rows, K = src.cols;
@@ -92,7 +92,7 @@ static int requantize_int8(struct ms_qlinear *l, const char *prefix, struct ms_e
 		/* an all-zero row keeps scale 0 (codes 128); a tiny one the
 		 * smallest fp16 step rather than 0 */
 		float scale = amax > 0.0f ? fmaxf(round_to_f16(amax / 127.0f), 0x1p-24f) : 0.0f;
-		uint8_t *codes = (uint8_t *)l->owned[0] + (size_t)r * l->w.row_bytes;
+		uint8_t *codes = (uint8_t *)l->owned[0] + (size_t)r * l->lin.w.row_bytes;
 		for (int64_t k = 0; k < K && scale > 0.0f; k++) {
 			float q = rintf(row[k] / scale);
 			codes[k] = (uint8_t)(128 + (int)fminf(fmaxf(q, -127.0f), 127.0f));
@@ -119,7 +119,7 @@ static int load_linear(const struct ms_quant_config *qc, const struct ms_checkpo
 	if (rc)
 		return rc;
 	size_t es = ms_dtype_size(t->dtype);
-	l->w = (struct ms_wmat){.fmt = ms_wfmt_from_dtype(t->dtype), .rows = out, .cols = in,
+	l->lin.w = (struct ms_wmat){.fmt = ms_wfmt_from_dtype(t->dtype), .rows = out, .cols = in,
 				.w = t->data, .row_bytes = (size_t)in * es};
 	/* Kernels load whole elements: a misaligned tensor (legal in
 	 * safetensors) is copied once instead of read in place. */
@@ -128,12 +128,12 @@ static int load_linear(const struct ms_quant_config *qc, const struct ms_checkpo
 		if (posix_memalign(&l->owned[0], 64, t->nbytes ? t->nbytes : 64))
 			return ms_err_set(err, -ENOMEM, "%s: out of memory", name);
 		memcpy(l->owned[0], t->data, t->nbytes);
-		l->w.w = l->owned[0];
+		l->lin.w.w = l->owned[0];
 		ms_checkpoint_release(ck, t);
 		released = true;
 	}
 	bool int8 = be->dense_int8 && dense_int8_module(prefix);
-	enum ms_wfmt from = l->w.fmt;
+	enum ms_wfmt from = l->lin.w.fmt;
 	if (int8) {
 		if ((rc = requantize_int8(l, prefix, err)))
 			return rc;
@@ -202,9 +202,9 @@ static int load_moe(const struct ms_quant_config *qc, const struct ms_checkpoint
 	ms_checkpoint_release(ck, gu);
 	ms_checkpoint_release(ck, dn);
 	for (int64_t e = 0; e < E; e++) {
-		m->gate_up[e].w = (struct ms_wmat){.fmt = fmt, .rows = 2 * I, .cols = H,
+		m->gate_up[e].lin.w = (struct ms_wmat){.fmt = fmt, .rows = 2 * I, .cols = H,
 			.w = gu_dst + (size_t)e * (size_t)(2 * I * H) * es, .row_bytes = (size_t)H * es};
-		m->down[e].w = (struct ms_wmat){.fmt = fmt, .rows = H, .cols = I,
+		m->down[e].lin.w = (struct ms_wmat){.fmt = fmt, .rows = H, .cols = I,
 			.w = dn_dst + (size_t)e * (size_t)(H * I) * es, .row_bytes = (size_t)I * es};
 		if ((rc = ms_qlinear_set_kernel(&m->gate_up[e], be, gu_name, err)) ||
 		    (rc = ms_qlinear_set_kernel(&m->down[e], be, dn_name, err)))

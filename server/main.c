@@ -600,11 +600,12 @@ static int cmd_dequant(int argc, char **argv)
 		ex = EX_USAGE;
 	} else if (out) {
 		FILE *f = fopen(out, "wb");
-		float *row = malloc((size_t)l->w.cols * sizeof(float) + 1);
+		float *row = malloc((size_t)l->lin.w.cols * sizeof(float) + 1);
 		bool ok = f && row;
-		for (int64_t r = 0; ok && r < l->w.rows; r++) {
-			ms_wmat_row_f32(&l->w, r, row);
-			ok = fwrite(row, sizeof(float), (size_t)l->w.cols, f) == (size_t)l->w.cols;
+		for (int64_t r = 0; ok && r < l->lin.w.rows; r++) {
+			ms_wmat_row_f32(&l->lin.w, r, row);
+			size_t cols = (size_t)l->lin.w.cols;
+			ok = fwrite(row, sizeof(float), cols, f) == cols;
 		}
 		if (f && fclose(f) != 0)
 			ok = false;
@@ -616,8 +617,9 @@ static int cmd_dequant(int argc, char **argv)
 	}
 	if (l && ex == EX_OK) {
 		fprintf(stderr, "moeserve: %s: scheme %s, format %s, activations %s, kernel %s\n", module,
-			l->scheme, ms_wfmt_name(l->w.fmt), ms_actq_name(l->act.kind), l->kernel->name);
-		printf("%lld %lld\n", (long long)l->w.rows, (long long)l->w.cols);
+			l->scheme, ms_wfmt_name(l->lin.w.fmt), ms_actq_name(l->lin.act.kind),
+			l->lin.kernel->name);
+		printf("%lld %lld\n", (long long)l->lin.w.rows, (long long)l->lin.w.cols);
 	}
 	ms_model_free(&m);
 	ms_backend_free(&be);

@@ -31,16 +31,20 @@ done
 skip() { echo "container: SKIPPED: $*"; exit 77; }
 
 # ---- the container engine ----------------------------------------------------
-# Looked for beside the checkout, and beside the checkout it was cloned from
-# when that is a local folder (a fresh clone for CI keeps its origin's path):
-# never at a path of one machine.
+# Looked for beside the checkout, beside the repository a worktree belongs
+# to, and beside the checkout it was cloned from when that is a local folder
+# (a fresh clone for CI keeps its origin's path): never at a path of one
+# machine.
 env_script=""
 top=$(git -C "$SRC" rev-parse --show-toplevel 2>/dev/null || true)
+common=$(git -C "$SRC" rev-parse --path-format=absolute --git-common-dir 2>/dev/null || true)
+common=${common:+$(dirname "$common")}
 origin=$(git -C "$SRC" config --get remote.origin.url 2>/dev/null || true)
 origin=${origin#file://}
 case "$origin" in /*) ;; *) origin="" ;; esac
 for c in ${MOESERVE_CONTAINER_ENV:-} "${top:+$top/../shared/tools/container-env.sh}" \
          "$SRC/../shared/tools/container-env.sh" \
+         "${common:+$common/../shared/tools/container-env.sh}" \
          "${origin:+$origin/../shared/tools/container-env.sh}"; do
   if [ -n "$c" ] && [ -f "$c" ]; then env_script=$c; break; fi
 done

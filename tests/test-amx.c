@@ -1,6 +1,6 @@
 /*
- * test-amx.c: the AMX tile model (engine/amx-sim.h) and the AMX kernels
- * (engine/kernels-amx.c) run on it.
+ * test-amx.c: the AMX tile model (engine/cpu/amx-sim.h) and the AMX kernels
+ * (engine/cpu/kernels-amx.c) run on it.
  *
  * 1. The model: tiled int8 products (all four signednesses, accumulators
  *    that wrap around 2^32) against a scalar loop; TDPBF16PS against a

@@ -1,5 +1,5 @@
 /*
- * test-attention.c: the attention module (engine/attention.c).
+ * test-attention.c: the attention module (engine/cpu/attention.c).
  *
  * The reference kernel is held to an independent double-precision attention
  * (the textbook formula: all scores, the sink in the max and the

@@ -1,6 +1,6 @@
 /*
  * test-bf16.c: the packed VDPBF16PS kernel "avx512bf16-vnni2"
- * (engine/kernels-bf16.h), on random data of ragged shapes:
+ * (engine/cpu/kernels-bf16.h), on random data of ragged shapes:
  *  - AVX-512 prep and gemmq equal the portable models bit for bit (the
  *    model: RNE conversion, VDPBF16PS odd-then-even FMAs with DAZ/FTZ);
  *  - gemmq stays within the bf16-activation bound of the fp32 reference

@@ -1,5 +1,5 @@
 /*
- * test-dense.c: dense bf16 matrices through oneDNN (engine/dense-onednn.c).
+ * test-dense.c: dense bf16 matrices through oneDNN (engine/cpu/dense-onednn.c).
  *
  * - On random bf16 matrices of ragged shapes it computes W bf16(x): within
  *   1e-5 of the sum of magnitudes of the double-precision product on the
@@ -389,25 +389,25 @@ START_TEST(dense_int8_requantizes_attention_and_lm_head)
 			const struct ms_qlinear *a = ms_model_find_linear(&m[0], name);
 			const struct ms_qlinear *q = ms_model_find_linear(&m[1], name);
 			ck_assert(a && q);
-			ck_assert_int_eq(a->w.fmt, MS_WFMT_BF16);
+			ck_assert_int_eq(a->lin.w.fmt, MS_WFMT_BF16);
 			if (j == 4) { /* the router is left alone */
-				ck_assert_int_eq(q->w.fmt, MS_WFMT_BF16);
+				ck_assert_int_eq(q->lin.w.fmt, MS_WFMT_BF16);
 				continue;
 			}
-			ck_assert_msg(q->w.fmt == MS_WFMT_INTQ, "%s not requantized", name);
-			ck_assert_int_eq(q->w.bits, 8);
-			ck_assert_int_eq(q->w.n_groups, 1);
-			ck_assert_int_eq(q->w.group_size, q->w.cols);
+			ck_assert_msg(q->lin.w.fmt == MS_WFMT_INTQ, "%s not requantized", name);
+			ck_assert_int_eq(q->lin.w.bits, 8);
+			ck_assert_int_eq(q->lin.w.n_groups, 1);
+			ck_assert_int_eq(q->lin.w.group_size, q->lin.w.cols);
 			ck_assert_ptr_nonnull(strstr(q->why, "requantized from bf16"));
-			int64_t K = a->w.cols;
+			int64_t K = a->lin.w.cols;
 			float *ra = malloc((size_t)K * sizeof(float)), *rq = malloc((size_t)K * sizeof(float));
-			for (int64_t r = 0; r < a->w.rows; r++) {
-				ms_wmat_row_f32(&a->w, r, ra);
-				ms_wmat_row_f32(&q->w, r, rq);
-				float amax = 0, s = q->w.fscale[r];
+			for (int64_t r = 0; r < a->lin.w.rows; r++) {
+				ms_wmat_row_f32(&a->lin.w, r, ra);
+				ms_wmat_row_f32(&q->lin.w, r, rq);
+				float amax = 0, s = q->lin.w.fscale[r];
 				for (int64_t k = 0; k < K; k++)
 					amax = fmaxf(amax, fabsf(ra[k]));
-				ck_assert_float_eq(q->w.fzero[r], 128.0f);
+				ck_assert_float_eq(q->lin.w.fzero[r], 128.0f);
 				ck_assert_msg(is_f16_value(s), "%s row %lld: scale %.9g is not an fp16 value",
 					      name, (long long)r, (double)s);
 				ck_assert(fabsf(s - amax / 127.0f) <= ldexpf(amax / 127.0f, -11));

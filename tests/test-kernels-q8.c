@@ -1,6 +1,6 @@
 /*
  * test-kernels-q8.c: the int8-activation ("q8 panel") kernels of
- * engine/kernels-q8.h, and the fp32 AVX-512 INTQ / FP8 kernels.
+ * engine/cpu/kernels-q8.h, and the fp32 AVX-512 INTQ / FP8 kernels.
  *
  * All on random non-zero data of ragged shapes:
  *  - the AVX-512 VNNI gemmq, its VBMI build and the AVX2 one, and the

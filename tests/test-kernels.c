@@ -549,7 +549,7 @@ START_TEST(backend_rejects_unknown_kernel_set)
 }
 END_TEST
 
-/* The row operations (engine/rowops.c): each build (portable, and one per
+/* The row operations (engine/cpu/rowops.c): each build (portable, and one per
  * ISA) gives the bits of the scalar formulas of rowops.h, on ragged
  * widths. */
 static void rmsnorm_scalar(float *y, const float *x, const float *w, int64_t H, double eps)

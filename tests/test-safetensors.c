@@ -1,5 +1,5 @@
 /*
- * test-safetensors.c: the safetensors reader (models/safetensors.c) against
+ * test-safetensors.c: the safetensors reader (quant/safetensors.c) against
  * files crafted byte by byte: every malformed file must be a clear error
  * (negative errno, a message naming the file and, where there is one, the
  * tensor), never a crash or a silent load; valid files must read back exactly.

@@ -48,9 +48,9 @@ count or CPU changes the rounding, and so the weights):
     199998..200013 (<|startoftext|>, <|endoftext|>, <|return|>,
     <|constrain|>, <|channel|>, <|start|>, <|end|>, <|message|>, <|call|>).
     Written as a Hugging Face tokenizer.json in the structure of
-    transformers' TikTokenConverter (what engine/tokenizer.c loads).
+    transformers' TikTokenConverter (what models/tokenizer.c loads).
  3. chat samples, rendered exactly as the daemon's harmony renderer
-    (engine/harmony.c) renders a request without tools: the system message
+    (models/harmony-render.c) renders a request without tools: the system message
     (random dates, reasoning efforts), sometimes a developer instruction or
     an earlier turn, the user question, then the answer in the final
     channel ending in <|return|>.  Tasks: "Continue: <first words of a
@@ -299,7 +299,7 @@ def train_bpe(counts, n_merges):
 
 class Tokenizer:
     """Byte-level BPE encoder with the semantics of tokenizers' BPE and
-    engine/tokenizer.c: in each piece, merge the lowest-ranked adjacent pair
+    models/tokenizer.c: in each piece, merge the lowest-ranked adjacent pair
     (leftmost on ties) until none is left."""
 
     def __init__(self, merges, vocab=VOCAB):
@@ -420,7 +420,7 @@ def build_tokenizer(texts, vocab=VOCAB):
 
 
 # ---------------------------------------------------------------------------
-# 3. chat samples (engine/harmony.c's rendering of a request without tools)
+# 3. chat samples (models/harmony-render.c's rendering of a request without tools)
 
 SYSTEM_IDENTITY = "You are ChatGPT, a large language model trained by OpenAI."
 DEVELOPER_INSTRUCTIONS = [

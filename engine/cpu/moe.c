@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant.h"
 
 void ms_moe_route(const float *logits, int64_t n, int64_t E, int64_t k, int32_t *sel, float *w)
 {
@@ -41,7 +40,7 @@ struct moe_item {
 };
 
 struct moe_job {
-	const struct ms_qmoe *m;
+	const struct ms_moe_w *m;
 	const float *h;        /* [n, H] the layer's inputs */
 	int64_t n, k;          /* tokens, experts per token */
 	struct ms_swiglu act;
@@ -70,7 +69,7 @@ struct moe_job {
  * releases stage 0's prepared inputs. */
 static void quant(struct moe_job *j, int stage, int64_t e)
 {
-	const struct ms_qlinear *L = stage ? &j->m->down[e] : &j->m->gate_up[e];
+	const struct ms_linear *L = stage ? j->m->down[e] : j->m->gate_up[e];
 	int64_t o = j->off[e], ne = j->off[e + 1] - o, K = L->w.cols;
 	float *x = (stage ? j->a : j->xg) + o * K;
 	free(j->xq[e]);
@@ -109,8 +108,8 @@ static void in_task(struct moe_job *j, int64_t e)
 
 static void gate_up_task(struct moe_job *j, const struct moe_item *item)
 {
-	const struct ms_qmoe *m = j->m;
-	const struct ms_qlinear *L = &m->gate_up[item->e];
+	const struct ms_moe_w *m = j->m;
+	const struct ms_linear *L = m->gate_up[item->e];
 	int64_t e = item->e, I2 = 2 * m->inter, r0 = item->r0, r1 = item->r1;
 	int64_t o = j->off[e], ne = j->off[e + 1] - o;
 	float *g = j->g + o * I2;
@@ -143,8 +142,8 @@ static void gate_up_task(struct moe_job *j, const struct moe_item *item)
 
 static void down_task(struct moe_job *j, const struct moe_item *item)
 {
-	const struct ms_qmoe *m = j->m;
-	const struct ms_qlinear *L = &m->down[item->e];
+	const struct ms_moe_w *m = j->m;
+	const struct ms_linear *L = m->down[item->e];
 	int64_t e = item->e, H = m->hidden, r0 = item->r0, r1 = item->r1;
 	int64_t o = j->off[e], ne = j->off[e + 1] - o;
 	float *y = j->yd + o * H;
@@ -228,7 +227,7 @@ static int64_t make_items(struct moe_item *items, atomic_int *left, const int64_
 	return n;
 }
 
-int ms_moe_forward(struct ms_backend *be, const struct ms_qmoe *m, struct ms_swiglu act,
+int ms_moe_forward(struct ms_backend *be, const struct ms_moe_w *m, struct ms_swiglu act,
 		   const float *h, int64_t n, const int32_t *sel, const float *w, int64_t k,
 		   float *out, struct ms_err *err)
 {
@@ -273,7 +272,7 @@ int ms_moe_forward(struct ms_backend *be, const struct ms_qmoe *m, struct ms_swi
 	int64_t align = 16;
 	uint64_t bytes = 0;
 	for (int64_t e = 0; e < E; e++) {
-		const struct ms_qlinear *gu = &m->gate_up[e], *dn = &m->down[e];
+		const struct ms_linear *gu = m->gate_up[e], *dn = m->down[e];
 		align = gu->kernel->row_align > align ? gu->kernel->row_align : align;
 		align = dn->kernel->row_align > align ? dn->kernel->row_align : align;
 		if (off[e + 1] > off[e])

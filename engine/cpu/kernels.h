@@ -1,11 +1,9 @@
 /*
- * kernels.h: weight formats as the kernels see them, and the kernel table.
+ * kernels.h: the CPU backend's kernel table.
  *
- * A scheme (quant/) turns checkpoint tensors into ms_wmat views, zero-copy
- * where the on-disk layout is already what a kernel reads. A kernel computes
- * y = x W^T over a range of output rows for one format. The backend picks
- * one kernel per format when it starts (backend.c); nothing in the hot path
- * branches on the CPU.
+ * A kernel computes y = x W^T over a range of output rows for one weight
+ * format (engine/wmat.h). The backend picks the candidates per format when
+ * it starts (backend.c); nothing in the hot path branches on the CPU.
  */
 #ifndef MS_KERNELS_H
 #define MS_KERNELS_H
@@ -14,70 +12,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum ms_wfmt {
-	MS_WFMT_F32,
-	MS_WFMT_F16,
-	MS_WFMT_BF16,
-	MS_WFMT_MXFP4,  /* OCP MX: e2m1 codes, 2 per byte (low nibble first),
-			 * one E8M0 scale per 32 consecutive columns */
-	MS_WFMT_INTQ,   /* GPTQ/AWQ after repacking: unsigned `bits`-wide codes
-			 * along each row (LSB first; 3-bit codes take 4 bits),
-			 * W = scale * (code - zero) per (row, group) */
-	MS_WFMT_FP8,    /* e4m3fn bytes, W = fp8 * scale[row] */
-	MS_WFMT_COUNT,
-};
-
-const char *ms_wfmt_name(enum ms_wfmt f);
+#include "wmat.h"
 
 /* GPT-OSS expert activation constants, and the row kernel that applies the
- * activation to interleaved gate/up outputs (engine/moe.h). */
+ * activation to interleaved gate/up outputs (moe.h). */
 struct ms_swiglu {
 	float limit;  /* gate clamped above, up clamped to [-limit, limit] */
 	float alpha;  /* gate * sigmoid(alpha * gate) */
 };
 typedef void (*ms_swiglu_row_fn)(struct ms_swiglu act, const float *restrict g,
 				 const float *restrict b, int64_t n, float *restrict a);
-
-/* A weight matrix W [rows = out features, cols = in features]. Every row is
- * self-contained (its codes, scales and zeros are addressed by row), so rows
- * of two matrices can be spliced into one (quant/ fuses gate and up). */
-struct ms_wmat {
-	enum ms_wfmt fmt;
-	int64_t rows, cols;
-	const uint8_t *w;         /* row r starts at w + r * row_bytes */
-	size_t row_bytes;
-	const uint8_t *scales;    /* MXFP4: row r's E8M0 bytes at scales + r * scale_row_bytes */
-	size_t scale_row_bytes;
-	/* INTQ */
-	int bits;                 /* code width: 2, 3, 4 or 8 */
-	int64_t group_size;       /* columns per group (natural order) */
-	int64_t n_groups;         /* groups per row */
-	const float *fscale;      /* INTQ: [rows][n_groups]; FP8: [rows] */
-	const float *fzero;       /* INTQ: [rows][n_groups], the zero point as a float */
-	const int32_t *const *row_g_idx; /* INTQ: row r's group of column k is
-					  * row_g_idx[r][k]; NULL: k / group_size */
-	/* A kernel's own copy of the matrix, made once at load by its pack
-	 * function (blocked, scales inline); NULL for kernels that read the
-	 * rows above directly. The rows above stay valid either way. */
-	/* Only kernels that keep fp32 activations may take it: set by a model
-	 * for a matrix whose outputs are decisions (the MoE router: rounding
-	 * its input flips which experts run). */
-	bool exact_acts;
-	const void *pack;
-	size_t pack_bytes;        /* bytes a packed kernel streams per pass */
-	/* Decode row r from the packed copy (set by pack functions that can):
-	 * once it is set, the loader may release the rows above (w = NULL). */
-	void (*pack_row)(const void *pack, int64_t r, float *out);
-};
-
-/* Bits a stored INTQ code occupies (3-bit codes are kept in nibbles). */
-static inline int ms_intq_storage_bits(int bits)
-{
-	return bits == 3 ? 4 : bits;
-}
-
-/* Bytes a kernel streams to read the whole matrix once. */
-uint64_t ms_wmat_bytes(const struct ms_wmat *m);
 
 /* y[t * ldy + r] = sum_k W[r, k] * x[t * ldx + k], for r in [r0, r1) and
  * t in [0, n). Accumulates in fp32 or better; never writes outside
@@ -200,33 +144,5 @@ extern const struct ms_kernel ms_kernels_avx2[];
 			r += full ? (RB) : 1;                                                  \
 		}                                                                              \
 	}
-
-/* ---- scalar format helpers, shared by kernels, loaders and tests ---- */
-
-static inline float ms_bf16_to_f32(uint16_t h)
-{
-	union { uint32_t u; float f; } v = {.u = (uint32_t)h << 16};
-	return v.f;
-}
-
-float ms_f16_to_f32(uint16_t h);
-
-/* e2m1 value of a 4-bit code (bit 3 = sign). */
-extern const float ms_e2m1_lut[16];
-
-/* 2^(e - 127) for an E8M0 byte, exactly (e = 0xFF treated as 2^128, as the
- * reference code does: it applies no NaN rule). */
-float ms_e8m0_to_f32(uint8_t e);
-
-/* Decode row r of W into out[cols] as fp32. */
-void ms_wmat_row_f32(const struct ms_wmat *m, int64_t r, float *out);
-
-/* e4m3fn (bias 7, no infinities, 0x7F/0xFF NaN, max 448) to fp32, exactly. */
-float ms_fp8_e4m3_to_f32(uint8_t b);
-
-/* fp32 to e4m3fn, round to nearest even; finite values beyond 448 saturate
- * to +-448 (callers clamp first anyway, as every activation quantizer
- * does), NaN gives 0x7F. */
-uint8_t ms_f32_to_fp8_e4m3(float x);
 
 #endif
