@@ -151,7 +151,7 @@ static int seed_field(const cJSON *j, struct ms_sampling *sp, struct ms_req_erro
  * top_logprobs. */
 static int logprob_fields(const cJSON *j, bool chat, struct ms_sampling *sp, struct ms_req_error *e)
 {
-	int64_t v;
+	int64_t v = 0; /* set by int_field only when it returns 1 */
 	int rc;
 	if (!chat) {
 		rc = int_field(j, "logprobs", 0, 20, "an integer in [0, 20]", &v, e);
@@ -202,7 +202,7 @@ static int sampling_fields(const cJSON *j, int64_t vocab, struct ms_req_gen *r,
 			   struct ms_req_error *e)
 {
 	struct ms_sampling *sp = &r->params.sampling;
-	int64_t v;
+	int64_t v = 0; /* set by int_field only when it returns 1 */
 	int rc;
 	if ((rc = float_fields(j, sp, e)))
 		return rc;
@@ -242,7 +242,7 @@ static int stop_field(const cJSON *j, struct ms_req_gen *r, struct ms_req_error 
 static int common_fields(const struct ms_req_model *m, struct ms_req_gen *r, struct ms_req_error *e)
 {
 	const cJSON *j = r->req, *v;
-	int64_t x;
+	int64_t x = 0; /* set by int_field only when it returns 1 */
 	int rc;
 	if ((rc = sampling_fields(j, m->vocab, r, e)))
 		return rc;
