@@ -290,7 +290,7 @@ static int gptoss_forward_batch(struct ms_model *m, const struct ms_batch *bt, f
 {
 	const struct ms_model_config *c = &m->cfg;
 	struct gptoss *g = m->impl;
-	struct ms_backend *be = m->be;
+	struct ms_cpu *be = m->be;
 	const struct ms_rowops *ro = be->rowops; /* RMSNorm, rope, residual add */
 	const struct ms_kv_pool *pool = bt->pool;
 	int64_t n = bt->n, H = c->hidden, d = c->head_dim, nH = c->n_heads, nKV = c->n_kv_heads;

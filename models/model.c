@@ -52,7 +52,7 @@ void ms_model_add_group(struct ms_model *m, const char *name, const char *scheme
 	g->bytes = bytes;
 }
 
-int ms_model_load(struct ms_model *m, const char *dir, struct ms_backend *be, struct ms_err *err)
+int ms_model_load(struct ms_model *m, const char *dir, struct ms_cpu *be, struct ms_err *err)
 {
 	memset(m, 0, sizeof(*m));
 	double t0 = ms_now_s();
@@ -86,9 +86,9 @@ int ms_model_load(struct ms_model *m, const char *dir, struct ms_backend *be, st
 		return rc;
 	}
 	m->be = be;
-	ms_backend_weights_begin(be);
+	ms_cpu_weights_begin(be);
 	if ((rc = ms_checkpoint_open(&m->ck, dir, err)) || (rc = m->ops->load(m, err))) {
-		ms_backend_weights_end(be, NULL, NULL, 0);
+		ms_cpu_weights_end(be, NULL, NULL, 0);
 		ms_model_free(m);
 		return rc;
 	}
@@ -100,7 +100,7 @@ int ms_model_load(struct ms_model *m, const char *dir, struct ms_backend *be, st
 			maps[n] = m->ck.files[i].map;
 			sizes[n] = m->ck.files[i].size;
 		}
-		ms_backend_weights_end(be, maps, sizes, n);
+		ms_cpu_weights_end(be, maps, sizes, n);
 	}
 	m->load_seconds = ms_now_s() - t0;
 	return 0;

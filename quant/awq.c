@@ -98,7 +98,7 @@ static void unpack_task(void *ctx, int task, int worker)
 
 static int awq_load_linear(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
 			   const char *prefix, int64_t N, int64_t K, bool has_bias,
-			   struct ms_backend *be, struct ms_qlinear *l, struct ms_err *err)
+			   struct ms_cpu *be, struct ms_qlinear *l, struct ms_err *err)
 {
 	const struct awq_cfg *c = qc->priv;
 	int64_t gs = c->group_size, G = K / gs;

@@ -282,7 +282,7 @@ static void unpack_task(void *ctx, int task, int worker)
 
 static int gptq_load_linear(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
 			    const char *prefix, int64_t N, int64_t K, bool has_bias,
-			    struct ms_backend *be, struct ms_qlinear *l, struct ms_err *err)
+			    struct ms_cpu *be, struct ms_qlinear *l, struct ms_err *err)
 {
 	const struct gptq_cfg *c = qc->priv;
 	const struct gptq_rule *r = rule_for(c, prefix);

@@ -110,7 +110,7 @@ static int detect(const struct ms_checkpoint *ck, const char *prefix, enum layou
 /* Load `a_name` and `b_name` ([I, H] each) and splice them into gate_up. */
 static int load_split(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
 		      const char *a_name, const char *b_name, int64_t H, int64_t I, bool interleave,
-		      struct ms_backend *be, struct ms_qlinear *gu, struct ms_err *err)
+		      struct ms_cpu *be, struct ms_qlinear *gu, struct ms_err *err)
 {
 	struct ms_qlinear a, b;
 	int64_t *map = malloc((size_t)(2 * I) * sizeof(int64_t));
@@ -164,7 +164,7 @@ static int make_view(struct ms_qmoe *m, const char *prefix, struct ms_err *err)
 }
 
 int ms_quant_load_moe(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
-		      const char *prefix, int64_t E, int64_t H, int64_t I, struct ms_backend *be,
+		      const char *prefix, int64_t E, int64_t H, int64_t I, struct ms_cpu *be,
 		      struct ms_qmoe *m, struct ms_err *err)
 {
 	enum layout lay = LAYOUT_HF_FUSED;

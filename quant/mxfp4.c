@@ -19,7 +19,7 @@
 #include "quant.h"
 
 static int load_moe(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
-		    const char *prefix, int64_t E, int64_t H, int64_t I, struct ms_backend *be,
+		    const char *prefix, int64_t E, int64_t H, int64_t I, struct ms_cpu *be,
 		    struct ms_qmoe *m, struct ms_err *err)
 {
 	(void)qc;

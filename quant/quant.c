@@ -273,7 +273,7 @@ bool ms_quant_has_prefix(const struct ms_checkpoint *ck, const char *prefix)
 
 int ms_quant_load_linear(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
 			 const char *prefix, enum ms_qkind kind, int64_t out, int64_t in,
-			 bool has_bias, struct ms_backend *be, struct ms_qlinear *l,
+			 bool has_bias, struct ms_cpu *be, struct ms_qlinear *l,
 			 struct ms_err *err)
 {
 	const struct ms_quant_scheme *s = &ms_scheme_unquantized;
@@ -455,13 +455,13 @@ static void release_rows(struct ms_qlinear *l)
 	w->row_g_idx = NULL;
 }
 
-static int bind_now(struct ms_qlinear *l, struct ms_backend *be, const char *prefix,
+static int bind_now(struct ms_qlinear *l, struct ms_cpu *be, const char *prefix,
 		    struct ms_err *err)
 {
 	struct ms_err e2 = {0};
 	size_t o = strlen(l->origin);
 	snprintf(l->why, sizeof(l->why), "%s", l->origin);
-	int rc = ms_backend_bind(be, &l->lin.w, &l->lin.kernel, &l->pack_owned, l->why + o,
+	int rc = ms_cpu_bind(be, &l->lin.w, &l->lin.kernel, &l->pack_owned, l->why + o,
 				 sizeof(l->why) - o, &e2);
 	if (rc)
 		return ms_err_set(err, rc, "%s: %s", prefix, e2.msg);
@@ -480,10 +480,10 @@ struct bind_item {
 struct ms_bind_defer {
 	struct bind_item *items;
 	size_t n, cap;
-	struct ms_backend *be;
+	struct ms_cpu *be;
 };
 
-int ms_qlinear_set_kernel(struct ms_qlinear *l, struct ms_backend *be, const char *prefix,
+int ms_qlinear_set_kernel(struct ms_qlinear *l, struct ms_cpu *be, const char *prefix,
 			  struct ms_err *err)
 {
 	ms_qlinear_drop_pack(l);
@@ -529,7 +529,7 @@ int ms_qlinear_set_kernel(struct ms_qlinear *l, struct ms_backend *be, const cha
 	return bind_now(l, be, prefix, err);
 }
 
-int ms_quant_bind_begin(struct ms_backend *be, struct ms_err *err)
+int ms_quant_bind_begin(struct ms_cpu *be, struct ms_err *err)
 {
 	struct ms_bind_defer *d = calloc(1, sizeof(*d));
 	if (!d)
@@ -554,7 +554,7 @@ static void bind_task(void *ctx, int i, int worker)
 	}
 }
 
-int ms_quant_bind_flush(struct ms_backend *be, struct ms_bind_stats *st, bool more,
+int ms_quant_bind_flush(struct ms_cpu *be, struct ms_bind_stats *st, bool more,
 			struct ms_err *err)
 {
 	struct ms_bind_defer *d = be->bind_defer;
@@ -596,7 +596,7 @@ int ms_quant_bind_flush(struct ms_backend *be, struct ms_bind_stats *st, bool mo
 	return rc;
 }
 
-int ms_quant_bind_end(struct ms_backend *be, struct ms_bind_stats *st, struct ms_err *err)
+int ms_quant_bind_end(struct ms_cpu *be, struct ms_bind_stats *st, struct ms_err *err)
 {
 	struct ms_bind_defer *d = be->bind_defer;
 	if (!d)
@@ -685,18 +685,18 @@ void ms_qmoe_free(struct ms_qmoe *m)
 
 /* ---- applying ---- */
 
-int ms_qlinear_apply(struct ms_backend *be, const struct ms_qlinear *l, const float *x,
+int ms_qlinear_apply(struct ms_cpu *be, const struct ms_qlinear *l, const float *x,
 		     int64_t n, float *y)
 {
 	if (l->lin.act.kind == MS_ACTQ_NONE)
-		return ms_backend_gemm(be, l->lin.kernel, &l->lin.w, x, n, y, l->lin.bias);
+		return ms_cpu_gemm(be, l->lin.kernel, &l->lin.w, x, n, y, l->lin.bias);
 	int64_t K = l->lin.w.cols, N = l->lin.w.rows;
 	float *xq = malloc((size_t)(n * K) * sizeof(float));
 	float *rs = malloc((size_t)n * sizeof(float));
 	int rc = xq && rs ? 0 : -ENOMEM;
 	if (!rc) {
 		ms_actq_apply(&l->lin.act, x, K, n, K, xq, rs);
-		rc = ms_backend_gemm(be, l->lin.kernel, &l->lin.w, xq, n, y, NULL);
+		rc = ms_cpu_gemm(be, l->lin.kernel, &l->lin.w, xq, n, y, NULL);
 	}
 	for (int64_t t = 0; !rc && t < n; t++)
 		for (int64_t r = 0; r < N; r++)
@@ -706,7 +706,7 @@ int ms_qlinear_apply(struct ms_backend *be, const struct ms_qlinear *l, const fl
 	return rc;
 }
 
-int ms_qlinear_apply_multi(struct ms_backend *be, int m, const struct ms_qlinear *const *l,
+int ms_qlinear_apply_multi(struct ms_cpu *be, int m, const struct ms_qlinear *const *l,
 			   const float *x, int64_t n, float *const *y)
 {
 	bool together = m >= 1 && m <= MS_GEMM_MULTI_MAX;
@@ -724,7 +724,7 @@ int ms_qlinear_apply_multi(struct ms_backend *be, int m, const struct ms_qlinear
 	const float *b[MS_GEMM_MULTI_MAX];
 	for (int i = 0; i < m; i++)
 		w[i] = &l[i]->lin.w, b[i] = l[i]->lin.bias;
-	return ms_backend_gemm_multi(be, l[0]->lin.kernel, m, w, x, n, y, b);
+	return ms_cpu_gemm_multi(be, l[0]->lin.kernel, m, w, x, n, y, b);
 }
 
 /* ---- splicing rows of two matrices ---- */

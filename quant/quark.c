@@ -57,7 +57,7 @@ struct quark_cfg {
 
 static int quark_load_linear(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
 			     const char *prefix, int64_t N, int64_t K, bool has_bias,
-			     struct ms_backend *be, struct ms_qlinear *l, struct ms_err *err);
+			     struct ms_cpu *be, struct ms_qlinear *l, struct ms_err *err);
 
 #define QK_SCHEME(var, nm) \
 	static const struct ms_quant_scheme var = {.name = nm, .load_linear = quark_load_linear}
@@ -363,7 +363,7 @@ static int quark_scheme_for(const struct ms_quant_config *qc, const struct ms_ch
 
 static int quark_load_linear(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
 			     const char *prefix, int64_t N, int64_t K, bool has_bias,
-			     struct ms_backend *be, struct ms_qlinear *l, struct ms_err *err)
+			     struct ms_cpu *be, struct ms_qlinear *l, struct ms_err *err)
 {
 	const struct qk_spec *s = resolve(qc->priv, prefix);
 	char name[512];

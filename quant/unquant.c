@@ -109,7 +109,7 @@ static int requantize_int8(struct ms_qlinear *l, const char *prefix, struct ms_e
 
 static int load_linear(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
 		       const char *prefix, int64_t out, int64_t in, bool has_bias,
-		       struct ms_backend *be, struct ms_qlinear *l, struct ms_err *err)
+		       struct ms_cpu *be, struct ms_qlinear *l, struct ms_err *err)
 {
 	(void)qc;
 	char name[512];
@@ -173,7 +173,7 @@ static void transpose_task(void *ctx, int e, int worker)
 }
 
 static int load_moe(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
-		    const char *prefix, int64_t E, int64_t H, int64_t I, struct ms_backend *be,
+		    const char *prefix, int64_t E, int64_t H, int64_t I, struct ms_cpu *be,
 		    struct ms_qmoe *m, struct ms_err *err)
 {
 	(void)qc;

@@ -6,7 +6,7 @@
  * Decode on a CPU streams weights. Per step it reads every dense matrix
  * (attention, router, lm_head), one embedding row per token and, per layer,
  * every distinct expert the step's tokens route to. The backend counts the
- * weight bytes its gemms and the MoE really stream (ms_backend_bytes_streamed);
+ * weight bytes its gemms and the MoE really stream (ms_cpu_bytes_streamed);
  * the counter's delta over the measured steps, plus the embedding rows (a
  * lookup, not a gemm), over the step time and over the bandwidth a plain
  * parallel read reaches here, is the roofline share. The static estimate
@@ -119,7 +119,7 @@ static void bw_task(void *ctx, int task, int worker)
 
 /* The buffer: 512 MiB, 16x a 32 MiB last-level cache, filled (so resident)
  * once and kept for every measurement. */
-static int bw_init(struct bw_job *j, const struct ms_backend *be)
+static int bw_init(struct bw_job *j, const struct ms_cpu *be)
 {
 	memset(j, 0, sizeof(*j));
 	j->bytes = 512u << 20;
@@ -134,7 +134,7 @@ static int bw_init(struct bw_job *j, const struct ms_backend *be)
 }
 
 /* One parallel read of the whole buffer: its time in seconds. */
-static double bw_pass(struct ms_backend *be, struct bw_job *j)
+static double bw_pass(struct ms_cpu *be, struct bw_job *j)
 {
 	int tasks = be->pool.n_threads * 8;
 	j->per = (j->n + (size_t)tasks - 1) / (size_t)tasks;
@@ -144,7 +144,7 @@ static double bw_pass(struct ms_backend *be, struct bw_job *j)
 }
 
 /* Best of 8 parallel reads of the whole buffer, in bytes/s. */
-static double bw_measure(struct ms_backend *be, struct bw_job *j)
+static double bw_measure(struct ms_cpu *be, struct bw_job *j)
 {
 	int tasks = be->pool.n_threads * 8;
 	j->per = (j->n + (size_t)tasks - 1) / (size_t)tasks;
@@ -196,7 +196,7 @@ static void arith_free(struct arith *a)
 
 /* -1, with a->k NULL, when the backend has no bf16 kernel it can run this
  * way (the probe is then left out, not an error of the bench). */
-static int arith_init(struct arith *a, struct ms_backend *be)
+static int arith_init(struct arith *a, struct ms_cpu *be)
 {
 	memset(a, 0, sizeof(*a));
 	a->rows = malloc((size_t)ARITH_ROWS * ARITH_COLS * sizeof(uint16_t));
@@ -222,7 +222,7 @@ static int arith_init(struct arith *a, struct ms_backend *be)
 				.row_bytes = ARITH_COLS * sizeof(uint16_t)};
 	char why[256];
 	struct ms_err err = {0};
-	if (ms_backend_bind(be, &a->w, &a->k, &a->owned, why, sizeof(why), &err) || !a->k ||
+	if (ms_cpu_bind(be, &a->w, &a->k, &a->owned, why, sizeof(why), &err) || !a->k ||
 	    (a->k->whole && a->k->whole(&a->w, ARITH_TOKENS))) {
 		arith_free(a);
 		return -1;
@@ -240,14 +240,14 @@ static int arith_init(struct arith *a, struct ms_backend *be)
 
 /* One round of 24 products, in GFLOP/s: on the pool, or on the calling
  * thread alone; 0 if the pool's gemm could not run. */
-static double arith_round(struct ms_backend *be, const struct arith *a, bool alone)
+static double arith_round(struct ms_cpu *be, const struct arith *a, bool alone)
 {
 	double t0 = ms_now_s();
 	for (int i = 0; i < 24; i++) {
 		if (alone)
 			ms_kernel_run(a->k, &a->w, 0, ARITH_ROWS, a->xq, a->x, ARITH_COLS, ARITH_TOKENS,
 				      a->y, ARITH_ROWS);
-		else if (ms_backend_gemm(be, a->k, &a->w, a->x, ARITH_TOKENS, a->y, NULL))
+		else if (ms_cpu_gemm(be, a->k, &a->w, a->x, ARITH_TOKENS, a->y, NULL))
 			return 0;
 	}
 	return 2.0 * ARITH_ROWS * ARITH_COLS * ARITH_TOKENS * 24 / (ms_now_s() - t0) / 1e9;
@@ -255,7 +255,7 @@ static double arith_round(struct ms_backend *be, const struct arith *a, bool alo
 
 /* Best of 5 rounds after a warming one: on the pool (all) and on the
  * calling thread alone, the helpers asleep (one). 0 without a probe. */
-static void arith_measure(struct ms_backend *be, const struct arith *a, double *all, double *one)
+static void arith_measure(struct ms_cpu *be, const struct arith *a, double *all, double *one)
 {
 	double *best[2] = {all, one};
 	*all = *one = 0;
@@ -358,7 +358,7 @@ static void fill_bf16(void *h, int64_t n, float scale, uint32_t seed)
  * keeps them, the N columns split over the pool's threads; each slice's
  * weights reordered once into the layout its primitive prefers (format_tag
  * any). Best of several runs of the whole split. */
-static void onednn_matmul(struct ms_backend *be, int64_t M, int64_t K, int64_t N,
+static void onednn_matmul(struct ms_cpu *be, int64_t M, int64_t K, int64_t N,
 			  struct dnnl_rate *r)
 {
 	int ns = be->pool.n_threads;
@@ -459,7 +459,7 @@ out:
 		omp_threads(old);
 }
 #else
-static void onednn_matmul(struct ms_backend *be, int64_t M, int64_t K, int64_t N,
+static void onednn_matmul(struct ms_cpu *be, int64_t M, int64_t K, int64_t N,
 			  struct dnnl_rate *r)
 {
 	(void)be, (void)M, (void)K, (void)N;
@@ -511,7 +511,7 @@ struct run_stats {
  * hand. Measured decode steps: those where every request was past its
  * prompt and each made one token; the first is left out as warm-up when
  * others follow. */
-static int run(struct ms_model *m, struct ms_backend *be, int n_seq, int64_t prompt_len,
+static int run(struct ms_model *m, struct ms_cpu *be, int n_seq, int64_t prompt_len,
 	       int64_t gen, struct bw_job *bwj, struct run_stats *st, struct ms_err *err)
 {
 	memset(st, 0, sizeof(*st));
@@ -544,11 +544,11 @@ static int run(struct ms_model *m, struct ms_backend *be, int n_seq, int64_t pro
 		bool decoding = true;
 		for (int i = 0; i < n_seq; i++)
 			decoding &= c[i].tokens > 0 && !c[i].done;
-		uint64_t b0 = ms_backend_bytes_streamed(be);
+		uint64_t b0 = ms_cpu_bytes_streamed(be);
 		double s0 = ms_now_s();
 		int64_t s = ms_engine_step(e, err);
 		double s1 = ms_now_s();
-		uint64_t b1 = ms_backend_bytes_streamed(be);
+		uint64_t b1 = ms_cpu_bytes_streamed(be);
 		if (s < 0) {
 			rc = (int)s;
 			break;
@@ -686,16 +686,16 @@ struct baseline {
 	struct decode d1, d8;
 };
 
-static int run_baseline(const struct ms_bench_opts *o, struct ms_backend *be, double bw,
+static int run_baseline(const struct ms_bench_opts *o, struct ms_cpu *be, double bw,
 			struct baseline *b, struct ms_err *err)
 {
-	struct ms_backend bb;
-	struct ms_backend_opts bo = {.kernels = o->baseline, .threads = be->pool.n_threads,
+	struct ms_cpu bb;
+	struct ms_cpu_opts bo = {.kernels = o->baseline, .threads = be->pool.n_threads,
 				     .exact = be->exact};
-	int rc = ms_backend_init_opts(&bb, &bo, err);
+	int rc = ms_cpu_init_opts(&bb, &bo, err);
 	if (rc)
 		return rc;
-	ms_backend_set_numa(&bb, be->numa_interleave ? MS_NUMA_INTERLEAVE : MS_NUMA_OFF);
+	ms_cpu_set_numa(&bb, be->numa_interleave ? MS_NUMA_INTERLEAVE : MS_NUMA_OFF);
 	struct ms_model bm;
 	double t0 = ms_now_s();
 	rc = ms_model_load(&bm, o->model, &bb, err);
@@ -713,7 +713,7 @@ static int run_baseline(const struct ms_bench_opts *o, struct ms_backend *be, do
 			decode_figures(&bm, &w, &st, 8, bw, bw, &b->d8);
 		ms_model_free(&bm);
 	}
-	ms_backend_free(&bb);
+	ms_cpu_free(&bb);
 	return rc;
 }
 
@@ -736,19 +736,19 @@ static int check_baseline(const struct ms_bench_opts *o)
 	if (!o->baseline)
 		return EX_OK;
 	struct ms_err err = {0};
-	struct ms_backend tb;
-	struct ms_backend_opts tbo = {.kernels = o->baseline, .threads = 1};
-	if (ms_backend_init_opts(&tb, &tbo, &err)) {
+	struct ms_cpu tb;
+	struct ms_cpu_opts tbo = {.kernels = o->baseline, .threads = 1};
+	if (ms_cpu_init_opts(&tb, &tbo, &err)) {
 		fprintf(stderr, "moeserve: error: bench --baseline: %s\n", err.msg);
 		return EX_USAGE;
 	}
-	ms_backend_free(&tb);
+	ms_cpu_free(&tb);
 	return EX_OK;
 }
 
 /* Warm-up, the decode runs, the prefill; an exit status. load_rss: the
  * peak RSS of the load. */
-static int measure(struct ms_model *m, struct ms_backend *be, const struct ms_bench_opts *o,
+static int measure(struct ms_model *m, struct ms_cpu *be, const struct ms_bench_opts *o,
 		   const struct wbytes *w, double load_rss, struct runs *r)
 {
 	struct ms_err err = {0};
@@ -842,7 +842,7 @@ static void decode_report(const struct ms_model *m, const struct runs *r, struct
 	}
 }
 
-static void prefill_report(const struct ms_model *m, struct ms_backend *be,
+static void prefill_report(const struct ms_model *m, struct ms_cpu *be,
 			   const struct ms_bench_opts *o, const struct runs *r, struct report *p)
 {
 	p->ttft = r->pre.ttft;
@@ -865,7 +865,7 @@ static void prefill_report(const struct ms_model *m, struct ms_backend *be,
 	p->prefill_ratio = p->onednn > 0 ? p->prefill_gflops / p->onednn : 0;
 }
 
-static void baseline_report(const struct ms_bench_opts *o, struct ms_backend *be, struct report *p)
+static void baseline_report(const struct ms_bench_opts *o, struct ms_cpu *be, struct report *p)
 {
 	if (!o->baseline)
 		return;
@@ -926,7 +926,7 @@ static void print_decode(const struct ms_model *m, const struct report *p)
 	}
 }
 
-static void print_table(const struct ms_model *m, const struct ms_backend *be,
+static void print_table(const struct ms_model *m, const struct ms_cpu *be,
 			const struct ms_bench_opts *o, const struct report *p)
 {
 	printf("moeserve bench: %s (%s kernels, %d threads)\n", o->model, be->isa, p->threads);
@@ -1017,7 +1017,7 @@ static void jstr(struct ms_strbuf *j, const char *key, const char *v)
 }
 
 /* The original keys, then load and decode at batch 1. */
-static void json_head(struct ms_strbuf *j, const struct ms_backend *be,
+static void json_head(struct ms_strbuf *j, const struct ms_cpu *be,
 		      const struct ms_bench_opts *o, const struct report *p)
 {
 	const struct decode *d = &p->d[0];
@@ -1090,7 +1090,7 @@ static void json_tail(struct ms_strbuf *j, const struct ms_bench_opts *o, const 
 }
 
 /* The one JSON line, whole or not at all. */
-static bool print_json(const struct ms_backend *be, const struct ms_bench_opts *o,
+static bool print_json(const struct ms_cpu *be, const struct ms_bench_opts *o,
 		       const struct report *p)
 {
 	struct ms_strbuf j = {0};
@@ -1107,7 +1107,7 @@ static bool print_json(const struct ms_backend *be, const struct ms_bench_opts *
 	return line != NULL;
 }
 
-int ms_cmd_bench(struct ms_model *m, struct ms_backend *be, const struct ms_bench_opts *o)
+int ms_cmd_bench(struct ms_model *m, struct ms_cpu *be, const struct ms_bench_opts *o)
 {
 	struct report p = {.threads = be->pool.n_threads};
 	/* nothing has run since the caller loaded the model */

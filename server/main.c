@@ -18,7 +18,7 @@
 #include <sysexits.h>
 #include <time.h>
 
-#include "backend.h"
+#include "cpu.h"
 #include "model.h"
 #include "quant.h"
 #include "tokenizer.h"
@@ -139,7 +139,7 @@ struct common_opts {
 enum { OPT_KERNELS = 1000, OPT_THREADS, OPT_LOGITS, OPT_IGNORE_EOS, OPT_PROMPT, OPT_NUMA, OPT_EXACT,
        OPT_DENSE_INT8 };
 
-static int load(const struct common_opts *o, struct ms_backend *be, struct ms_model *m)
+static int load(const struct common_opts *o, struct ms_cpu *be, struct ms_model *m)
 {
 	struct ms_err err = {0};
 	/* --exact, or MOESERVE_EXACT=1 (tests that compare logits with the
@@ -147,13 +147,13 @@ static int load(const struct common_opts *o, struct ms_backend *be, struct ms_mo
 	const char *ex = getenv("MOESERVE_EXACT");
 	/* --dense-int8, or MOESERVE_DENSE_INT8=1 */
 	const char *d8 = getenv("MOESERVE_DENSE_INT8");
-	struct ms_backend_opts bo = {
+	struct ms_cpu_opts bo = {
 		.kernels = o->kernels ? o->kernels : getenv("MOESERVE_KERNELS"),
 		.threads = (int)o->threads,
 		.exact = o->exact || (ex && *ex && strcmp(ex, "0") && strcmp(ex, "false")),
 		.dense_int8 = o->dense_int8 || (d8 && *d8 && strcmp(d8, "0") && strcmp(d8, "false")),
 	};
-	int rc = ms_backend_init_opts(be, &bo, &err);
+	int rc = ms_cpu_init_opts(be, &bo, &err);
 	if (rc) {
 		/* An unknown kernel set is the caller's mistake, not the model's. */
 		fprintf(stderr, "moeserve: error: %s\n", err.msg);
@@ -161,15 +161,15 @@ static int load(const struct common_opts *o, struct ms_backend *be, struct ms_mo
 	}
 	const char *numa = o->numa ? o->numa : getenv("MOESERVE_NUMA");
 	if (numa && strcmp(numa, "auto") && strcmp(numa, "off") && strcmp(numa, "interleave")) {
-		ms_backend_free(be);
+		ms_cpu_free(be);
 		fprintf(stderr, "moeserve: error: --numa \"%s\" (use auto, off or interleave)\n", numa);
 		return EX_USAGE;
 	}
-	ms_backend_set_numa(be, !numa || !strcmp(numa, "auto") ? MS_NUMA_AUTO
+	ms_cpu_set_numa(be, !numa || !strcmp(numa, "auto") ? MS_NUMA_AUTO
 			      : !strcmp(numa, "off") ? MS_NUMA_OFF : MS_NUMA_INTERLEAVE);
 	rc = ms_model_load(m, o->model, be, &err);
 	if (rc) {
-		ms_backend_free(be);
+		ms_cpu_free(be);
 		return fail(&err);
 	}
 	ms_keep_freed_memory();
@@ -203,7 +203,7 @@ static void generate_help(void)
 	       "  --numa MODE        auto (interleave weights when there are several NUMA\n"
 	       "                     nodes), off, interleave (default auto, or $MOESERVE_NUMA)\n"
 	       "  -h, --help         this help\n",
-	       MS_DEFAULT_MODEL, ms_backend_kernel_sets);
+	       MS_DEFAULT_MODEL, ms_cpu_kernel_sets);
 }
 
 static bool is_eos(const struct ms_model_config *c, int32_t id)
@@ -418,7 +418,7 @@ static int cmd_generate(int argc, char **argv)
 	int64_t n_prompt = 0, n_out = 0;
 	if ((ex = generate_prompt(&a, &tok, &prompt, &n_prompt)))
 		return ex;
-	struct ms_backend be;
+	struct ms_cpu be;
 	struct ms_model m;
 	if ((ex = load(&a.co, &be, &m))) {
 		free(prompt);
@@ -436,7 +436,7 @@ static int cmd_generate(int argc, char **argv)
 	free(prompt);
 	ms_tokenizer_free(tok);
 	ms_model_free(&m);
-	ms_backend_free(&be);
+	ms_cpu_free(&be);
 	return ex;
 }
 
@@ -492,7 +492,7 @@ static int cmd_inspect(int argc, char **argv)
 	}
 	if (optind < argc)
 		return usage_error("inspect", "unexpected argument \"%s\"", argv[optind]);
-	struct ms_backend be;
+	struct ms_cpu be;
 	struct ms_model m;
 	int rc = load(&co, &be, &m);
 	if (rc)
@@ -543,7 +543,7 @@ static int cmd_inspect(int argc, char **argv)
 	print_bytes(total);
 	printf(")\nload time: %.3f s\n", m.load_seconds);
 	ms_model_free(&m);
-	ms_backend_free(&be);
+	ms_cpu_free(&be);
 	return fflush(stdout) == 0 ? EX_OK : EX_IOERR;
 }
 
@@ -588,7 +588,7 @@ static int cmd_dequant(int argc, char **argv)
 		return usage_error("dequant", "unexpected argument \"%s\"", argv[optind]);
 	if (!module)
 		return usage_error("dequant", "%s", "--module is required");
-	struct ms_backend be;
+	struct ms_cpu be;
 	struct ms_model m;
 	int rc = load(&co, &be, &m);
 	if (rc)
@@ -622,7 +622,7 @@ static int cmd_dequant(int argc, char **argv)
 		printf("%lld %lld\n", (long long)l->lin.w.rows, (long long)l->lin.w.cols);
 	}
 	ms_model_free(&m);
-	ms_backend_free(&be);
+	ms_cpu_free(&be);
 	return ex;
 }
 
@@ -1011,7 +1011,7 @@ static int cmd_bench(int argc, char **argv)
 	}
 	if (optind < argc)
 		return usage_error("bench", "unexpected argument \"%s\"", argv[optind]);
-	struct ms_backend be;
+	struct ms_cpu be;
 	struct ms_model m;
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -1025,7 +1025,7 @@ static int cmd_bench(int argc, char **argv)
 		bo.prompt_tokens = m.cfg.max_pos - 2;
 	int ex = ms_cmd_bench(&m, &be, &bo);
 	ms_model_free(&m);
-	ms_backend_free(&be);
+	ms_cpu_free(&be);
 	return ex;
 }
 

@@ -227,11 +227,11 @@ static void list_choices(const char *const *ch, char *o, size_t n)
 		k += (size_t)snprintf(o + k, n - k, "%s%s", i ? (ch[i + 1] ? ", " : " or ") : "", ch[i]);
 }
 
-/* Is name one of the kernel sets backend.c offers ("auto, ref, ...")? */
+/* Is name one of the kernel sets cpu.c offers ("auto, ref, ...")? */
 static bool known_kernel_set(const char *name)
 {
 	size_t n = strlen(name);
-	for (const char *p = ms_backend_kernel_sets; *p;) {
+	for (const char *p = ms_cpu_kernel_sets; *p;) {
 		const char *e = strchr(p, ',');
 		size_t len = e ? (size_t)(e - p) : strlen(p);
 		if (len == n && !strncmp(p, name, n))
@@ -277,7 +277,7 @@ static int set_text(struct ms_serve_options *o, const struct opt_def *d, const c
 			return ms_err_set(err, -EINVAL, "%s: must not be empty", lab);
 		if (d->off == F(kernels) && !known_kernel_set(v))
 			return ms_err_set(err, -EINVAL, "%s: \"%s\" is not a kernel set (use %s)", lab, v,
-					  ms_backend_kernel_sets);
+					  ms_cpu_kernel_sets);
 		char *s = strdup(v);
 		if (!s)
 			return ms_err_set(err, -ENOMEM, "%s: out of memory", lab);
@@ -715,7 +715,7 @@ static void help_build(void)
 		PUT("\n  %-28senv: %s\n  %-28sdefault: %s\n", "", env, "", def);
 	}
 	PUT("  %-28s%s\n\n", "-h, --help", "this help");
-	PUT("Kernel sets: %s.\n", ms_backend_kernel_sets);
+	PUT("Kernel sets: %s.\n", ms_cpu_kernel_sets);
 #undef PUT
 }
 

@@ -23,7 +23,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "backend.h"   /* enum ms_numa_mode */
+#include "cpu.h"   /* enum ms_numa_mode */
 #include "ms-error.h"
 
 enum ms_log_format {
@@ -58,8 +58,8 @@ struct ms_serve_options {
 	enum ms_log_level log_level;    /* info */
 	/* CPU */
 	int threads;               /* worker threads; 0: one per available CPU */
-	char *kernels;             /* kernel set, "auto" (one of ms_backend_kernel_sets; whether
-	                              this CPU runs it is ms_backend_init's to say) */
+	char *kernels;             /* kernel set, "auto" (one of ms_cpu_kernel_sets; whether
+	                              this CPU runs it is ms_cpu_init's to say) */
 	enum ms_numa_mode numa;    /* auto */
 	bool exact;                /* false: kernels may round activations */
 	bool dense_int8;           /* attention projections and lm_head to int8 at load */

@@ -24,7 +24,7 @@ extern char **environ;
 
 /* What the daemon loaded (each part only when it loaded). */
 struct served {
-	struct ms_backend be;
+	struct ms_cpu be;
 	struct ms_model m;
 	struct ms_tokenizer *tok;
 	struct ms_engine *eng;
@@ -36,13 +36,13 @@ struct served {
 static int serve_load(const struct ms_serve_options *o, const char *model_dir, struct served *sv,
 		      struct ms_err *err)
 {
-	struct ms_backend_opts bo = {.kernels = o->kernels, .threads = o->threads, .exact = o->exact,
+	struct ms_cpu_opts bo = {.kernels = o->kernels, .threads = o->threads, .exact = o->exact,
 				     .dense_int8 = o->dense_int8};
-	int rc = ms_backend_init_opts(&sv->be, &bo, err);
+	int rc = ms_cpu_init_opts(&sv->be, &bo, err);
 	if (rc)
 		return rc;
 	sv->have_be = true;
-	ms_backend_set_numa(&sv->be, o->numa);
+	ms_cpu_set_numa(&sv->be, o->numa);
 	if ((rc = ms_model_load(&sv->m, model_dir, &sv->be, err)))
 		return rc;
 	sv->have_m = true;
@@ -113,7 +113,7 @@ static void serve_drain(const struct ms_serve_options *o, struct ms_server *srv,
 	if (sv->have_m)
 		ms_model_free(&sv->m);
 	if (sv->have_be)
-		ms_backend_free(&sv->be);
+		ms_cpu_free(&sv->be);
 }
 
 int ms_cmd_serve(int argc, char **argv, const char *default_model)

@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backend.h"
+#include "cpu.h"
 
 struct isa_gate {
 	const char *name;           /* NAME of --isa NAME, and of its TCase */

@@ -38,7 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "cpu.h"
 #include "benchutil.h"
 #include "dense-onednn.h"
 #include "isagate.h"
@@ -853,10 +853,10 @@ END_TEST
 START_TEST(backend_amx_selection)
 {
 	struct ms_err err = {0};
-	struct ms_backend be;
-	ck_assert_ptr_nonnull(strstr(ms_backend_kernel_sets, "amx"));
-	ck_assert_ptr_nonnull(strstr(ms_backend_kernel_sets, "amx-sim"));
-	int rc = ms_backend_init(&be, "amx", 1, &err);
+	struct ms_cpu be;
+	ck_assert_ptr_nonnull(strstr(ms_cpu_kernel_sets, "amx"));
+	ck_assert_ptr_nonnull(strstr(ms_cpu_kernel_sets, "amx-sim"));
+	int rc = ms_cpu_init(&be, "amx", 1, &err);
 	bool native = rc == 0;
 	if (!cpu_has(AMX_ALL)) {
 		/* no AMX here: forcing the set is an error that says what is missing */
@@ -870,10 +870,10 @@ START_TEST(backend_amx_selection)
 	} else {
 		/* real tiles (their kernels: native_kernels_match_reference) */
 		ck_assert_str_eq(be.isa, "amx");
-		ms_backend_free(&be);
+		ms_cpu_free(&be);
 	}
 	/* auto: amx only where it runs, amx-sim never */
-	ck_assert_int_eq(ms_backend_init(&be, "auto", 1, &err), 0);
+	ck_assert_int_eq(ms_cpu_init(&be, "auto", 1, &err), 0);
 	ck_assert_str_ne(be.isa, "amx-sim");
 	if (!native)
 		ck_assert_str_ne(be.isa, "amx");
@@ -883,7 +883,7 @@ START_TEST(backend_amx_selection)
 			if (!native)
 				ck_assert_str_ne(be.kernels[f][i]->isa, "amx");
 		}
-	ms_backend_free(&be);
+	ms_cpu_free(&be);
 }
 END_TEST
 
@@ -891,8 +891,8 @@ END_TEST
 START_TEST(backend_amx_sim_forced)
 {
 	struct ms_err err = {0};
-	struct ms_backend be;
-	ck_assert_int_eq(ms_backend_init(&be, "amx-sim", 1, &err), 0);
+	struct ms_cpu be;
+	ck_assert_int_eq(ms_cpu_init(&be, "amx-sim", 1, &err), 0);
 	ck_assert_str_eq(be.isa, "amx-sim");
 	ck_assert_str_eq(be.kernels[MS_WFMT_BF16][0]->name, "amx-sim-bf16");
 	ck_assert_str_eq(be.kernels[MS_WFMT_MXFP4][0]->name, "amx-sim-mxfp4");
@@ -906,10 +906,10 @@ START_TEST(backend_amx_sim_forced)
 	const struct ms_kernel *k;
 	void *owned;
 	char why[256];
-	ck_assert_int_eq(ms_backend_bind(&be, &b.m, &k, &owned, why, sizeof(why), &err), 0);
+	ck_assert_int_eq(ms_cpu_bind(&be, &b.m, &k, &owned, why, sizeof(why), &err), 0);
 	ck_assert_str_eq(k->name, "amx-sim-bf16");
 	float *x = make_x(24, 96), *y = malloc(24 * 300 * sizeof(float)), row[96];
-	ms_backend_gemm(&be, k, &b.m, x, 24, y, NULL);
+	ms_cpu_gemm(&be, k, &b.m, x, 24, y, NULL);
 	ms_wmat_row_f32(&b.m, 299, row);
 	double want = 0, mag = 0;
 	for (int c = 0; c < 96; c++)
@@ -920,18 +920,18 @@ START_TEST(backend_amx_sim_forced)
 	mat_free(&b);
 	/* a router-sized one: declined, the next candidate binds it */
 	b = make_bf16(32, 96, 1.0f);
-	ck_assert_int_eq(ms_backend_bind(&be, &b.m, &k, &owned, why, sizeof(why), &err), 0);
+	ck_assert_int_eq(ms_cpu_bind(&be, &b.m, &k, &owned, why, sizeof(why), &err), 0);
 	ck_assert_str_ne(k->isa, "amx-sim");
 	ck_assert_msg(strstr(why, "amx-sim-bf16 declined"), "why: %s", why);
 	free(owned);
 	b.m.pack = NULL;
 	mat_free(&b);
-	ms_backend_free(&be);
+	ms_cpu_free(&be);
 	/* --exact: nothing in amx-sim keeps fp32 activations */
-	struct ms_backend_opts o = {.kernels = "amx-sim", .threads = 1, .exact = true};
-	ck_assert_int_eq(ms_backend_init_opts(&be, &o, &err), 0);
+	struct ms_cpu_opts o = {.kernels = "amx-sim", .threads = 1, .exact = true};
+	ck_assert_int_eq(ms_cpu_init_opts(&be, &o, &err), 0);
 	ck_assert_str_ne(be.kernels[MS_WFMT_BF16][0]->isa, "amx-sim");
-	ms_backend_free(&be);
+	ms_cpu_free(&be);
 }
 END_TEST
 
@@ -939,11 +939,11 @@ END_TEST
 START_TEST(native_kernels_match_reference)
 {
 	struct ms_err err = {0};
-	struct ms_backend be;
-	ck_assert_msg(ms_backend_init(&be, "amx", 1, &err) == 0, "%s", err.msg);
+	struct ms_cpu be;
+	ck_assert_msg(ms_cpu_init(&be, "amx", 1, &err) == 0, "%s", err.msg);
 	q8_shapes(kernel_named(ms_kernels_amx, "amx-mxfp4"), kernel_named(ms_kernels_amx, "amx-intq"));
 	bf16_shapes(kernel_of(ms_kernels_amx, MS_WFMT_BF16));
-	ms_backend_free(&be);
+	ms_cpu_free(&be);
 }
 END_TEST
 
@@ -952,7 +952,7 @@ END_TEST
  * software model with AMX_BENCH_SIM=1, slowly). Weights are hot in cache:
  * these counts are compute-bound. ---- */
 
-static double bench_gemm(struct ms_backend *be, const struct ms_kernel *k, const struct ms_wmat *w,
+static double bench_gemm(struct ms_cpu *be, const struct ms_kernel *k, const struct ms_wmat *w,
 			 const float *x, int64_t n, float *y)
 {
 	double best = bu_best_gemm_s(be, k, w, x, n, y, 5, 0);
@@ -963,13 +963,13 @@ static int bench(void)
 {
 	bool sim = getenv("AMX_BENCH_SIM") != NULL;
 	struct ms_err err = {0};
-	struct ms_backend be;
-	if (!sim && ms_backend_init(&be, "amx", 1, &err)) {
+	struct ms_cpu be;
+	if (!sim && ms_cpu_init(&be, "amx", 1, &err)) {
 		printf("bench: %s\n", err.msg);
 		return 0;
 	}
 	if (!sim)
-		ms_backend_free(&be);
+		ms_cpu_free(&be);
 	const struct ms_kernel *amx = sim ? ms_kernels_amx_sim : ms_kernels_amx;
 	const char *pre = sim ? "amx-sim-" : "amx-";
 	const int64_t R = 4096, K = 2048, ns[] = {1, 4, 16, 64, 512};
@@ -978,7 +978,7 @@ static int bench(void)
 				   {"intq", "avx512vnni-q8-intq", NULL},
 				   {"bf16", "avx512bf16-vnni2", "onednn-bf16"}};
 	for (int th = 1; th <= 2; th++) {
-		if (ms_backend_init_opts(&be, &(struct ms_backend_opts){.threads = th}, &err)) {
+		if (ms_cpu_init_opts(&be, &(struct ms_cpu_opts){.threads = th}, &err)) {
 			printf("bench: %s\n", err.msg);
 			return 1;
 		}
@@ -1020,7 +1020,7 @@ static int bench(void)
 			}
 			mat_free(&b);
 		}
-		ms_backend_free(&be);
+		ms_cpu_free(&be);
 	}
 	return 0;
 }
@@ -1070,9 +1070,9 @@ static const char *no_tile_state(void)
 {
 	static char why[MS_ERR_MSG_MAX + 32];
 	struct ms_err err = {0};
-	struct ms_backend be;
-	if (ms_backend_init(&be, "amx", 1, &err) == 0) {
-		ms_backend_free(&be);
+	struct ms_cpu be;
+	if (ms_cpu_init(&be, "amx", 1, &err) == 0) {
+		ms_cpu_free(&be);
 		return NULL;
 	}
 	snprintf(why, sizeof(why), "the tile state (%s)", err.msg);

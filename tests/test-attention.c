@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "attention.h"
-#include "backend.h"
+#include "cpu.h"
 #include "isagate.h"
 
 #define TESTUTIL_SEED 12345u

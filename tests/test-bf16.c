@@ -23,7 +23,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend.h"
+#include "cpu.h"
 #include "dense-onednn.h"
 #include "isagate.h"
 #include "kernels-bf16.h"
@@ -228,9 +228,9 @@ END_TEST
 START_TEST(backend_auto_and_exact)
 {
 	struct ms_err err = {0};
-	struct ms_backend be;
-	ck_assert_int_eq(ms_backend_init_opts(&be, &(struct ms_backend_opts){.threads = 2}, &err), 0);
-	const struct ms_kernel *k0 = ms_backend_find_kernel(&be, MS_WFMT_BF16);
+	struct ms_cpu be;
+	ck_assert_int_eq(ms_cpu_init_opts(&be, &(struct ms_cpu_opts){.threads = 2}, &err), 0);
+	const struct ms_kernel *k0 = ms_cpu_find_kernel(&be, MS_WFMT_BF16);
 	/* first where the CPU has AVX512-BF16 (after the tile kernel where AMX
 	 * runs), nowhere else: the choice is checked either way */
 	bool amx = !strcmp(be.isa, "amx");
@@ -238,12 +238,12 @@ START_TEST(backend_auto_and_exact)
 		ck_assert_str_eq(k0->name, amx ? "amx-bf16" : "avx512bf16-vnni2");
 	else
 		ck_assert_str_ne(k0->name, "avx512bf16-vnni2");
-	ms_backend_free(&be);
-	ck_assert_int_eq(ms_backend_init_opts(&be, &(struct ms_backend_opts){.threads = 2, .exact = true},
+	ms_cpu_free(&be);
+	ck_assert_int_eq(ms_cpu_init_opts(&be, &(struct ms_cpu_opts){.threads = 2, .exact = true},
 					      &err), 0);
 	for (int i = 0; i < be.n_kernels[MS_WFMT_BF16]; i++)
 		ck_assert_str_ne(be.kernels[MS_WFMT_BF16][i]->name, "avx512bf16-vnni2");
-	ms_backend_free(&be);
+	ms_cpu_free(&be);
 }
 END_TEST
 
@@ -252,26 +252,26 @@ END_TEST
 START_TEST(backend_binds_and_runs_it)
 {
 	struct ms_err err = {0};
-	struct ms_backend be;
-	ck_assert_int_eq(ms_backend_init_opts(&be, &(struct ms_backend_opts){.threads = 2}, &err), 0);
+	struct ms_cpu be;
+	ck_assert_int_eq(ms_cpu_init_opts(&be, &(struct ms_cpu_opts){.threads = 2}, &err), 0);
 	struct tmat t = make_mat(100, 100);
 	free(t.pack);
 	t.m.pack = NULL;
 	const struct ms_kernel *k = NULL;
 	char why[256];
-	ck_assert_int_eq(ms_backend_bind(&be, &t.m, &k, &t.pack, why, sizeof(why), &err), 0);
+	ck_assert_int_eq(ms_cpu_bind(&be, &t.m, &k, &t.pack, why, sizeof(why), &err), 0);
 	ck_assert_str_eq(k->name, "avx512bf16-vnni2");
 	float *x = make_x(3, 100), *y = malloc(300 * sizeof(float));
-	ms_backend_gemm(&be, k, &t.m, x, 3, y, NULL);
+	ms_cpu_gemm(&be, k, &t.m, x, 3, y, NULL);
 	float *yd = run(&t.m, x, 3, false);
 	ck_assert(!memcmp(y, yd, 300 * sizeof(float)));
 	free(x), free(y), free(yd);
 	tmat_free(&t);
-	ms_backend_free(&be);
+	ms_cpu_free(&be);
 }
 END_TEST
 
-/* ---- --bench: GB/s vs oneDNN through ms_backend_gemm, not a test ---- */
+/* ---- --bench: GB/s vs oneDNN through ms_cpu_gemm, not a test ---- */
 
 static int bench(int argc, char **argv)
 {
@@ -289,9 +289,9 @@ static int bench(int argc, char **argv)
 	}
 	const size_t total = (size_t)576 << 20;
 	const int th = argc > 2 ? atoi(argv[2]) : 2;
-	struct ms_backend be;
+	struct ms_cpu be;
 	struct ms_err err = {0};
-	if (ms_backend_init_opts(&be, &(struct ms_backend_opts){.threads = th}, &err)) {
+	if (ms_cpu_init_opts(&be, &(struct ms_cpu_opts){.threads = th}, &err)) {
 		printf("bench: %s\n", err.msg);
 		return 1;
 	}
@@ -336,11 +336,11 @@ static int bench(int argc, char **argv)
 				ms_pool_run(&be.pool, copies, tu_bw_task, &j);
 			double t1 = ms_now_s();
 			for (int c = 0; c < reps; c++)
-				ms_backend_gemm(&be, kb, &ts[c % copies].m, x, n, y, NULL);
+				ms_cpu_gemm(&be, kb, &ts[c % copies].m, x, n, y, NULL);
 			double t2 = ms_now_s();
 			if (onednn)
 				for (int c = 0; c < reps; c++)
-					ms_backend_gemm(&be, &ms_kernel_onednn_bf16, &wo[c % copies], x, n, y,
+					ms_cpu_gemm(&be, &ms_kernel_onednn_bf16, &wo[c % copies], x, n, y,
 							NULL);
 			double t3 = ms_now_s();
 			sbest = fmin(sbest, (t1 - t0) / copies);
@@ -365,7 +365,7 @@ static int bench(int argc, char **argv)
 			ms_kernel_onednn_bf16.pack_free ? ms_kernel_onednn_bf16.pack_free(ob[c]) : free(ob[c]);
 	}
 	free(ts), free(wo), free(ob), free(pan);
-	ms_backend_free(&be);
+	ms_cpu_free(&be);
 	return 0;
 }
 

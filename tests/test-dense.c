@@ -32,7 +32,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend.h"
+#include "cpu.h"
 #include "benchutil.h"
 #include "dense-onednn.h"
 #include "isagate.h"
@@ -271,15 +271,15 @@ END_TEST
 START_TEST(deterministic_across_calls_threads_and_splits)
 {
 	struct ms_err err = {0};
-	struct ms_backend b1, b3;
-	ck_assert_int_eq(ms_backend_init(&b1, "auto", 1, &err), 0);
-	ck_assert_int_eq(ms_backend_init(&b3, "auto", 3, &err), 0);
+	struct ms_cpu b1, b3;
+	ck_assert_int_eq(ms_cpu_init(&b1, "auto", 1, &err), 0);
+	ck_assert_int_eq(ms_cpu_init(&b3, "auto", 3, &err), 0);
 	int64_t rows = 1000, K = 777;
 	struct mat m = make_mat(rows, K, 0);
 	const struct ms_kernel *k = NULL;
 	/* oneDNN is a bf16 candidate, behind avx512bf16-vnni2 where the CPU
 	 * has AVX512-BF16 (tests/test-bf16.c): bind it directly */
-	ck_assert_ptr_nonnull(strstr(ms_backend_kernel_reason(&b1, MS_WFMT_BF16), "oneDNN"));
+	ck_assert_ptr_nonnull(strstr(ms_cpu_kernel_reason(&b1, MS_WFMT_BF16), "oneDNN"));
 	ms_dense_onednn_force(true);
 	k = &ms_kernel_onednn_bf16;
 	int rc = k->pack(&m.w, &m.owned, &err);
@@ -298,9 +298,9 @@ START_TEST(deterministic_across_calls_threads_and_splits)
 	for (size_t c = 0; c < 5; c++) {
 		int64_t n = ns[c];
 		size_t bytes = (size_t)(n * rows) * sizeof(float);
-		ms_backend_gemm(&b1, k, &m.w, x, n, y[0], bias);
-		ms_backend_gemm(&b1, k, &m.w, x, n, y[1], bias);
-		ms_backend_gemm(&b3, k, &m.w, x, n, y[2], bias);
+		ms_cpu_gemm(&b1, k, &m.w, x, n, y[0], bias);
+		ms_cpu_gemm(&b1, k, &m.w, x, n, y[1], bias);
+		ms_cpu_gemm(&b3, k, &m.w, x, n, y[2], bias);
 		ck_assert_msg(!memcmp(y[0], y[1], bytes), "n %lld: two calls differ", (long long)n);
 		ck_assert_msg(!memcmp(y[0], y[2], bytes), "n %lld: 1 vs 3 threads", (long long)n);
 		/* blocks of 64, 128, 192 rows, then the rest, without bias */
@@ -325,24 +325,24 @@ START_TEST(deterministic_across_calls_threads_and_splits)
 		free(y[i]);
 	free(x), free(bias);
 	free_mat(&m);
-	ms_backend_free(&b1);
-	ms_backend_free(&b3);
+	ms_cpu_free(&b1);
+	ms_cpu_free(&b3);
 }
 END_TEST
 
 START_TEST(exact_never_offers_it)
 {
 	struct ms_err err = {0};
-	struct ms_backend be;
-	struct ms_backend_opts o = {.kernels = "auto", .threads = 1, .exact = true};
-	ck_assert_int_eq(ms_backend_init_opts(&be, &o, &err), 0);
+	struct ms_cpu be;
+	struct ms_cpu_opts o = {.kernels = "auto", .threads = 1, .exact = true};
+	ck_assert_int_eq(ms_cpu_init_opts(&be, &o, &err), 0);
 	for (int i = 0; i < be.n_kernels[MS_WFMT_BF16]; i++)
 		ck_assert(be.kernels[MS_WFMT_BF16][i] != &ms_kernel_onednn_bf16);
-	ms_backend_free(&be);
+	ms_cpu_free(&be);
 	/* nor does a set below avx512 */
-	if (ms_backend_init(&be, "avx2", 1, &err) == 0) {
-		ck_assert(ms_backend_find_kernel(&be, MS_WFMT_BF16) != &ms_kernel_onednn_bf16);
-		ms_backend_free(&be);
+	if (ms_cpu_init(&be, "avx2", 1, &err) == 0) {
+		ck_assert(ms_cpu_find_kernel(&be, MS_WFMT_BF16) != &ms_kernel_onednn_bf16);
+		ms_cpu_free(&be);
 	}
 }
 END_TEST
@@ -363,13 +363,13 @@ START_TEST(dense_int8_requantizes_attention_and_lm_head)
 	const char *dir = getenv("MS_FIXTURE_BF16");
 	ck_assert_msg(dir != NULL, "MS_FIXTURE_BF16 is not set (run through meson test)");
 	struct ms_err err = {0};
-	struct ms_backend be[2];
+	struct ms_cpu be[2];
 	struct ms_model m[2];
 	for (int i = 0; i < 2; i++) {
 		/* exact: plain kernels, so the INTQ rows and scales stay readable */
-		struct ms_backend_opts o = {.kernels = "auto", .threads = 2, .exact = true,
+		struct ms_cpu_opts o = {.kernels = "auto", .threads = 2, .exact = true,
 					    .dense_int8 = i == 1};
-		ck_assert_int_eq(ms_backend_init_opts(&be[i], &o, &err), 0);
+		ck_assert_int_eq(ms_cpu_init_opts(&be[i], &o, &err), 0);
 		ck_assert_msg(ms_model_load(&m[i], dir, &be[i], &err) == 0, "%s", err.msg);
 	}
 	char name[96];
@@ -423,14 +423,14 @@ START_TEST(dense_int8_requantizes_attention_and_lm_head)
 	ck_assert_int_eq(checked, 4 * (int)m[0].cfg.n_layers + 1);
 	for (int i = 0; i < 2; i++) {
 		ms_model_free(&m[i]);
-		ms_backend_free(&be[i]);
+		ms_cpu_free(&be[i]);
 	}
 }
 END_TEST
 
 /* ---- MS_DENSE_BENCH=1: the numbers behind the choice ---- */
 
-static double time_gemm(struct ms_backend *be, const struct ms_kernel *k, const struct ms_wmat *w,
+static double time_gemm(struct ms_cpu *be, const struct ms_kernel *k, const struct ms_wmat *w,
 			const float *x, int64_t n, float *y)
 {
 	return bu_best_gemm_s(be, k, w, x, n, y, 6, 1);
@@ -444,8 +444,8 @@ static void bench(void)
 				     {8192, 2880}};
 	const char *names[] = {"q", "k/v", "o", "router", "lm_head (8192 rows)"};
 	struct ms_err err = {0};
-	struct ms_backend be;
-	if (ms_backend_init(&be, "auto", 0, &err))
+	struct ms_cpu be;
+	if (ms_cpu_init(&be, "auto", 0, &err))
 		return;
 	printf("pack-time measurement (1 thread, leading <= 1024 rows, hot), us per call:\n");
 	printf("%-22s %6s %10s %10s %10s\n", "shape", "n", "avx512", "oneDNN", "ratio");
@@ -494,7 +494,7 @@ static void bench(void)
 		free_mat(&m);
 	}
 	free(x), free(y);
-	ms_backend_free(&be);
+	ms_cpu_free(&be);
 }
 
 static void add_portable(Suite *s)

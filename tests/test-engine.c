@@ -14,7 +14,7 @@
 #include "engine.h"
 
 struct fixture {
-	struct ms_backend be;
+	struct ms_cpu be;
 	struct ms_model m;
 };
 
@@ -23,14 +23,14 @@ static void load(struct fixture *f, const char *env)
 	struct ms_err err = {0};
 	const char *dir = getenv(env);
 	ck_assert_msg(dir != NULL, "%s not set", env);
-	ck_assert_int_eq(ms_backend_init(&f->be, "auto", 2, &err), 0);
+	ck_assert_int_eq(ms_cpu_init(&f->be, "auto", 2, &err), 0);
 	ck_assert_msg(ms_model_load(&f->m, dir, &f->be, &err) == 0, "%s", err.msg);
 }
 
 static void unload(struct fixture *f)
 {
 	ms_model_free(&f->m);
-	ms_backend_free(&f->be);
+	ms_cpu_free(&f->be);
 }
 
 /* What a callback saw of one request. */

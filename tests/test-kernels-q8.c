@@ -29,7 +29,7 @@
 #include <time.h>
 
 #include "actq.h"
-#include "backend.h"
+#include "cpu.h"
 #include "isagate.h"
 #include "kernels-q8.h"
 #include "kernels.h"
@@ -624,10 +624,10 @@ END_TEST
 START_TEST(backend_binds_and_threads)
 {
 	struct ms_err err = {0};
-	struct ms_backend be1, be3, bex;
-	ck_assert_int_eq(ms_backend_init_opts(&be1, &(struct ms_backend_opts){.threads = 1}, &err), 0);
-	ck_assert_int_eq(ms_backend_init_opts(&be3, &(struct ms_backend_opts){.threads = 3}, &err), 0);
-	ck_assert_int_eq(ms_backend_init_opts(&bex, &(struct ms_backend_opts){.threads = 1, .exact = true},
+	struct ms_cpu be1, be3, bex;
+	ck_assert_int_eq(ms_cpu_init_opts(&be1, &(struct ms_cpu_opts){.threads = 1}, &err), 0);
+	ck_assert_int_eq(ms_cpu_init_opts(&be3, &(struct ms_cpu_opts){.threads = 3}, &err), 0);
+	ck_assert_int_eq(ms_cpu_init_opts(&bex, &(struct ms_cpu_opts){.threads = 1, .exact = true},
 					      &err), 0);
 	for (size_t c = 0; c < 3; c++) {
 		const struct mcfg *cfg = &cfgs[c == 0 ? 0 : c == 1 ? 4 : 8];
@@ -637,7 +637,7 @@ START_TEST(backend_binds_and_threads)
 		const struct ms_kernel *k1, *kx;
 		void *ox = NULL;
 		char why[512];
-		ck_assert_int_eq(ms_backend_bind(&be1, &t.m, &k1, &t.pack, why, sizeof(why), &err), 0);
+		ck_assert_int_eq(ms_cpu_bind(&be1, &t.m, &k1, &t.pack, why, sizeof(why), &err), 0);
 		/* AVX-512 VNNI (VBMI for MXFP4 where the CPU has it), or where AMX
 		 * runs its tiles (bitwise the same, below) */
 		gemmq_fn want = cfg->fmt == MS_WFMT_MXFP4 && (be1.cpu_flags & MS_CPU_AVX512VBMI) ?
@@ -645,7 +645,7 @@ START_TEST(backend_binds_and_threads)
 		ck_assert_msg((k1->gemmq == want || !strcmp(be1.isa, "amx")) &&
 				      !strcmp(k1->isa, be1.isa) && k1->rounds_acts,
 			      "%s: auto chose %s (%s)", cfg->name, k1->name, why);
-		ck_assert_int_eq(ms_backend_bind(&bex, &wx, &kx, &ox, why, sizeof(why), &err), 0);
+		ck_assert_int_eq(ms_cpu_bind(&bex, &wx, &kx, &ox, why, sizeof(why), &err), 0);
 		ck_assert_msg(!kx->rounds_acts && kx->gemm && !ox, "%s: exact chose %s", cfg->name, kx->name);
 		if (cfg->fmt == MS_WFMT_MXFP4)
 			ck_assert_str_eq(kx->name, "avx512-mxfp4");
@@ -666,8 +666,8 @@ START_TEST(backend_binds_and_threads)
 		float *y1 = malloc((size_t)(n * rows) * sizeof(float));
 		float *y3 = malloc((size_t)(n * rows) * sizeof(float));
 		float *yr = malloc((size_t)(n * rows) * sizeof(float));
-		ms_backend_gemm(&be1, k1, &t.m, x, n, y1, bias);
-		ms_backend_gemm(&be3, k1, &t.m, x, n, y3, bias);
+		ms_cpu_gemm(&be1, k1, &t.m, x, n, y1, bias);
+		ms_cpu_gemm(&be3, k1, &t.m, x, n, y3, bias);
 		ck_assert(!memcmp(y1, y3, (size_t)(n * rows) * sizeof(float)));
 		void *xq = prep_ref(&t.m, x, n);
 		ms_q8_gemmq_ref(&t.m, 0, rows, xq, n, yr, rows);
@@ -680,13 +680,13 @@ START_TEST(backend_binds_and_threads)
 	struct tmat t = make_intq(4, 40, 96, 48, ZASYM, false);
 	const struct ms_kernel *k;
 	char why[512];
-	ck_assert_int_eq(ms_backend_bind(&be1, &t.m, &k, &t.pack, why, sizeof(why), &err), 0);
+	ck_assert_int_eq(ms_cpu_bind(&be1, &t.m, &k, &t.pack, why, sizeof(why), &err), 0);
 	ck_assert_str_eq(k->name, "avx512-intq");
 	ck_assert_msg(strstr(why, "declined") && strstr(why, "group size 48"), "why: %s", why);
 	tmat_free(&t);
-	ms_backend_free(&be1);
-	ms_backend_free(&be3);
-	ms_backend_free(&bex);
+	ms_cpu_free(&be1);
+	ms_cpu_free(&be3);
+	ms_cpu_free(&bex);
 }
 END_TEST
 
@@ -861,8 +861,8 @@ static int bench(void)
 			return 0;
 		}
 		for (int th = 1; th <= 2; th++) {
-			struct ms_backend be;
-			if (ms_backend_init_opts(&be, &(struct ms_backend_opts){.threads = th}, &err)) {
+			struct ms_cpu be;
+			if (ms_cpu_init_opts(&be, &(struct ms_cpu_opts){.threads = th}, &err)) {
 				printf("bench: %s\n", err.msg);
 				return 1;
 			}
@@ -880,7 +880,7 @@ static int bench(void)
 						ms_pool_run(&be.pool, copies, tu_bw_task, &j);
 					double t1 = ms_now_s();
 					for (int c = 0; c < reps; c++)
-						ms_backend_gemm(&be, k, &ws[c % copies], x, n, y, NULL);
+						ms_cpu_gemm(&be, k, &ws[c % copies], x, n, y, NULL);
 					double t2 = ms_now_s();
 					sbest = fmin(sbest, (t1 - t0) / copies);
 					best = fmin(best, (t2 - t1) / reps);
@@ -899,7 +899,7 @@ static int bench(void)
 				fflush(stdout);
 				free(x), free(y);
 			}
-			ms_backend_free(&be);
+			ms_cpu_free(&be);
 		}
 		for (int c = 0; c < copies; c++)
 			free(bufs[c]);

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "cpu.h"
 #include "isagate.h"
 #include "kernels.h"
 #include "pool.h"
@@ -353,9 +353,9 @@ END_TEST
 START_TEST(backend_gemm_thread_independent)
 {
 	struct ms_err err = {0};
-	struct ms_backend b1, b3;
-	ck_assert_int_eq(ms_backend_init(&b1, "auto", 1, &err), 0);
-	ck_assert_int_eq(ms_backend_init(&b3, "auto", 3, &err), 0);
+	struct ms_cpu b1, b3;
+	ck_assert_int_eq(ms_cpu_init(&b1, "auto", 1, &err), 0);
+	ck_assert_int_eq(ms_cpu_init(&b3, "auto", 3, &err), 0);
 	int64_t rows = 301, cols = 96, n = 5;
 	struct mat_buf m = make_mat(MS_WFMT_BF16, rows, cols);
 	float *x = malloc((size_t)(n * cols) * sizeof(float)), *bias = malloc((size_t)rows * sizeof(float));
@@ -369,9 +369,9 @@ START_TEST(backend_gemm_thread_independent)
 	const struct ms_kernel *k = NULL;
 	void *owned = NULL;
 	char why[256];
-	ck_assert_int_eq(ms_backend_bind(&b1, &m.m, &k, &owned, why, sizeof(why), &err), 0);
-	ms_backend_gemm(&b1, k, &m.m, x, n, y1, bias);
-	ms_backend_gemm(&b3, k, &m.m, x, n, y3, bias);
+	ck_assert_int_eq(ms_cpu_bind(&b1, &m.m, &k, &owned, why, sizeof(why), &err), 0);
+	ms_cpu_gemm(&b1, k, &m.m, x, n, y1, bias);
+	ms_cpu_gemm(&b3, k, &m.m, x, n, y3, bias);
 	ck_assert_int_eq(memcmp(y1, y3, (size_t)(n * rows) * sizeof(float)), 0);
 	/* bias was added */
 	float row[96];
@@ -389,21 +389,21 @@ START_TEST(backend_gemm_thread_independent)
 	else
 		free(owned);
 	free_mat(&m);
-	ms_backend_free(&b1);
-	ms_backend_free(&b3);
+	ms_cpu_free(&b1);
+	ms_cpu_free(&b3);
 }
 END_TEST
 
-/* Several matrices in one pool run (ms_backend_gemm_multi, attention's q,
+/* Several matrices in one pool run (ms_cpu_gemm_multi, attention's q,
  * k, v) give, bit for bit, what separate calls give: ragged row counts
  * (a block of one matrix never holds another's rows), with and without
  * bias, on 1 and 3 threads, each format's first kernel (packed or not). */
 START_TEST(backend_gemm_multi_equals_separate)
 {
 	struct ms_err err = {0};
-	struct ms_backend bes[2];
-	ck_assert_int_eq(ms_backend_init(&bes[0], "auto", 1, &err), 0);
-	ck_assert_int_eq(ms_backend_init(&bes[1], "auto", 3, &err), 0);
+	struct ms_cpu bes[2];
+	ck_assert_int_eq(ms_cpu_init(&bes[0], "auto", 1, &err), 0);
+	ck_assert_int_eq(ms_cpu_init(&bes[1], "auto", 3, &err), 0);
 	const enum ms_wfmt fmts[] = {MS_WFMT_BF16, MS_WFMT_MXFP4, MS_WFMT_F32};
 	const int64_t rows[3] = {301, 33, 64}, cols = 160;
 	for (int f = 0; f < 3; f++)
@@ -419,7 +419,7 @@ START_TEST(backend_gemm_multi_equals_separate)
 			for (int i = 0; i < 3; i++) {
 				m[i] = make_mat(fmts[f], rows[i], cols);
 				const struct ms_kernel *ki;
-				ck_assert_int_eq(ms_backend_bind(&bes[0], &m[i].m, &ki, &owned[i], why,
+				ck_assert_int_eq(ms_cpu_bind(&bes[0], &m[i].m, &ki, &owned[i], why,
 								 sizeof(why), &err), 0);
 				ck_assert(!k || ki == k); /* one kernel for all three */
 				k = ki;
@@ -433,11 +433,11 @@ START_TEST(backend_gemm_multi_equals_separate)
 			for (int b = 0; b < 2; b++)
 				for (int with_bias = 0; with_bias < 2; with_bias++) {
 					for (int i = 0; i < 3; i++) {
-						ms_backend_gemm(&bes[0], k, w[i], x, n, ys[i],
+						ms_cpu_gemm(&bes[0], k, w[i], x, n, ys[i],
 								with_bias ? bias[i] : NULL);
 						memset(ym[i], 0xA5, (size_t)(n * rows[i]) * sizeof(float));
 					}
-					ms_backend_gemm_multi(&bes[b], k, 3, w, x, n, ym,
+					ms_cpu_gemm_multi(&bes[b], k, 3, w, x, n, ym,
 							      with_bias ? (const float *const *)bias : NULL);
 					for (int i = 0; i < 3; i++)
 						ck_assert_msg(!memcmp(ys[i], ym[i],
@@ -455,8 +455,8 @@ START_TEST(backend_gemm_multi_equals_separate)
 			}
 			free(x);
 		}
-	ms_backend_free(&bes[0]);
-	ms_backend_free(&bes[1]);
+	ms_cpu_free(&bes[0]);
+	ms_cpu_free(&bes[1]);
 }
 END_TEST
 
@@ -489,11 +489,11 @@ START_TEST(isa_kernels_match_reference)
 	const int n_shapes = (int)(sizeof(shapes) / sizeof(shapes[0]));
 	int tested = 0;
 	struct ms_err err = {0};
-	struct ms_backend be;
+	struct ms_cpu be;
 	/* exact: the plain fp32-activation kernels (the packed ones that
 	 * round activations have their own suites: kernels-q8, amx, dense) */
-	struct ms_backend_opts bo = {.kernels = isa_sets[_i].name, .threads = 1, .exact = true};
-	ck_assert_msg(ms_backend_init_opts(&be, &bo, &err) == 0, "%s", err.msg);
+	struct ms_cpu_opts bo = {.kernels = isa_sets[_i].name, .threads = 1, .exact = true};
+	ck_assert_msg(ms_cpu_init_opts(&be, &bo, &err) == 0, "%s", err.msg);
 	for (size_t f = 0; f < 4; f++)
 	for (int ki = 0; ki < be.n_kernels[fmts[f]]; ki++) {
 		const struct ms_kernel *k = be.kernels[fmts[f]][ki];
@@ -533,7 +533,7 @@ START_TEST(isa_kernels_match_reference)
 			free_mat(&b);
 		}
 	}
-	ms_backend_free(&be);
+	ms_cpu_free(&be);
 	/* every plain kernel of the set was exercised */
 	ck_assert_int_ge(tested, isa_sets[_i].plain * n_shapes);
 }
@@ -542,8 +542,8 @@ END_TEST
 START_TEST(backend_rejects_unknown_kernel_set)
 {
 	struct ms_err err = {0};
-	struct ms_backend be;
-	ck_assert_int_lt(ms_backend_init(&be, "sse9", 1, &err), 0);
+	struct ms_cpu be;
+	ck_assert_int_lt(ms_cpu_init(&be, "sse9", 1, &err), 0);
 	ck_assert_ptr_nonnull(strstr(err.msg, "sse9"));
 	ck_assert_ptr_nonnull(strstr(err.msg, "ref"));
 }

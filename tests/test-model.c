@@ -160,16 +160,16 @@ START_TEST(expert_activation_exp)
 	}
 	ck_assert_msg(worst <= 3.1, "exp: %.3f ulp", worst);
 	struct ms_err err = {0};
-	struct ms_backend be;
-	ck_assert_int_eq(ms_backend_init_opts(&be, &(struct ms_backend_opts){.threads = 1}, &err), 0);
+	struct ms_cpu be;
+	ck_assert_int_eq(ms_cpu_init_opts(&be, &(struct ms_cpu_opts){.threads = 1}, &err), 0);
 	ck_assert_msg(be.swiglu_row == (!strcmp(be.isa, "avx2") ? ms_swiglu_row_avx2 :
 					strcmp(be.isa, "ref") ? ms_swiglu_row_avx512 : ms_swiglu_row),
 		      "set %s", be.isa);
-	ms_backend_free(&be);
-	ck_assert_int_eq(ms_backend_init_opts(&be, &(struct ms_backend_opts){.kernels = "ref",
+	ms_cpu_free(&be);
+	ck_assert_int_eq(ms_cpu_init_opts(&be, &(struct ms_cpu_opts){.kernels = "ref",
 									   .threads = 1}, &err), 0);
 	ck_assert(be.swiglu_row == ms_swiglu_row);
-	ms_backend_free(&be);
+	ms_cpu_free(&be);
 }
 END_TEST
 
@@ -217,7 +217,7 @@ END_TEST
 /* ---- whole-model properties ---- */
 
 struct loaded {
-	struct ms_backend be;
+	struct ms_cpu be;
 	struct ms_model m;
 };
 
@@ -226,7 +226,7 @@ static void load_fixture(struct loaded *l, const char *env, int threads)
 	const char *dir = getenv(env);
 	ck_assert_msg(dir != NULL, "%s is not set (run through meson test)", env);
 	struct ms_err err = {0};
-	ck_assert_int_eq(ms_backend_init(&l->be, "auto", threads, &err), 0);
+	ck_assert_int_eq(ms_cpu_init(&l->be, "auto", threads, &err), 0);
 	int rc = ms_model_load(&l->m, dir, &l->be, &err);
 	ck_assert_msg(rc == 0, "load %s: %s", dir, err.msg);
 }
@@ -234,7 +234,7 @@ static void load_fixture(struct loaded *l, const char *env, int threads)
 static void unload(struct loaded *l)
 {
 	ms_model_free(&l->m);
-	ms_backend_free(&l->be);
+	ms_cpu_free(&l->be);
 }
 
 static int32_t *random_tokens(int64_t n, int64_t vocab, uint32_t seed)

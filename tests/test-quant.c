@@ -388,9 +388,9 @@ END_TEST
  * nothing is kept. */
 START_TEST(scheme_buffers)
 {
-	struct ms_backend be;
+	struct ms_cpu be;
 	struct ms_err err = {0};
-	ck_assert_int_eq(ms_backend_init(&be, "ref", 1, &err), 0);
+	ck_assert_int_eq(ms_cpu_init(&be, "ref", 1, &err), 0);
 	ck_assert_int_eq(ms_quant_bind_begin(&be, &err), 0);
 	const size_t n = 3 * 4096 + 7;
 	uint8_t *a = ms_quant_buf_alloc(n, false);
@@ -420,7 +420,7 @@ START_TEST(scheme_buffers)
 #endif
 	ms_quant_buf_free(d);
 	ms_quant_buf_free(NULL);
-	ms_backend_free(&be);
+	ms_cpu_free(&be);
 }
 END_TEST
 

@@ -399,7 +399,7 @@ static void onednn_rows(struct onednn_pack *pk, const struct ms_wmat *w, int64_t
 /* ---- kernel entry points ---- */
 
 /* A matrix this kernel never packed (a caller that took the kernel without
- * ms_backend_bind, as unit tests do) is computed by the AVX-512 kernel on
+ * ms_cpu_bind, as unit tests do) is computed by the AVX-512 kernel on
  * the unrounded activations. */
 static ms_gemm_fn avx512_bf16_gemm(void);
 

@@ -57,7 +57,7 @@
  * the call (their results are the same bits whichever group computes
  * them) and only its new tokens are written.
  *
- * Exports (declared where they are used: backend.c, tests/test-amx.c):
+ * Exports (declared where they are used: cpu.c, tests/test-amx.c):
  * ms_kernels_amx[] and ms_amx_request_perm() (real tiles),
  * ms_kernels_amx_sim[] and ms_kernels_amx_sim_faults() (the model).
  */

@@ -1,7 +1,7 @@
 /*
  * kernels-avx512.c: AVX-512 (F, BW, VL) + FMA + F16C kernels, compiled with
  * their own flags (engine/meson.build) and chosen at start-up only when the
- * CPU and the OS support them (backend.c).
+ * CPU and the OS support them (cpu.c).
  *
  * Each row of W is streamed once per call and applied to up to four tokens
  * at a time; every token keeps its own accumulators in a fixed order, so a
@@ -311,7 +311,7 @@ const struct ms_kernel ms_kernels_avx512[] = {
 	 .row_align = MS_Q8_PANEL, .rounds_acts = true},
 	/* bf16 activations through VDPBF16PS on 16-row panels (kernels-bf16.h
 	 * states its error): first for dense bf16 matrices, ahead of oneDNN
-	 * (backend.c), which streams M = 1 at ~70% of the bandwidth */
+	 * (cpu.c), which streams M = 1 at ~70% of the bandwidth */
 	{.name = "avx512bf16-vnni2", .isa = "avx512", .fmt = MS_WFMT_BF16,
 	 .cpu_flags = AVX512_FLAGS | MS_CPU_AVX512BF16, .pack = ms_bf16_pack,
 	 .prep_size = ms_bf16_prep_size, .prep = ms_bf16_prep_avx512, .gemmq = ms_bf16_gemmq_avx512,

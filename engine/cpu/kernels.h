@@ -3,7 +3,7 @@
  *
  * A kernel computes y = x W^T over a range of output rows for one weight
  * format (engine/wmat.h). The backend picks the candidates per format when
- * it starts (backend.c); nothing in the hot path branches on the CPU.
+ * it starts (cpu.c); nothing in the hot path branches on the CPU.
  */
 #ifndef MS_KERNELS_H
 #define MS_KERNELS_H
@@ -46,7 +46,7 @@ struct ms_err;
  * matrix (the backend then tries the next kernel for the format). */
 typedef int (*ms_pack_fn)(struct ms_wmat *w, void **owned, struct ms_err *err);
 
-/* CPU feature bits (backend.c detects them; a kernel lists what it needs). */
+/* CPU feature bits (cpu.c detects them; a kernel lists what it needs). */
 enum ms_cpu_flag {
 	MS_CPU_AVX2 = 1u << 0,
 	MS_CPU_FMA = 1u << 1,

@@ -227,7 +227,7 @@ static int64_t make_items(struct moe_item *items, atomic_int *left, const int64_
 	return n;
 }
 
-int ms_moe_forward(struct ms_backend *be, const struct ms_moe_w *m, struct ms_swiglu act,
+int ms_moe_forward(struct ms_cpu *be, const struct ms_moe_w *m, struct ms_swiglu act,
 		   const float *h, int64_t n, const int32_t *sel, const float *w, int64_t k,
 		   float *out, struct ms_err *err)
 {
@@ -278,7 +278,7 @@ int ms_moe_forward(struct ms_backend *be, const struct ms_moe_w *m, struct ms_sw
 		if (off[e + 1] > off[e])
 			bytes += ms_wmat_bytes(&gu->w) + ms_wmat_bytes(&dn->w);
 	}
-	ms_backend_count_bytes(be, bytes);
+	ms_cpu_count_bytes(be, bytes);
 	/* gather and prepare gate_up's inputs; gate_up, whose last block of
 	 * each expert prepares its down inputs; down: one pool run */
 	job.n_gu = make_items(items, left, off, E, 2 * I, be->pool.n_threads, align);

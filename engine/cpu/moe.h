@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "backend.h"
+#include "cpu.h"
 #include "linear.h"
 #include "ms-error.h"
 
@@ -109,7 +109,7 @@ void ms_moe_route(const float *logits, int64_t n, int64_t n_experts, int64_t k, 
  * e = sel[t, j], the sum formed first in j order, then added (so adding
  * into the residual stream is the same as adding a separate result).
  * Returns -ENOMEM when scratch cannot be allocated. */
-int ms_moe_forward(struct ms_backend *be, const struct ms_moe_w *m, struct ms_swiglu act,
+int ms_moe_forward(struct ms_cpu *be, const struct ms_moe_w *m, struct ms_swiglu act,
 		   const float *h, int64_t n, const int32_t *sel, const float *w, int64_t k,
 		   float *out, struct ms_err *err);
 

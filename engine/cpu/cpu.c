@@ -1,12 +1,12 @@
 /*
- * backend.c: CPU feature detection and kernel selection.
+ * cpu.c: CPU feature detection and kernel selection.
  *
  * To add a kernel set: put its kernels in their own file (compiled with
  * their own ISA flags), add its table to kernel_sets[] above "ref" with the
  * CPU flags it needs. auto takes the first set whose flags the CPU has, per
  * format, falling back to ref for formats a set does not cover.
  */
-#include "backend.h"
+#include "cpu.h"
 #include "dense-onednn.h"
 #include "kernels-bf16.h"
 #include "moe.h"
@@ -42,7 +42,7 @@ static const struct kernel_set kernel_sets[] = {
 };
 #define N_SETS (sizeof(kernel_sets) / sizeof(kernel_sets[0]))
 
-const char ms_backend_kernel_sets[] = "auto, amx, amx-sim, avx512, avx2, ref";
+const char ms_cpu_kernel_sets[] = "auto, amx, amx-sim, avx512, avx2, ref";
 
 /* A set the search starting at set `first` may draw kernels from. */
 static bool set_in_search(size_t s, size_t first)
@@ -140,18 +140,18 @@ const char *ms_cpu_flags_str(unsigned flags, char *buf, size_t len)
 	return buf;
 }
 
-int ms_backend_init(struct ms_backend *be, const char *kernels, int threads, struct ms_err *err)
+int ms_cpu_init(struct ms_cpu *be, const char *kernels, int threads, struct ms_err *err)
 {
-	struct ms_backend_opts o = {.kernels = kernels, .threads = threads};
-	return ms_backend_init_opts(be, &o, err);
+	struct ms_cpu_opts o = {.kernels = kernels, .threads = threads};
+	return ms_cpu_init_opts(be, &o, err);
 }
 
-static bool kernel_usable(const struct ms_backend *be, const struct ms_kernel *k)
+static bool kernel_usable(const struct ms_cpu *be, const struct ms_kernel *k)
 {
 	return (be->cpu_flags & k->cpu_flags) == k->cpu_flags && !(be->exact && k->rounds_acts);
 }
 
-int ms_backend_init_opts(struct ms_backend *be, const struct ms_backend_opts *o,
+int ms_cpu_init_opts(struct ms_cpu *be, const struct ms_cpu_opts *o,
 			 struct ms_err *err)
 {
 	memset(be, 0, sizeof(*be));
@@ -174,7 +174,7 @@ int ms_backend_init_opts(struct ms_backend *be, const struct ms_backend_opts *o,
 		}
 	if (first == N_SETS)
 		return ms_err_set(err, -EINVAL, "--kernels: unknown kernel set \"%s\" (known: %s)",
-				  kernels, ms_backend_kernel_sets);
+				  kernels, ms_cpu_kernel_sets);
 	if (!any) {
 		/* A forced set must run here: its baseline kernels at least. */
 		unsigned need = ~0u;
@@ -273,22 +273,22 @@ int ms_backend_init_opts(struct ms_backend *be, const struct ms_backend_opts *o,
 	}
 	be->numa_nodes = numa_available() >= 0 ? numa_num_configured_nodes() : 1;
 	be->numa_nodes = be->numa_nodes > 0 ? be->numa_nodes : 1;
-	ms_backend_set_numa(be, MS_NUMA_AUTO);
+	ms_cpu_set_numa(be, MS_NUMA_AUTO);
 	return ms_pool_init(&be->pool, o->threads, true, err);
 }
 
-void ms_backend_set_numa(struct ms_backend *be, enum ms_numa_mode mode)
+void ms_cpu_set_numa(struct ms_cpu *be, enum ms_numa_mode mode)
 {
 	be->numa_interleave = be->numa_nodes > 1 && mode != MS_NUMA_OFF;
 }
 
-void ms_backend_weights_begin(struct ms_backend *be)
+void ms_cpu_weights_begin(struct ms_cpu *be)
 {
 	if (be->numa_interleave)
 		numa_set_interleave_mask(numa_all_nodes_ptr);
 }
 
-void ms_backend_weights_end(struct ms_backend *be, void *const *maps, const size_t *sizes, int n)
+void ms_cpu_weights_end(struct ms_cpu *be, void *const *maps, const size_t *sizes, int n)
 {
 	if (!be->numa_interleave)
 		return;
@@ -304,7 +304,7 @@ void ms_backend_weights_end(struct ms_backend *be, void *const *maps, const size
 	numa_set_localalloc();
 }
 
-void ms_backend_free(struct ms_backend *be)
+void ms_cpu_free(struct ms_cpu *be)
 {
 	if (!be)
 		return;
@@ -312,17 +312,17 @@ void ms_backend_free(struct ms_backend *be)
 	memset(be, 0, sizeof(*be));
 }
 
-const char *ms_backend_kernel_reason(const struct ms_backend *be, enum ms_wfmt f)
+const char *ms_cpu_kernel_reason(const struct ms_cpu *be, enum ms_wfmt f)
 {
 	return (f >= 0 && f < MS_WFMT_COUNT) ? be->reasons[f] : "?";
 }
 
-const struct ms_kernel *ms_backend_find_kernel(const struct ms_backend *be, enum ms_wfmt f)
+const struct ms_kernel *ms_cpu_find_kernel(const struct ms_cpu *be, enum ms_wfmt f)
 {
 	return (f >= 0 && f < MS_WFMT_COUNT) ? be->kernels[f][0] : NULL;
 }
 
-int ms_backend_bind(struct ms_backend *be, struct ms_wmat *w, const struct ms_kernel **k,
+int ms_cpu_bind(struct ms_cpu *be, struct ms_wmat *w, const struct ms_kernel **k,
 		    void **owned, char *why, size_t why_len, struct ms_err *err)
 {
 	*owned = NULL;
@@ -369,7 +369,7 @@ void ms_kernel_run(const struct ms_kernel *k, const struct ms_wmat *w, int64_t r
 /* ---- parallel gemm over row blocks ---- */
 
 /* One pool run over the row blocks of up to MS_GEMM_MULTI_MAX matrices
- * (ms_backend_gemm is the case of one). The matrices' rows are laid end to
+ * (ms_cpu_gemm is the case of one). The matrices' rows are laid end to
  * end, each rounded up to the kernel's alignment (base[i] is where matrix i
  * starts), and task t is rows [t * per, (t + 1) * per) of that whole: it may
  * end one matrix and begin the next, and every piece starts on a panel. */
@@ -418,7 +418,7 @@ int64_t ms_kernel_rows_per_task(const struct ms_kernel *k, int64_t rows, int64_t
 	return ms_split_per(rows, tasks, k->row_align > 16 ? k->row_align : 16);
 }
 
-int ms_backend_gemm_multi(struct ms_backend *be, const struct ms_kernel *k, int m,
+int ms_cpu_gemm_multi(struct ms_cpu *be, const struct ms_kernel *k, int m,
 			  const struct ms_wmat *const *w, const float *x, int64_t n,
 			  float *const *y, const float *const *bias)
 {
@@ -427,7 +427,7 @@ int ms_backend_gemm_multi(struct ms_backend *be, const struct ms_kernel *k, int 
 		if (k->whole(w[i], n)) {
 			int rc = 0;
 			for (int q = 0; q < m && !rc; q++)
-				rc = ms_backend_gemm_multi(be, k, 1, &w[q], x, n, &y[q],
+				rc = ms_cpu_gemm_multi(be, k, 1, &w[q], x, n, &y[q],
 							   bias ? &bias[q] : NULL);
 			return rc;
 		}
@@ -468,14 +468,14 @@ int ms_backend_gemm_multi(struct ms_backend *be, const struct ms_kernel *k, int 
 			    gemm_task, &j);
 	}
 	for (int i = 0; i < m; i++) {
-		ms_backend_count_bytes(be, ms_wmat_bytes(w[i]));
+		ms_cpu_count_bytes(be, ms_wmat_bytes(w[i]));
 		free((void *)j.xq[i]);
 	}
 	return 0;
 }
 
-int ms_backend_gemm(struct ms_backend *be, const struct ms_kernel *k, const struct ms_wmat *w,
+int ms_cpu_gemm(struct ms_cpu *be, const struct ms_kernel *k, const struct ms_wmat *w,
 		    const float *x, int64_t n, float *y, const float *bias)
 {
-	return ms_backend_gemm_multi(be, k, 1, &w, x, n, &y, &bias);
+	return ms_cpu_gemm_multi(be, k, 1, &w, x, n, &y, &bias);
 }

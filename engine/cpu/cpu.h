@@ -1,12 +1,12 @@
 /*
- * backend.h: the compute backend a model runs on, chosen once at start-up.
+ * cpu.h: the compute backend a model runs on, chosen once at start-up.
  *
  * It owns the worker pool and, for each weight format, the one kernel that
  * every matrix of that format will use. Kernel choice happens here, from the
  * CPU's features and the user's --kernels request, never in the hot path.
  */
-#ifndef MS_BACKEND_H
-#define MS_BACKEND_H
+#ifndef MS_CPU_H
+#define MS_CPU_H
 
 #include "kernels.h"
 #include "ms-error.h"
@@ -15,7 +15,7 @@
 
 #define MS_KERNEL_CANDIDATES 6
 
-struct ms_backend {
+struct ms_cpu {
 	const char *name;          /* "cpu" */
 	const char *isa;           /* kernel set in use: "ref", ... */
 	unsigned cpu_flags;        /* what the CPU and OS support */
@@ -43,38 +43,38 @@ enum ms_numa_mode {
 };
 
 /* kernels: "auto" (or NULL) picks the most specific set this CPU runs,
- * otherwise one of the names ms_backend_kernel_sets lists; an unknown or
+ * otherwise one of the names ms_cpu_kernel_sets lists; an unknown or
  * unsupported name is an error. threads <= 0: one per available CPU. */
-int ms_backend_init(struct ms_backend *be, const char *kernels, int threads, struct ms_err *err);
+int ms_cpu_init(struct ms_cpu *be, const char *kernels, int threads, struct ms_err *err);
 
-struct ms_backend_opts {
+struct ms_cpu_opts {
 	const char *kernels;  /* as above */
 	int threads;
 	bool exact;           /* skip kernels that round activations (int8/bf16) */
 	bool dense_int8;      /* attention projections and lm_head to int8 per channel at
 			       * load (quant/unquant.c) */
 };
-int ms_backend_init_opts(struct ms_backend *be, const struct ms_backend_opts *o,
+int ms_cpu_init_opts(struct ms_cpu *be, const struct ms_cpu_opts *o,
 			 struct ms_err *err);
 
 /* NUMA placement, chosen before the model loads (--numa). On one node every
  * mode is a plain pool. */
-void ms_backend_set_numa(struct ms_backend *be, enum ms_numa_mode mode);
+void ms_cpu_set_numa(struct ms_cpu *be, enum ms_numa_mode mode);
 
 /* Around loading weights: with interleaving on, memory the loader allocates
  * and the checkpoint pages it maps are spread page by page over all nodes,
  * so every expert streams from every node's memory at once. */
-void ms_backend_weights_begin(struct ms_backend *be);
-void ms_backend_weights_end(struct ms_backend *be, void *const *maps, const size_t *sizes, int n);
-void ms_backend_free(struct ms_backend *be);
+void ms_cpu_weights_begin(struct ms_cpu *be);
+void ms_cpu_weights_end(struct ms_cpu *be, void *const *maps, const size_t *sizes, int n);
+void ms_cpu_free(struct ms_cpu *be);
 
 /* The preferred kernel for format f, or NULL when no kernel computes it. */
-const struct ms_kernel *ms_backend_find_kernel(const struct ms_backend *be, enum ms_wfmt f);
+const struct ms_kernel *ms_cpu_find_kernel(const struct ms_cpu *be, enum ms_wfmt f);
 
 /* Choose the kernel for one matrix: the first candidate for its format that
  * takes it. A packed kernel packs w here (w->pack set, *owned the buffer to
  * free with the matrix). why gets the reason (with any declines). */
-int ms_backend_bind(struct ms_backend *be, struct ms_wmat *w, const struct ms_kernel **k,
+int ms_cpu_bind(struct ms_cpu *be, struct ms_wmat *w, const struct ms_kernel **k,
 		    void **owned, char *why, size_t why_len, struct ms_err *err);
 
 /* Items per task for about `tasks` tasks over `total`: a multiple of align,
@@ -87,11 +87,11 @@ int64_t ms_kernel_rows_per_task(const struct ms_kernel *k, int64_t rows, int64_t
 
 /* Weight bytes every gemm has streamed so far (a packed matrix counts its
  * packed size). */
-static inline uint64_t ms_backend_bytes_streamed(const struct ms_backend *be)
+static inline uint64_t ms_cpu_bytes_streamed(const struct ms_cpu *be)
 {
 	return __atomic_load_n(&be->bytes_streamed, __ATOMIC_RELAXED);
 }
-static inline void ms_backend_count_bytes(struct ms_backend *be, uint64_t b)
+static inline void ms_cpu_count_bytes(struct ms_cpu *be, uint64_t b)
 {
 	__atomic_fetch_add(&be->bytes_streamed, b, __ATOMIC_RELAXED);
 }
@@ -104,7 +104,7 @@ void ms_kernel_run(const struct ms_kernel *k, const struct ms_wmat *w, int64_t r
 		   const void *xq, const float *x, int64_t ldx, int64_t n, float *y, int64_t ldy);
 
 /* Why the kernel for f was chosen (for inspect). */
-const char *ms_backend_kernel_reason(const struct ms_backend *be, enum ms_wfmt f);
+const char *ms_cpu_kernel_reason(const struct ms_cpu *be, enum ms_wfmt f);
 
 /* Detected CPU features (CPUID plus the OS's XCR0 state). */
 unsigned ms_cpu_detect(void);
@@ -113,12 +113,12 @@ unsigned ms_cpu_detect(void);
 const char *ms_cpu_flags_str(unsigned flags, char *buf, size_t len);
 
 /* Known kernel sets, comma-separated, for messages and --help. */
-extern const char ms_backend_kernel_sets[];
+extern const char ms_cpu_kernel_sets[];
 
 /* y[n, rows] = x[n, cols] W^T (+ bias), rows split over the pool. 0, or
  * -ENOMEM (y untouched) when the kernel's prepared activations cannot be
  * allocated. */
-int ms_backend_gemm(struct ms_backend *be, const struct ms_kernel *k, const struct ms_wmat *w,
+int ms_cpu_gemm(struct ms_cpu *be, const struct ms_kernel *k, const struct ms_wmat *w,
 		    const float *x, int64_t n, float *y, const float *bias);
 
 /* The same for m <= MS_GEMM_MULTI_MAX matrices of one kernel and one
@@ -130,7 +130,7 @@ int ms_backend_gemm(struct ms_backend *be, const struct ms_kernel *k, const stru
  * results are those of m separate calls, bit for bit. 0 or -ENOMEM as
  * above. */
 #define MS_GEMM_MULTI_MAX 4
-int ms_backend_gemm_multi(struct ms_backend *be, const struct ms_kernel *k, int m,
+int ms_cpu_gemm_multi(struct ms_cpu *be, const struct ms_kernel *k, int m,
 			  const struct ms_wmat *const *w, const float *x, int64_t n,
 			  float *const *y, const float *const *bias);
 
