@@ -350,10 +350,7 @@ static int64_t take_prefix(struct ms_engine *e, struct req *r)
 					ms_kv_page_unref(&e->pool, got[k]);
 				return b * P;
 			}
-			memcpy(ms_kv_k(&e->pool, mine, 0), ms_kv_k(&e->pool, got[l], 0),
-			       (size_t)(P * e->pool.kv_dim) * sizeof(float));
-			memcpy(ms_kv_v(&e->pool, mine, 0), ms_kv_v(&e->pool, got[l], 0),
-			       (size_t)(P * e->pool.kv_dim) * sizeof(float));
+			ms_kv_page_copy(&e->pool, mine, got[l]);
 			ms_kv_page_unref(&e->pool, got[l]);
 			r->kv.pages[l][b] = mine;
 		}
@@ -728,7 +725,7 @@ int ms_engine_init(struct ms_engine **out, struct ms_model *m, const struct ms_t
 		pages = INT32_MAX / 2;
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_cond_init(&e->cv, NULL);
-	int rc = ms_kv_pool_init(&e->pool, (int32_t)pages, e->P, kvd, err);
+	int rc = ms_kv_pool_init(&e->pool, m->be, (int32_t)pages, e->P, kvd, err);
 	if (!rc) {
 		e->running = calloc((size_t)e->cfg.max_running, sizeof(*e->running));
 		e->work = malloc((size_t)e->V * sizeof(float));

@@ -1,6 +1,8 @@
 /* kv-cache.c: see kv-cache.h. */
 #include "kv-cache.h"
 
+#include "backend.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,19 +20,33 @@ static uint64_t mix(uint64_t x)
 	return x ^ (x >> 33);
 }
 
-int ms_kv_pool_init(struct ms_kv_pool *p, int32_t n_pages, int64_t page_tokens, int64_t kv_dim,
-		    struct ms_err *err)
+static void *kv_alloc(struct ms_backend *be, size_t bytes)
+{
+	return be ? be->ops->buf_alloc(be, bytes) : malloc(bytes);
+}
+
+static void kv_free(struct ms_backend *be, void *p)
+{
+	if (be)
+		be->ops->buf_free(be, p);
+	else
+		free(p);
+}
+
+int ms_kv_pool_init(struct ms_kv_pool *p, struct ms_backend *be, int32_t n_pages,
+		    int64_t page_tokens, int64_t kv_dim, struct ms_err *err)
 {
 	memset(p, 0, sizeof(*p));
 	if (n_pages <= 0 || page_tokens <= 0 || kv_dim <= 0)
 		return ms_err_set(err, -EINVAL, "KV cache: %d pages of %lld tokens is no cache", n_pages,
 				  (long long)page_tokens);
+	p->be = be;
 	p->page_tokens = page_tokens;
 	p->kv_dim = kv_dim;
 	p->n_pages = n_pages;
 	size_t floats = (size_t)n_pages * (size_t)page_tokens * (size_t)kv_dim;
-	p->k = malloc(floats * sizeof(float));
-	p->v = malloc(floats * sizeof(float));
+	p->k = kv_alloc(be, floats * sizeof(float));
+	p->v = kv_alloc(be, floats * sizeof(float));
 	p->ref = calloc((size_t)n_pages, sizeof(int32_t));
 	p->key = calloc((size_t)n_pages, sizeof(uint64_t));
 	p->lru_prev = malloc((size_t)n_pages * sizeof(int32_t));
@@ -60,9 +76,23 @@ void ms_kv_pool_free(struct ms_kv_pool *p)
 {
 	if (!p)
 		return;
-	free(p->k), free(p->v), free(p->ref), free(p->key), free(p->lru_prev), free(p->lru_next);
+	kv_free(p->be, p->k);
+	kv_free(p->be, p->v);
+	free(p->ref), free(p->key), free(p->lru_prev), free(p->lru_next);
 	free(p->free_next), free(p->tab_key), free(p->tab_page);
 	memset(p, 0, sizeof(*p));
+}
+
+void ms_kv_page_copy(struct ms_kv_pool *p, int32_t dst, int32_t src)
+{
+	size_t bytes = (size_t)(p->page_tokens * p->kv_dim) * sizeof(float);
+	if (p->be) {
+		p->be->ops->copy(p->be, ms_kv_k(p, dst, 0), ms_kv_k(p, src, 0), bytes);
+		p->be->ops->copy(p->be, ms_kv_v(p, dst, 0), ms_kv_v(p, src, 0), bytes);
+	} else {
+		memcpy(ms_kv_k(p, dst, 0), ms_kv_k(p, src, 0), bytes);
+		memcpy(ms_kv_v(p, dst, 0), ms_kv_v(p, src, 0), bytes);
+	}
 }
 
 /* ---- the published-key table (key 0 = empty; deletion by backshift) ---- */

@@ -20,7 +20,10 @@
 
 #include "ms-error.h"
 
+struct ms_backend;
+
 struct ms_kv_pool {
+	struct ms_backend *be; /* whose memory k and v are in; NULL: the host heap */
 	int64_t page_tokens;   /* positions per page */
 	int64_t kv_dim;        /* floats per position for K (and for V) */
 	int32_t n_pages;
@@ -40,9 +43,11 @@ struct ms_kv_pool {
 	uint64_t hits, evictions;
 };
 
-/* n_pages pages of page_tokens x kv_dim. */
-int ms_kv_pool_init(struct ms_kv_pool *p, int32_t n_pages, int64_t page_tokens, int64_t kv_dim,
-		    struct ms_err *err);
+/* n_pages pages of page_tokens x kv_dim, their keys and values in be's
+ * memory (buf_alloc; be NULL: the host heap, for tests). The bookkeeping
+ * is host memory either way. */
+int ms_kv_pool_init(struct ms_kv_pool *p, struct ms_backend *be, int32_t n_pages,
+		    int64_t page_tokens, int64_t kv_dim, struct ms_err *err);
 void ms_kv_pool_free(struct ms_kv_pool *p);
 
 /* Bytes one page takes (K and V). */
@@ -60,6 +65,10 @@ void ms_kv_page_unref(struct ms_kv_pool *p, int32_t page);
 void ms_kv_page_publish(struct ms_kv_pool *p, int32_t page, uint64_t key);
 /* A published page with this key, referenced for the caller (ref+1), or -1. */
 int32_t ms_kv_page_lookup(struct ms_kv_pool *p, uint64_t key);
+
+/* Copy page src's keys and values over page dst's (copy-on-write of a
+ * shared page), in the pool's memory. */
+void ms_kv_page_copy(struct ms_kv_pool *p, int32_t dst, int32_t src);
 
 /* Pages not held by any sequence (free or cached). */
 static inline int32_t ms_kv_pool_available(const struct ms_kv_pool *p)

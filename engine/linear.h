@@ -11,6 +11,7 @@
 #ifndef MS_LINEAR_H
 #define MS_LINEAR_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "actq.h"
@@ -22,10 +23,38 @@ struct ms_linear {
 	struct ms_wmat w;
 	float *bias;                    /* [rows] fp32, or NULL */
 	struct ms_actq act;             /* the input's quantization (NONE for most) */
-	/* The CPU backend's binding: the kernel chosen for this matrix (its
-	 * packed copy, if any, in w.pack). The backend interface makes this
-	 * the backend's own opaque binding (docs/backend-seam.md). */
-	const struct ms_kernel *kernel;
+	/* Set by the backend's bind (backend.h): */
+	const char *kernel_name;        /* what computes it, for inspect */
+	const struct ms_kernel *kernel; /* the CPU backend's kernel (its packed copy, if
+					 * any, in w.pack); NULL on other backends */
+	void *bound;                    /* another backend's own binding (device copy) */
+	void *owned;                    /* memory the binding owns, freed by owned_free */
+	void (*owned_free)(void *owned);
+	bool rows_free;                 /* the binding no longer reads w's rows: the
+					 * loader may release them */
+};
+
+/* Release what bind made (ms_backend_ops.bind): the packed or uploaded
+ * copy. The matrix's rows stay as they are. */
+static inline void ms_linear_unbind(struct ms_linear *l)
+{
+	if (l->owned && l->owned_free)
+		l->owned_free(l->owned);
+	l->owned = NULL;
+	l->owned_free = NULL;
+	l->bound = NULL;
+	l->kernel = NULL;
+	l->kernel_name = NULL;
+	l->rows_free = false;
+	l->w.pack = NULL;
+	l->w.pack_bytes = 0;
+	l->w.pack_row = NULL;
+}
+
+/* GPT-OSS's expert activation constants (the clamped SwiGLU). */
+struct ms_swiglu {
+	float limit;  /* gate clamped above, up clamped to [-limit, limit] */
+	float alpha;  /* gate * sigmoid(alpha * gate) */
 };
 
 /* The experts of one MoE layer: per expert, gate_up [2I, H] with gate on

@@ -17,9 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attention.h"
+#include "backend.h"
 #include "gpt-oss.h"
-#include "moe.h"
 
 struct gptoss_layer {
 	bool sliding;
@@ -37,9 +36,9 @@ struct gptoss {
 	struct ms_qlinear lm_head;  /* [V, H]; aliases embed when tied */
 	bool tied;
 	float *final_norm;          /* [H] */
-	double *inv_freq;           /* [d/2] RoPE frequencies, kept in double */
+	double *inv_freq;           /* [d/2] RoPE frequencies, kept in double (host) */
 	float rope_scale;           /* YaRN attention factor, applied to cos and sin */
-	const struct ms_attn_kernel *attn; /* chosen once at load, for the backend's set */
+	struct ms_qload ld;         /* quant's state while loading */
 };
 
 /* ---- RoPE ---- */
@@ -79,32 +78,23 @@ void ms_gptoss_rope_freqs(const struct ms_model_config *c, double *inv_freq, flo
 	*scale = (float)r->attention_factor;
 }
 
-/* The rotation of position pos: d/2 cosines and sines, scaled. They depend
- * on the position only, so a forward pass computes them once per token for
- * every layer and both q and k (in double: 32 sin/cos pairs per token and
- * call cost ~1 ms a step at 16 tokens x 12 layers). */
-static void rope_table(const struct gptoss *g, int64_t d, int64_t pos, float *cs, float *sn)
-{
-	for (int64_t i = 0; i < d / 2; i++) {
-		double ang = (double)pos * g->inv_freq[i];
-		cs[i] = (float)cos(ang) * g->rope_scale;
-		sn[i] = (float)sin(ang) * g->rope_scale;
-	}
-}
-
 /* ---- loading ---- */
 
+/* A vector (norm weights, sinks) into the backend's memory. */
 static int load_vec(struct ms_model *m, const char *name, int64_t n, float **out,
 		    struct ms_err *err)
 {
-	return ms_checkpoint_get_f32(&m->ck, name, 1, (int64_t[]){n}, out, err);
+	int rc = ms_checkpoint_get_f32(&m->ck, name, 1, (int64_t[]){n}, out, err);
+	if (!rc && (rc = ms_backend_adopt(m->be, out, (size_t)n, err)))
+		ms_err_prefix(err, "%s: ", name);
+	return rc;
 }
 
 static void add_group(struct ms_model *m, const char *group, const struct ms_qlinear *l)
 {
 	const struct ms_linear *w = &l->lin;
 	ms_model_add_group(m, group, l->scheme, ms_wfmt_name(w->w.fmt), ms_actq_name(w->act.kind),
-			   w->kernel->name, l->why, ms_wmat_bytes(&w->w));
+			   w->kernel_name, l->why, ms_wmat_bytes(&w->w));
 }
 
 static int load_linear(struct ms_model *m, const char *group, const char *prefix,
@@ -112,7 +102,8 @@ static int load_linear(struct ms_model *m, const char *group, const char *prefix
 		       struct ms_err *err)
 {
 	(void)group; /* groups are added once kernels are bound (add_groups) */
-	return ms_quant_load_linear(&m->qcfg, &m->ck, prefix, kind, out, in, bias, m->be, l, err);
+	struct gptoss *g = m->impl;
+	return ms_quant_load_linear(&m->qcfg, &m->ck, prefix, kind, out, in, bias, &g->ld, l, err);
 }
 
 static void gptoss_unload(struct ms_model *m)
@@ -122,9 +113,9 @@ static void gptoss_unload(struct ms_model *m)
 		return;
 	for (int64_t i = 0; g->layers && i < m->cfg.n_layers; i++) {
 		struct gptoss_layer *L = &g->layers[i];
-		free(L->attn_norm);
-		free(L->mlp_norm);
-		free(L->sinks);
+		ms_backend_release(m->be, L->attn_norm);
+		ms_backend_release(m->be, L->mlp_norm);
+		ms_backend_release(m->be, L->sinks);
 		ms_qlinear_free(&L->q);
 		ms_qlinear_free(&L->k);
 		ms_qlinear_free(&L->v);
@@ -136,7 +127,7 @@ static void gptoss_unload(struct ms_model *m)
 	ms_qlinear_free(&g->embed);
 	if (!g->tied)
 		ms_qlinear_free(&g->lm_head);
-	free(g->final_norm);
+	ms_backend_release(m->be, g->final_norm);
 	free(g->inv_freq);
 	free(g);
 	m->impl = NULL;
@@ -182,7 +173,8 @@ static int load_layer(struct ms_model *m, int64_t i, struct gptoss_layer *L, str
 	 * keep fp32 activations (binding happens in the layer's flush). */
 	L->router.lin.w.exact_acts = true;
 	snprintf(name, sizeof(name), "%s.mlp.experts", p);
-	if ((rc = ms_quant_load_moe(&m->qcfg, &m->ck, name, c->n_experts, H, c->intermediate, m->be,
+	struct gptoss *g = m->impl;
+	if ((rc = ms_quant_load_moe(&m->qcfg, &m->ck, name, c->n_experts, H, c->intermediate, &g->ld,
 				    &L->moe, err)))
 		return rc;
 	m->moe_layout = L->moe.layout;
@@ -224,10 +216,10 @@ static int gptoss_load(struct ms_model *m, struct ms_err *err)
 	if (!g->layers || !g->inv_freq)
 		return ms_err_set(err, -ENOMEM, "out of memory");
 	ms_gptoss_rope_freqs(c, g->inv_freq, &g->rope_scale);
-	g->attn = ms_attn_select(m->be->isa, m->be->cpu_flags);
+	g->ld.be = m->be;
 	/* Schemes check and map every tensor first; the kernels' repacking then
 	 * runs as one parallel pass over all matrices (ms_quant_bind_end). */
-	int rc = ms_quant_bind_begin(m->be, err);
+	int rc = ms_quant_bind_begin(&g->ld, err);
 	if (rc)
 		return rc;
 	rc = load_linear(m, "embedding", "model.embed_tokens", MS_QKIND_EMBEDDING, c->vocab,
@@ -236,7 +228,7 @@ static int gptoss_load(struct ms_model *m, struct ms_err *err)
 		rc = load_layer(m, i, &g->layers[i], err);
 		/* pack layer by layer: peak memory stays near the final size */
 		if (!rc)
-			rc = ms_quant_bind_flush(m->be, &m->pack_stats, i + 1 < c->n_layers, err);
+			rc = ms_quant_bind_flush(&g->ld, &m->pack_stats, i + 1 < c->n_layers, err);
 	}
 	if (!rc)
 		rc = load_vec(m, "model.norm.weight", c->hidden, &g->final_norm, err);
@@ -250,7 +242,7 @@ static int gptoss_load(struct ms_model *m, struct ms_err *err)
 	}
 	/* end the deferred pass even after a failure: it owns the list */
 	struct ms_err e2 = {0};
-	int rc2 = ms_quant_bind_end(m->be, &m->pack_stats, &e2);
+	int rc2 = ms_quant_bind_end(&g->ld, &m->pack_stats, &e2);
 	if (!rc && rc2)
 		rc = ms_err_set(err, rc2, "%s", e2.msg);
 	if (!rc)
@@ -258,27 +250,82 @@ static int gptoss_load(struct ms_model *m, struct ms_err *err)
 	return rc; /* on failure the caller's ms_model_free() unloads */
 }
 
-/* ---- attention ---- */
-
-/* engine/cpu/attention.c: per (block of tokens, kv head), every query head of
- * the group over the token's own pages, the sink in the softmax. */
-
 /* ---- forward ---- */
 
-struct bufs {
-	float *x, *h, *q, *k, *v, *att, *o, *rl, *rw;
+/* A step's activations, from the backend's arena. */
+struct acts {
+	float *x, *h, *q, *k, *v, *att, *o, *rl, *logits;
 	float *rope;               /* [n][d] each token's cosines, then sines */
-	int32_t *sel;
-	const int32_t **pages;     /* [n] each token's page table, per layer */
-	struct ms_attn_ws ws;
 };
 
-static void bufs_free(struct bufs *b)
+/* Reserve the arena for n tokens (nl of them through the head) and carve
+ * it: one reservation, so a step allocates nothing once the arena has
+ * grown to the largest batch. Logits go straight to the caller's buffer
+ * on a host backend. */
+static int acts_take(struct ms_model *m, int64_t n, int64_t nl, float *logits, struct acts *a,
+		     struct ms_err *err)
 {
-	free(b->x), free(b->h), free(b->q), free(b->k), free(b->v), free(b->att);
-	free(b->o), free(b->rl), free(b->rw), free(b->sel), free(b->pages);
-	free(b->rope);
-	ms_attn_ws_free(&b->ws);
+	const struct ms_model_config *c = &m->cfg;
+	struct ms_backend *be = m->be;
+	int64_t H = c->hidden, d = c->head_dim, qd = c->n_heads * d, kvd = c->n_kv_heads * d;
+	struct {
+		float **p;
+		int64_t floats;
+	} parts[] = {
+		{&a->x, n * H}, {&a->h, (n > nl ? n : nl) * H}, {&a->q, n * qd}, {&a->k, n * kvd},
+		{&a->v, n * kvd}, {&a->att, n * qd}, {&a->o, n * H}, {&a->rl, n * c->n_experts},
+		{&a->rope, n * d}, {&a->logits, be->host ? 0 : nl * c->vocab},
+	};
+	size_t total = 0, np = sizeof(parts) / sizeof(parts[0]);
+	for (size_t i = 0; i < np; i++)
+		total += ms_arena_size((size_t)parts[i].floats * sizeof(float));
+	int rc = ms_backend_arena_reserve(be, total, err);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < np; i++)
+		*parts[i].p = ms_backend_arena_take(be, (size_t)parts[i].floats * sizeof(float));
+	if (be->host)
+		a->logits = logits;
+	return 0;
+}
+
+/* One layer: attention, then the experts, each added into x. */
+static int layer_forward(struct ms_model *m, int li, int64_t n, const struct acts *a,
+			 struct ms_err *err)
+{
+	const struct ms_model_config *c = &m->cfg;
+	const struct gptoss_layer *L = &((struct gptoss *)m->impl)->layers[li];
+	struct ms_backend *be = m->be;
+	const struct ms_backend_ops *op = be->ops;
+	int64_t H = c->hidden, d = c->head_dim;
+	int rc;
+	op->rmsnorm(be, a->h, a->x, NULL, n, L->attn_norm, H, c->rms_eps);
+	/* q, k and v in one call (k and v alone are too small to keep every
+	 * thread busy) */
+	if ((rc = ms_qlinear_apply_multi(be, 3, (const struct ms_qlinear *[]){&L->q, &L->k, &L->v},
+					 a->h, n, (float *[]){a->q, a->k, a->v}, err)))
+		return rc;
+	op->rope(be, a->rope, a->q, c->n_heads, d);
+	op->rope(be, a->rope, a->k, c->n_kv_heads, d);
+	op->kv_write(be, li, a->k, a->v);
+	struct ms_attn_desc ad = {
+		.layer = li, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = d,
+		.window = L->sliding ? c->sliding_window : 0, .sinks = L->sinks, .q = a->q,
+		.out = a->att,
+	};
+	if ((rc = op->attention(be, &ad, err)) ||
+	    (rc = ms_qlinear_apply(be, &L->o, a->att, n, a->o, err)))
+		return rc;
+	op->add(be, a->x, a->o, n * H);
+
+	op->rmsnorm(be, a->h, a->x, NULL, n, L->mlp_norm, H, c->rms_eps);
+	if ((rc = ms_qlinear_apply(be, &L->router, a->h, n, a->rl, err)))
+		return rc;
+	struct ms_moe_desc md = {
+		.w = &L->moe.w, .top_k = c->top_k, .router_logits = a->rl, .h = a->h, .x = a->x,
+		.act = {(float)c->swiglu_limit, (float)c->swiglu_alpha},
+	};
+	return op->moe(be, &md, err);
 }
 
 /* Tokens of any number of sequences at their own positions, in one pass:
@@ -290,92 +337,34 @@ static int gptoss_forward_batch(struct ms_model *m, const struct ms_batch *bt, f
 {
 	const struct ms_model_config *c = &m->cfg;
 	struct gptoss *g = m->impl;
-	struct ms_cpu *be = m->be;
-	const struct ms_rowops *ro = be->rowops; /* RMSNorm, rope, residual add */
-	const struct ms_kv_pool *pool = bt->pool;
-	int64_t n = bt->n, H = c->hidden, d = c->head_dim, nH = c->n_heads, nKV = c->n_kv_heads;
-	int64_t qd = nH * d, kvd = nKV * d, E = c->n_experts, k = c->top_k, P = pool->page_tokens;
-	struct ms_swiglu act = {(float)c->swiglu_limit, (float)c->swiglu_alpha};
-	if (kvd != pool->kv_dim)
+	struct ms_backend *be = m->be;
+	const struct ms_backend_ops *op = be->ops;
+	int64_t n = bt->n, nl = bt->n_logits, H = c->hidden;
+	int64_t kvd = c->n_kv_heads * c->head_dim;
+	if (kvd != bt->pool->kv_dim)
 		return ms_err_set(err, -EINVAL, "forward: the KV pool holds %lld floats per position, "
-				  "the model needs %lld", (long long)pool->kv_dim, (long long)kvd);
-	struct bufs b = {0};
-	size_t fs = sizeof(float);
-	int64_t nl = bt->n_logits;
-	b.x = malloc((size_t)(n * H) * fs);
-	b.h = malloc((size_t)((n > nl ? n : nl) * H) * fs);
-	b.q = malloc((size_t)(n * qd) * fs);
-	b.k = malloc((size_t)(n * kvd) * fs);
-	b.v = malloc((size_t)(n * kvd) * fs);
-	b.att = malloc((size_t)(n * qd) * fs);
-	b.o = malloc((size_t)(n * H) * fs);
-	b.rl = malloc((size_t)(n * E) * fs);
-	b.rw = malloc((size_t)(n * k) * fs);
-	b.sel = malloc((size_t)(n * k) * sizeof(int32_t));
-	b.pages = malloc((size_t)n * sizeof(*b.pages));
-	b.rope = malloc((size_t)(n * d) * fs);
-	int rc = 0;
-	if (!b.x || !b.h || !b.q || !b.k || !b.v || !b.att || !b.o || !b.rl || !b.rw ||
-	    !b.sel || !b.pages || !b.rope) {
-		rc = ms_err_set(err, -ENOMEM, "forward: out of memory for %lld tokens", (long long)n);
-		goto out;
-	}
-	for (int64_t t = 0; t < n; t++) {
-		ms_wmat_row_f32(&g->embed.lin.w, bt->tokens[t], b.x + t * H);
-		rope_table(g, d, bt->pos[t], b.rope + t * d, b.rope + t * d + d / 2);
-	}
-	for (int64_t li = 0; li < c->n_layers; li++) {
-		const struct gptoss_layer *L = &g->layers[li];
-		for (int64_t t = 0; t < n; t++)
-			ro->rmsnorm(b.h + t * H, b.x + t * H, L->attn_norm, H, c->rms_eps);
-		/* q, k and v in one pass over the pool (k and v alone are too
-		 * small to keep two threads busy) */
-		if (ms_qlinear_apply_multi(be, 3, (const struct ms_qlinear *[]){&L->q, &L->k, &L->v},
-					   b.h, n, (float *[]){b.q, b.k, b.v}))
-			goto oom;
-		for (int64_t t = 0; t < n; t++) {
-			int64_t pos = bt->pos[t];
-			const float *cs = b.rope + t * d, *sn = cs + d / 2;
-			ro->rope(cs, sn, b.q + t * qd, nH, d);
-			ro->rope(cs, sn, b.k + t * kvd, nKV, d);
-			int32_t page = bt->kv[bt->seq[t]]->pages[li][pos / P];
-			memcpy(ms_kv_k(pool, page, pos % P), b.k + t * kvd, (size_t)kvd * fs);
-			memcpy(ms_kv_v(pool, page, pos % P), b.v + t * kvd, (size_t)kvd * fs);
-		}
-		for (int64_t t = 0; t < n; t++)
-			b.pages[t] = bt->kv[bt->seq[t]]->pages[li];
-		struct ms_attn_args aa = {
-			.n_heads = nH, .n_kv_heads = nKV, .head_dim = d,
-			.window = L->sliding ? c->sliding_window : 0, .sinks = L->sinks,
-			.pool = pool, .n = n, .pos = bt->pos, .pages = b.pages, .q = b.q, .out = b.att,
-		};
-		if ((rc = ms_attn_run(g->attn, &be->pool, &aa, &b.ws, err)))
-			goto out;
-		if (ms_qlinear_apply(be, &L->o, b.att, n, b.o))
-			goto oom;
-		ro->add(b.x, b.o, n * H);
-
-		for (int64_t t = 0; t < n; t++)
-			ro->rmsnorm(b.h + t * H, b.x + t * H, L->mlp_norm, H, c->rms_eps);
-		if (ms_qlinear_apply(be, &L->router, b.h, n, b.rl))
-			goto oom;
-		ms_moe_route(b.rl, n, E, k, b.sel, b.rw);
-		/* the experts' sum is added into the residual stream */
-		if ((rc = ms_moe_forward(be, &L->moe.w, act, b.h, n, b.sel, b.rw, k, b.x, err)))
-			goto out;
-	}
+				  "the model needs %lld", (long long)bt->pool->kv_dim, (long long)kvd);
+	struct ms_step st = {.n = n, .tokens = bt->tokens, .pos = bt->pos, .seq = bt->seq,
+			     .kv = bt->kv, .pool = bt->pool};
+	struct acts a;
+	int rc = acts_take(m, n, nl, logits, &a, err);
+	if (!rc)
+		rc = op->step_begin(be, &st, err);
+	if (rc)
+		return rc;
+	op->embed(be, &g->embed.lin, a.x);
+	op->rope_table(be, g->inv_freq, g->rope_scale, c->head_dim, a.rope);
+	for (int li = 0; li < c->n_layers && !rc; li++)
+		rc = layer_forward(m, li, n, &a, err);
+	if (rc || !nl)
+		return rc;
 	/* Only the rows whose logits are wanted go through the head. */
-	for (int64_t r = 0; r < nl; r++)
-		ro->rmsnorm(b.h + r * H, b.x + bt->logit_rows[r] * H, g->final_norm, H, c->rms_eps);
-	if (nl && ms_qlinear_apply(be, &g->lm_head, b.h, nl, logits))
-		goto oom;
-	goto out;
-oom:
-	rc = ms_err_set(err, -ENOMEM, "forward: out of memory for %lld tokens' activations",
-			(long long)n);
-out:
-	bufs_free(&b);
-	return rc;
+	op->rmsnorm(be, a.h, a.x, bt->logit_rows, nl, g->final_norm, H, c->rms_eps);
+	if ((rc = ms_qlinear_apply(be, &g->lm_head, a.h, nl, a.logits, err)))
+		return rc;
+	if (!be->host)
+		op->to_host(be, logits, a.logits, (size_t)(nl * c->vocab) * sizeof(float));
+	return 0;
 }
 
 /* Modules by name, for `moeserve dequant`: the checkpoint's linear names,

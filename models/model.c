@@ -52,7 +52,8 @@ void ms_model_add_group(struct ms_model *m, const char *name, const char *scheme
 	g->bytes = bytes;
 }
 
-int ms_model_load(struct ms_model *m, const char *dir, struct ms_cpu *be, struct ms_err *err)
+int ms_model_load(struct ms_model *m, const char *dir, struct ms_backend *be,
+		  struct ms_err *err)
 {
 	memset(m, 0, sizeof(*m));
 	double t0 = ms_now_s();
@@ -85,10 +86,16 @@ int ms_model_load(struct ms_model *m, const char *dir, struct ms_cpu *be, struct
 		ms_model_free(m);
 		return rc;
 	}
+	if (!be) {
+		ms_model_free(m);
+		return ms_err_set(err, -EINVAL, "%s: no backend to load the model on", dir);
+	}
 	m->be = be;
-	ms_cpu_weights_begin(be);
+	if (be->ops->weights_begin)
+		be->ops->weights_begin(be);
 	if ((rc = ms_checkpoint_open(&m->ck, dir, err)) || (rc = m->ops->load(m, err))) {
-		ms_cpu_weights_end(be, NULL, NULL, 0);
+		if (be->ops->weights_end)
+			be->ops->weights_end(be, NULL, NULL, 0);
 		ms_model_free(m);
 		return rc;
 	}
@@ -100,7 +107,8 @@ int ms_model_load(struct ms_model *m, const char *dir, struct ms_cpu *be, struct
 			maps[n] = m->ck.files[i].map;
 			sizes[n] = m->ck.files[i].size;
 		}
-		ms_cpu_weights_end(be, maps, sizes, n);
+		if (be->ops->weights_end)
+			be->ops->weights_end(be, maps, sizes, n);
 	}
 	m->load_seconds = ms_now_s() - t0;
 	return 0;
@@ -152,7 +160,7 @@ int ms_seq_init(struct ms_seq *s, struct ms_model *m, int64_t capacity, struct m
 				  "context of %lld tokens is outside [1, max_position_embeddings = %lld]",
 				  (long long)capacity, (long long)m->cfg.max_pos);
 	int64_t pages = ms_model_seq_pages(m, capacity, MS_SEQ_CHUNK);
-	int rc = ms_kv_pool_init(&s->pool, (int32_t)pages, MS_KV_PAGE_TOKENS,
+	int rc = ms_kv_pool_init(&s->pool, m->be, (int32_t)pages, MS_KV_PAGE_TOKENS,
 				 m->cfg.n_kv_heads * m->cfg.head_dim, err);
 	if (!rc)
 		rc = ms_kv_seq_init(&s->kv, (int)m->cfg.n_layers, capacity, MS_KV_PAGE_TOKENS, err);

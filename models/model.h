@@ -13,7 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "cpu.h"
+#include "backend.h"
 #include "kv-cache.h"
 #include "model-config.h"
 #include "ms-error.h"
@@ -69,7 +69,7 @@ struct ms_model {
 	struct ms_model_config cfg;
 	struct ms_quant_config qcfg;
 	struct ms_checkpoint ck;
-	struct ms_cpu *be;        /* borrowed: outlives the model */
+	struct ms_backend *be;    /* borrowed: outlives the model */
 	struct ms_tensor_group groups[MS_MAX_GROUPS];
 	int n_groups;
 	const char *moe_layout;       /* expert layout family found on disk */
@@ -80,7 +80,7 @@ struct ms_model {
 
 /* Load the checkpoint in dir on backend be. On failure m is empty and err
  * says what is wrong, naming the file, tensor or config field. */
-int ms_model_load(struct ms_model *m, const char *dir, struct ms_cpu *be,
+int ms_model_load(struct ms_model *m, const char *dir, struct ms_backend *be,
 		  struct ms_err *err);
 void ms_model_free(struct ms_model *m);
 

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "intq.h"
+#include "pool.h"
 
 struct awq_cfg {
 	int64_t group_size;
@@ -98,7 +99,7 @@ static void unpack_task(void *ctx, int task, int worker)
 
 static int awq_load_linear(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
 			   const char *prefix, int64_t N, int64_t K, bool has_bias,
-			   struct ms_cpu *be, struct ms_qlinear *l, struct ms_err *err)
+			   struct ms_qload *ld, struct ms_qlinear *l, struct ms_err *err)
 {
 	const struct awq_cfg *c = qc->priv;
 	int64_t gs = c->group_size, G = K / gs;
@@ -124,12 +125,12 @@ static int awq_load_linear(const struct ms_quant_config *qc, const struct ms_che
 	snprintf(name, sizeof(name), "%s.scales", prefix);
 	if ((rc = ms_intq_read_scales(l, ck, name, G, N, err)))
 		return rc;
-	int64_t per = (N + 4 * be->pool.n_threads - 1) / (4 * be->pool.n_threads);
+	int64_t per = (N + 4 * ld->be->threads - 1) / (4 * ld->be->threads);
 	per = per < 8 ? 8 : per;
 	struct unpack_job j = {l, qw->data, qz ? qz->data : NULL, N, K, G, per};
-	ms_pool_run(&be->pool, (int)((N + per - 1) / per), unpack_task, &j);
+	ms_pool_run(ld->be->pool, (int)((N + per - 1) / per), unpack_task, &j);
 	ms_checkpoint_release(ck, qw);
-	if ((rc = ms_qlinear_set_kernel(l, be, prefix, err)))
+	if ((rc = ms_qlinear_set_kernel(l, ld, prefix, err)))
 		return rc;
 	return ms_qlinear_load_bias(l, ck, prefix, N, has_bias, err);
 }

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "intq.h"
+#include "pool.h"
 
 struct gptq_params {
 	int bits;
@@ -282,7 +283,7 @@ static void unpack_task(void *ctx, int task, int worker)
 
 static int gptq_load_linear(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
 			    const char *prefix, int64_t N, int64_t K, bool has_bias,
-			    struct ms_cpu *be, struct ms_qlinear *l, struct ms_err *err)
+			    struct ms_qload *ld, struct ms_qlinear *l, struct ms_err *err)
 {
 	const struct gptq_cfg *c = qc->priv;
 	const struct gptq_rule *r = rule_for(c, prefix);
@@ -348,12 +349,12 @@ static int gptq_load_linear(const struct ms_quant_config *qc, const struct ms_ch
 		}
 	}
 	/* Repack column by column (a row of our layout), in parallel. */
-	int64_t per = (N + 4 * be->pool.n_threads - 1) / (4 * be->pool.n_threads);
+	int64_t per = (N + 4 * ld->be->threads - 1) / (4 * ld->be->threads);
 	per = per < 8 ? 8 : per;
 	struct unpack_job j = {l, qw->data, qz->data, bits, N, K, G, per, c->v2};
-	ms_pool_run(&be->pool, (int)((N + per - 1) / per), unpack_task, &j);
+	ms_pool_run(ld->be->pool, (int)((N + per - 1) / per), unpack_task, &j);
 	ms_checkpoint_release(ck, qw);
-	if ((rc = ms_qlinear_set_kernel(l, be, prefix, err)))
+	if ((rc = ms_qlinear_set_kernel(l, ld, prefix, err)))
 		return rc;
 	return ms_qlinear_load_bias(l, ck, prefix, N, has_bias, err);
 }

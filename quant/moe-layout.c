@@ -110,21 +110,21 @@ static int detect(const struct ms_checkpoint *ck, const char *prefix, enum layou
 /* Load `a_name` and `b_name` ([I, H] each) and splice them into gate_up. */
 static int load_split(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
 		      const char *a_name, const char *b_name, int64_t H, int64_t I, bool interleave,
-		      struct ms_cpu *be, struct ms_qlinear *gu, struct ms_err *err)
+		      struct ms_qload *ld, struct ms_qlinear *gu, struct ms_err *err)
 {
 	struct ms_qlinear a, b;
 	int64_t *map = malloc((size_t)(2 * I) * sizeof(int64_t));
 	if (!map)
 		return ms_err_set(err, -ENOMEM, "out of memory");
 	/* The parts only live until they are spliced: pack the result, not them. */
-	be->no_pack++;
-	int rc = ms_quant_load_linear(qc, ck, a_name, MS_QKIND_LINEAR, I, H, true, be, &a, err);
+	ld->no_pack++;
+	int rc = ms_quant_load_linear(qc, ck, a_name, MS_QKIND_LINEAR, I, H, true, ld, &a, err);
 	if (!rc) {
-		rc = ms_quant_load_linear(qc, ck, b_name, MS_QKIND_LINEAR, I, H, true, be, &b, err);
+		rc = ms_quant_load_linear(qc, ck, b_name, MS_QKIND_LINEAR, I, H, true, ld, &b, err);
 		if (rc)
 			ms_qlinear_free(&a);
 	}
-	be->no_pack--;
+	ld->no_pack--;
 	if (rc) {
 		free(map);
 		return rc;
@@ -136,7 +136,7 @@ static int load_split(const struct ms_quant_config *qc, const struct ms_checkpoi
 			map[i] = i < I ? i : -(i - I) - 1;
 	}
 	rc = ms_qlinear_splice_rows(gu, &a, &b, map, 2 * I, a_name, err);
-	if (!rc && (rc = ms_qlinear_set_kernel(gu, be, a_name, err)))
+	if (!rc && (rc = ms_qlinear_set_kernel(gu, ld, a_name, err)))
 		ms_qlinear_free(gu);
 	ms_qlinear_free(&a);
 	ms_qlinear_free(&b);
@@ -164,7 +164,7 @@ static int make_view(struct ms_qmoe *m, const char *prefix, struct ms_err *err)
 }
 
 int ms_quant_load_moe(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
-		      const char *prefix, int64_t E, int64_t H, int64_t I, struct ms_cpu *be,
+		      const char *prefix, int64_t E, int64_t H, int64_t I, struct ms_qload *ld,
 		      struct ms_qmoe *m, struct ms_err *err)
 {
 	enum layout lay = LAYOUT_HF_FUSED;
@@ -180,7 +180,7 @@ int ms_quant_load_moe(const struct ms_quant_config *qc, const struct ms_checkpoi
 					"%s: 3-D expert tensors, but scheme %s stores experts per expert",
 					prefix, s->name);
 		if (!rc)
-			rc = s->load_moe(qc, ck, prefix, E, H, I, be, m, err);
+			rc = s->load_moe(qc, ck, prefix, E, H, I, ld, m, err);
 		if (rc) {
 			ms_qmoe_free(m);
 			return rc;
@@ -225,12 +225,12 @@ int ms_quant_load_moe(const struct ms_quant_config *qc, const struct ms_checkpoi
 			break;
 		}
 		if (lay == LAYOUT_PER_EXPERT || lay == LAYOUT_GPTQMODEL_OLD)
-			rc = ms_quant_load_linear(qc, ck, a, MS_QKIND_LINEAR, 2 * I, H, true, be,
+			rc = ms_quant_load_linear(qc, ck, a, MS_QKIND_LINEAR, 2 * I, H, true, ld,
 						  &m->gate_up[e], err);
 		else
-			rc = load_split(qc, ck, a, b, H, I, lay == LAYOUT_LLMC, be, &m->gate_up[e], err);
+			rc = load_split(qc, ck, a, b, H, I, lay == LAYOUT_LLMC, ld, &m->gate_up[e], err);
 		if (!rc)
-			rc = ms_quant_load_linear(qc, ck, d, MS_QKIND_LINEAR, H, I, true, be,
+			rc = ms_quant_load_linear(qc, ck, d, MS_QKIND_LINEAR, H, I, true, ld,
 						  &m->down[e], err);
 	}
 	if (rc) {

@@ -19,7 +19,7 @@
 #include "quant.h"
 
 static int load_moe(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
-		    const char *prefix, int64_t E, int64_t H, int64_t I, struct ms_cpu *be,
+		    const char *prefix, int64_t E, int64_t H, int64_t I, struct ms_qload *ld,
 		    struct ms_qmoe *m, struct ms_err *err)
 {
 	(void)qc;
@@ -59,8 +59,8 @@ static int load_moe(const struct ms_quant_config *qc, const struct ms_checkpoint
 			.fmt = MS_WFMT_MXFP4, .rows = H, .cols = I,
 			.w = db + (size_t)(e * H * gi * 16), .row_bytes = (size_t)gi * 16,
 			.scales = ds + (size_t)(e * H * gi), .scale_row_bytes = (size_t)gi};
-		if ((rc = ms_qlinear_set_kernel(&m->gate_up[e], be, prefix, err)) ||
-		    (rc = ms_qlinear_set_kernel(&m->down[e], be, prefix, err)))
+		if ((rc = ms_qlinear_set_kernel(&m->gate_up[e], ld, prefix, err)) ||
+		    (rc = ms_qlinear_set_kernel(&m->down[e], ld, prefix, err)))
 			return rc;
 	}
 	return 0;

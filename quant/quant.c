@@ -1,6 +1,7 @@
 /*
  * quant.c: the method registry, config sources, and what all schemes share.
  */
+#include "pool.h"
 #include "quant.h"
 
 #include <fnmatch.h>
@@ -273,7 +274,7 @@ bool ms_quant_has_prefix(const struct ms_checkpoint *ck, const char *prefix)
 
 int ms_quant_load_linear(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
 			 const char *prefix, enum ms_qkind kind, int64_t out, int64_t in,
-			 bool has_bias, struct ms_cpu *be, struct ms_qlinear *l,
+			 bool has_bias, struct ms_qload *ld, struct ms_qlinear *l,
 			 struct ms_err *err)
 {
 	const struct ms_quant_scheme *s = &ms_scheme_unquantized;
@@ -285,10 +286,10 @@ int ms_quant_load_linear(const struct ms_quant_config *qc, const struct ms_check
 		rc = ms_err_set(err, -ENOTSUP, "%s: scheme %s cannot load a linear layer", prefix,
 				s->name);
 	/* embeddings are looked up by row: never packed */
-	be->no_pack += kind == MS_QKIND_EMBEDDING;
+	ld->no_pack += kind == MS_QKIND_EMBEDDING;
 	if (!rc)
-		rc = s->load_linear(qc, ck, prefix, out, in, has_bias, be, l, err);
-	be->no_pack -= kind == MS_QKIND_EMBEDDING;
+		rc = s->load_linear(qc, ck, prefix, out, in, has_bias, ld, l, err);
+	ld->no_pack -= kind == MS_QKIND_EMBEDDING;
 	if (rc) {
 		ms_qlinear_free(l);
 		return rc;
@@ -299,13 +300,7 @@ int ms_quant_load_linear(const struct ms_quant_config *qc, const struct ms_check
 
 void ms_qlinear_drop_pack(struct ms_qlinear *l)
 {
-	if (l->pack_owned) {
-		if (l->lin.kernel && l->lin.kernel->pack_free)
-			l->lin.kernel->pack_free(l->pack_owned);
-		else
-			free(l->pack_owned);
-	}
-	l->pack_owned = NULL;
+	ms_linear_unbind(&l->lin);
 }
 
 /* ---- scheme buffers (ms_quant_buf_alloc) ---- */
@@ -425,7 +420,7 @@ static void owned_free(struct ms_qlinear *l, int i)
 static void release_rows(struct ms_qlinear *l)
 {
 	struct ms_wmat *w = &l->lin.w;
-	if (!w->pack || l->lin.kernel->keeps_rows || !w->pack_row)
+	if (!l->lin.rows_free)
 		return;
 	bool owned = false;
 	for (int i = 0; i < MS_QLINEAR_OWNED; i++)
@@ -455,14 +450,13 @@ static void release_rows(struct ms_qlinear *l)
 	w->row_g_idx = NULL;
 }
 
-static int bind_now(struct ms_qlinear *l, struct ms_cpu *be, const char *prefix,
+static int bind_now(struct ms_qlinear *l, struct ms_backend *be, const char *prefix,
 		    struct ms_err *err)
 {
 	struct ms_err e2 = {0};
 	size_t o = strlen(l->origin);
 	snprintf(l->why, sizeof(l->why), "%s", l->origin);
-	int rc = ms_cpu_bind(be, &l->lin.w, &l->lin.kernel, &l->pack_owned, l->why + o,
-				 sizeof(l->why) - o, &e2);
+	int rc = be->ops->bind(be, &l->lin, MS_BIND_FULL, l->why + o, sizeof(l->why) - o, &e2);
 	if (rc)
 		return ms_err_set(err, rc, "%s: %s", prefix, e2.msg);
 	release_rows(l);
@@ -480,62 +474,58 @@ struct bind_item {
 struct ms_bind_defer {
 	struct bind_item *items;
 	size_t n, cap;
-	struct ms_cpu *be;
+	struct ms_backend *be;
 };
 
-int ms_qlinear_set_kernel(struct ms_qlinear *l, struct ms_cpu *be, const char *prefix,
+/* Record l for the deferred pass. */
+static int defer_bind(struct ms_bind_defer *d, struct ms_qlinear *l, const char *prefix,
+		      struct ms_err *err)
+{
+	if (d->n == d->cap) {
+		size_t cap = d->cap ? 2 * d->cap : 256;
+		struct bind_item *it = realloc(d->items, cap * sizeof(*it));
+		if (!it)
+			return ms_err_set(err, -ENOMEM, "%s: out of memory", prefix);
+		d->items = it;
+		d->cap = cap;
+	}
+	struct bind_item *it = &d->items[d->n];
+	memset(it, 0, sizeof(*it));
+	it->l = l;
+	/* so that freeing l (a load failing later) takes it off the list */
+	l->bind_list = d;
+	l->bind_idx = (int64_t)d->n++;
+	snprintf(it->prefix, sizeof(it->prefix), "%s", prefix);
+	return 0;
+}
+
+int ms_qlinear_set_kernel(struct ms_qlinear *l, struct ms_qload *ld, const char *prefix,
 			  struct ms_err *err)
 {
-	ms_qlinear_drop_pack(l);
-	l->lin.w.pack = NULL;
-	l->lin.w.pack_bytes = 0;
-	l->lin.w.pack_row = NULL;
-	const struct ms_kernel *plain = NULL;
-	if (l->lin.w.fmt >= 0 && l->lin.w.fmt < MS_WFMT_COUNT)
-		for (int i = 0; i < be->n_kernels[l->lin.w.fmt] && !plain; i++)
-			if (!be->kernels[l->lin.w.fmt][i]->pack)
-				plain = be->kernels[l->lin.w.fmt][i];
+	struct ms_backend *be = ld->be;
 	/* Something to be spliced into another matrix, or an embedding: the
-	 * rows are read as they are, so a plain kernel, no packed copy. */
-	if (be->no_pack || !plain) {
-		if (!plain)
-			return ms_err_set(err, -ENOTSUP, "%s: no kernel computes %s weights", prefix,
-					  ms_wfmt_name(l->lin.w.fmt));
-		l->lin.kernel = plain;
-		snprintf(l->why, sizeof(l->why), "%s%s (rows read in place, not packed)", l->origin,
-			 be->reasons[l->lin.w.fmt]);
-		return 0;
-	}
-	l->lin.kernel = plain; /* until the deferred pass binds it */
-	struct ms_bind_defer *d = be->bind_defer;
-	if (d) {
-		if (d->n == d->cap) {
-			size_t cap = d->cap ? 2 * d->cap : 256;
-			struct bind_item *it = realloc(d->items, cap * sizeof(*it));
-			if (!it)
-				return ms_err_set(err, -ENOMEM, "%s: out of memory", prefix);
-			d->items = it;
-			d->cap = cap;
-		}
-		struct bind_item *it = &d->items[d->n];
-		memset(it, 0, sizeof(*it));
-		it->l = l;
-		/* so that freeing l (a load failing later) takes it off the list */
-		l->bind_list = d;
-		l->bind_idx = (int64_t)d->n++;
-		snprintf(it->prefix, sizeof(it->prefix), "%s", prefix);
-		return 0;
+	 * rows are read as they are, so no packed copy. A deferred matrix
+	 * reads them so too until its pass binds it. */
+	if (ld->no_pack || ld->defer) {
+		struct ms_err e2 = {0};
+		size_t o = strlen(l->origin);
+		snprintf(l->why, sizeof(l->why), "%s", l->origin);
+		int rc = be->ops->bind(be, &l->lin, MS_BIND_IN_PLACE, l->why + o, sizeof(l->why) - o,
+				       &e2);
+		if (rc)
+			return ms_err_set(err, rc, "%s: %s", prefix, e2.msg);
+		return ld->no_pack ? 0 : defer_bind(ld->defer, l, prefix, err);
 	}
 	return bind_now(l, be, prefix, err);
 }
 
-int ms_quant_bind_begin(struct ms_cpu *be, struct ms_err *err)
+int ms_quant_bind_begin(struct ms_qload *ld, struct ms_err *err)
 {
 	struct ms_bind_defer *d = calloc(1, sizeof(*d));
 	if (!d)
 		return ms_err_set(err, -ENOMEM, "out of memory");
-	d->be = be;
-	be->bind_defer = d;
+	d->be = ld->be;
+	ld->defer = d;
 	pthread_mutex_lock(&recycle.mu);
 	recycle.open++;
 	recycle.keep = true;
@@ -554,10 +544,10 @@ static void bind_task(void *ctx, int i, int worker)
 	}
 }
 
-int ms_quant_bind_flush(struct ms_cpu *be, struct ms_bind_stats *st, bool more,
+int ms_quant_bind_flush(struct ms_qload *ld, struct ms_bind_stats *st, bool more,
 			struct ms_err *err)
 {
-	struct ms_bind_defer *d = be->bind_defer;
+	struct ms_bind_defer *d = ld->defer;
 	int rc = 0;
 	if (!d || !d->n)
 		return 0;
@@ -568,11 +558,11 @@ int ms_quant_bind_flush(struct ms_cpu *be, struct ms_bind_stats *st, bool more,
 	recycle.keep = more;
 	pthread_mutex_unlock(&recycle.mu);
 	/* One matrix per task; the pool balances uneven sizes. */
-	ms_pool_run(&be->pool, (int)d->n, bind_task, d);
+	ms_pool_run(ld->be->pool, (int)d->n, bind_task, d);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	if (st) {
 		st->seconds += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-		st->threads = be->pool.n_threads;
+		st->threads = ld->be->threads;
 	}
 	for (size_t i = 0; i < d->n; i++) {
 		if (d->items[i].rc && !rc)
@@ -596,13 +586,13 @@ int ms_quant_bind_flush(struct ms_cpu *be, struct ms_bind_stats *st, bool more,
 	return rc;
 }
 
-int ms_quant_bind_end(struct ms_cpu *be, struct ms_bind_stats *st, struct ms_err *err)
+int ms_quant_bind_end(struct ms_qload *ld, struct ms_bind_stats *st, struct ms_err *err)
 {
-	struct ms_bind_defer *d = be->bind_defer;
+	struct ms_bind_defer *d = ld->defer;
 	if (!d)
 		return 0;
-	int rc = ms_quant_bind_flush(be, st, false, err);
-	be->bind_defer = NULL;
+	int rc = ms_quant_bind_flush(ld, st, false, err);
+	ld->defer = NULL;
 	free(d->items);
 	free(d);
 	pthread_mutex_lock(&recycle.mu);
@@ -685,46 +675,23 @@ void ms_qmoe_free(struct ms_qmoe *m)
 
 /* ---- applying ---- */
 
-int ms_qlinear_apply(struct ms_cpu *be, const struct ms_qlinear *l, const float *x,
-		     int64_t n, float *y)
+int ms_qlinear_apply(struct ms_backend *be, const struct ms_qlinear *l, const float *x,
+		     int64_t n, float *y, struct ms_err *err)
 {
-	if (l->lin.act.kind == MS_ACTQ_NONE)
-		return ms_cpu_gemm(be, l->lin.kernel, &l->lin.w, x, n, y, l->lin.bias);
-	int64_t K = l->lin.w.cols, N = l->lin.w.rows;
-	float *xq = malloc((size_t)(n * K) * sizeof(float));
-	float *rs = malloc((size_t)n * sizeof(float));
-	int rc = xq && rs ? 0 : -ENOMEM;
-	if (!rc) {
-		ms_actq_apply(&l->lin.act, x, K, n, K, xq, rs);
-		rc = ms_cpu_gemm(be, l->lin.kernel, &l->lin.w, xq, n, y, NULL);
-	}
-	for (int64_t t = 0; !rc && t < n; t++)
-		for (int64_t r = 0; r < N; r++)
-			y[t * N + r] = y[t * N + r] * rs[t] + (l->lin.bias ? l->lin.bias[r] : 0.0f);
-	free(xq);
-	free(rs);
-	return rc;
+	const struct ms_linear *one = &l->lin;
+	return be->ops->linear(be, 1, &one, x, n, &y, err);
 }
 
-int ms_qlinear_apply_multi(struct ms_cpu *be, int m, const struct ms_qlinear *const *l,
-			   const float *x, int64_t n, float *const *y)
+int ms_qlinear_apply_multi(struct ms_backend *be, int m, const struct ms_qlinear *const *l,
+			   const float *x, int64_t n, float *const *y, struct ms_err *err)
 {
-	bool together = m >= 1 && m <= MS_GEMM_MULTI_MAX;
-	for (int i = 0; together && i < m; i++)
-		together = l[i]->lin.act.kind == MS_ACTQ_NONE &&
-			   l[i]->lin.kernel == l[0]->lin.kernel &&
-			   l[i]->lin.w.cols == l[0]->lin.w.cols;
-	if (!together) {
-		int rc = 0;
-		for (int i = 0; i < m && !rc; i++)
-			rc = ms_qlinear_apply(be, l[i], x, n, y[i]);
-		return rc;
-	}
-	const struct ms_wmat *w[MS_GEMM_MULTI_MAX];
-	const float *b[MS_GEMM_MULTI_MAX];
+	const struct ms_linear *lin[MS_LINEAR_MULTI_MAX];
+	if (m < 1 || m > MS_LINEAR_MULTI_MAX)
+		return ms_err_set(err, -EINVAL, "linear: %d matrices at once (1 to %d)", m,
+				  MS_LINEAR_MULTI_MAX);
 	for (int i = 0; i < m; i++)
-		w[i] = &l[i]->lin.w, b[i] = l[i]->lin.bias;
-	return ms_cpu_gemm_multi(be, l[0]->lin.kernel, m, w, x, n, y, b);
+		lin[i] = &l[i]->lin;
+	return be->ops->linear(be, m, lin, x, n, y, err);
 }
 
 /* ---- splicing rows of two matrices ---- */
@@ -816,6 +783,7 @@ int ms_qlinear_splice_rows(struct ms_qlinear *dst, const struct ms_qlinear *a,
 	dst->lin.w.pack = NULL; /* the caller binds a kernel to the new matrix */
 	dst->lin.w.pack_bytes = 0;
 	dst->lin.kernel = a->lin.kernel;
+	dst->lin.kernel_name = a->lin.kernel_name;
 	snprintf(dst->why, sizeof(dst->why), "%s", a->why);
 	dst->lin.act = a->lin.act;
 	dst->scheme = a->scheme;

@@ -23,12 +23,23 @@
 #include <stdint.h>
 
 #include "actq.h"
-#include "cpu.h"
+#include "backend.h"
 #include "linear.h"
 #include "ms-error.h"
 #include "safetensors.h"
 
 struct ms_quant_config;
+struct ms_bind_defer;
+
+/* What loading needs besides the checkpoint: the backend the weights are
+ * bound to, and quant's own state while a model loads. Zero-init with be
+ * set. */
+struct ms_qload {
+	struct ms_backend *be;
+	int no_pack;                 /* > 0 while loading parts of a spliced matrix or an
+				      * embedding: their rows are read in place */
+	struct ms_bind_defer *defer; /* matrices waiting for the parallel bind pass */
+};
 
 #define MS_QLINEAR_OWNED 5
 
@@ -43,7 +54,6 @@ struct ms_qlinear {
 					 * put before the reason in why */
 	void *owned[MS_QLINEAR_OWNED];  /* buffers this layer owns (repacked data) */
 	unsigned owned_bufs;            /* bit i: owned[i] is from ms_quant_buf_alloc */
-	void *pack_owned;               /* the kernel's packed copy (lin.w.pack), or NULL */
 	void *bind_list;                /* the deferred bind pass holding it, or NULL */
 	int64_t bind_idx;               /* its entry there */
 };
@@ -73,12 +83,12 @@ struct ms_quant_scheme {
 	 * backend's kernel. (optional: NULL = no linears) */
 	int (*load_linear)(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
 			   const char *prefix, int64_t out, int64_t in, bool has_bias,
-			   struct ms_cpu *be, struct ms_qlinear *l, struct ms_err *err);
+			   struct ms_qload *ld, struct ms_qlinear *l, struct ms_err *err);
 	/* Experts stored as 3-D tensors under `prefix` (model.layers.N.mlp.experts).
 	 * (optional: NULL = this scheme's experts are stored per expert) */
 	int (*load_moe)(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
 			const char *prefix, int64_t n_experts, int64_t hidden, int64_t inter,
-			struct ms_cpu *be, struct ms_qmoe *m, struct ms_err *err);
+			struct ms_qload *ld, struct ms_qmoe *m, struct ms_err *err);
 };
 
 struct ms_quant_method {
@@ -114,7 +124,7 @@ void ms_quant_config_free(struct ms_quant_config *qc);
 /* Load module `prefix` through whichever scheme the method assigns. */
 int ms_quant_load_linear(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
 			 const char *prefix, enum ms_qkind kind, int64_t out, int64_t in,
-			 bool has_bias, struct ms_cpu *be, struct ms_qlinear *l,
+			 bool has_bias, struct ms_qload *ld, struct ms_qlinear *l,
 			 struct ms_err *err);
 
 /* Load the experts of one layer, whatever their layout in the checkpoint
@@ -124,7 +134,7 @@ int ms_quant_load_linear(const struct ms_quant_config *qc, const struct ms_check
  * up. All end in the one interleaved layout of struct ms_qmoe. */
 int ms_quant_load_moe(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
 		      const char *prefix, int64_t n_experts, int64_t hidden, int64_t inter,
-		      struct ms_cpu *be, struct ms_qmoe *m, struct ms_err *err);
+		      struct ms_qload *ld, struct ms_qmoe *m, struct ms_err *err);
 
 /* Large buffers for the copies schemes make before packing (codes,
  * scales, zeros), in their own mappings, zero-filled when zero is set.
@@ -138,27 +148,24 @@ void *ms_quant_buf_alloc(size_t n, bool zero);
 void ms_quant_buf_free(void *p);
 
 void ms_qlinear_free(struct ms_qlinear *l);
-/* Release l's packed copy (with its kernel's pack_free). */
+/* Release l's binding (a packed or uploaded copy). */
 void ms_qlinear_drop_pack(struct ms_qlinear *l);
 void ms_qmoe_free(struct ms_qmoe *m);
 
-/* y[n, out] = x[n, in] W^T + b on the backend's pool, with the layer's
- * activation quantization. 0, or -ENOMEM when scratch cannot be
- * allocated (nothing computed). */
-int ms_qlinear_apply(struct ms_cpu *be, const struct ms_qlinear *l, const float *x,
-		     int64_t n, float *y);
+/* y[n, out] = act(x[n, in]) W^T * row_scale + b on the backend (its
+ * linear operation). 0, or an error code with err set (nothing computed). */
+int ms_qlinear_apply(struct ms_backend *be, const struct ms_qlinear *l, const float *x,
+		     int64_t n, float *y, struct ms_err *err);
 
-/* ms_qlinear_apply of m <= MS_GEMM_MULTI_MAX layers to the same x, y[i] for
- * l[i]: one pass over the pool when they share a kernel and a width and
- * quantize no activations (ms_cpu_gemm_multi), else one by one. The
- * same results either way; 0 or -ENOMEM. */
-int ms_qlinear_apply_multi(struct ms_cpu *be, int m, const struct ms_qlinear *const *l,
-			   const float *x, int64_t n, float *const *y);
+/* The same for 1 .. MS_LINEAR_MULTI_MAX layers of one width on the same x,
+ * y[i] for l[i], in one backend call (bit for bit m separate ones). */
+int ms_qlinear_apply_multi(struct ms_backend *be, int m, const struct ms_qlinear *const *l,
+			   const float *x, int64_t n, float *const *y, struct ms_err *err);
 
-/* Give l the backend's kernel for its format (and the reason), packing the
- * weights into that kernel's layout when it has one; an error when none
- * exists. Called again after l->w changes (it drops an old packed copy). */
-int ms_qlinear_set_kernel(struct ms_qlinear *l, struct ms_cpu *be, const char *prefix,
+/* Bind l on the load's backend (its kernel, and the reason in l->why),
+ * which may pack a copy; an error when nothing computes its format. Called
+ * again after l->w changes (the old binding is released). */
+int ms_qlinear_set_kernel(struct ms_qlinear *l, struct ms_qload *ld, const char *prefix,
 			  struct ms_err *err);
 
 /* Bind kernels (and pack) in parallel passes: between begin and end,
@@ -171,15 +178,15 @@ struct ms_bind_stats {
 	int64_t matrices, packed;
 	uint64_t packed_bytes;
 };
-int ms_quant_bind_begin(struct ms_cpu *be, struct ms_err *err);
+int ms_quant_bind_begin(struct ms_qload *ld, struct ms_err *err);
 /* Bind what is pending now and keep deferring (a loader flushes after each
  * layer so that the copies schemes make before packing never pile up);
  * stats accumulate into st. more: more layers of the same shapes follow,
  * so the freed copies' buffers are kept for them (ms_quant_buf_alloc);
  * false releases them. */
-int ms_quant_bind_flush(struct ms_cpu *be, struct ms_bind_stats *st, bool more,
+int ms_quant_bind_flush(struct ms_qload *ld, struct ms_bind_stats *st, bool more,
 			struct ms_err *err);
-int ms_quant_bind_end(struct ms_cpu *be, struct ms_bind_stats *st, struct ms_err *err);
+int ms_quant_bind_end(struct ms_qload *ld, struct ms_bind_stats *st, struct ms_err *err);
 
 /* A new matrix made of rows of a and b: row i of dst is row map[i] of a
  * when map[i] >= 0, else row (-map[i] - 1) of b. Formats, widths, groups and

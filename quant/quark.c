@@ -57,7 +57,7 @@ struct quark_cfg {
 
 static int quark_load_linear(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
 			     const char *prefix, int64_t N, int64_t K, bool has_bias,
-			     struct ms_cpu *be, struct ms_qlinear *l, struct ms_err *err);
+			     struct ms_qload *ld, struct ms_qlinear *l, struct ms_err *err);
 
 #define QK_SCHEME(var, nm) \
 	static const struct ms_quant_scheme var = {.name = nm, .load_linear = quark_load_linear}
@@ -363,7 +363,7 @@ static int quark_scheme_for(const struct ms_quant_config *qc, const struct ms_ch
 
 static int quark_load_linear(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
 			     const char *prefix, int64_t N, int64_t K, bool has_bias,
-			     struct ms_cpu *be, struct ms_qlinear *l, struct ms_err *err)
+			     struct ms_qload *ld, struct ms_qlinear *l, struct ms_err *err)
 {
 	const struct qk_spec *s = resolve(qc->priv, prefix);
 	char name[512];
@@ -428,7 +428,7 @@ static int quark_load_linear(const struct ms_quant_config *qc, const struct ms_c
 		if ((rc = ms_quant_read_scale(ck, name, &l->lin.act.scale, err)))
 			return rc;
 	}
-	if ((rc = ms_qlinear_set_kernel(l, be, prefix, err)))
+	if ((rc = ms_qlinear_set_kernel(l, ld, prefix, err)))
 		return rc;
 	return ms_qlinear_load_bias(l, ck, prefix, N, has_bias, err);
 }

@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "kernels.h"      /* bf16/f16 decoding */
+#include "wmat.h"      /* bf16/f16 decoding */
 #include "ms-file.h"
 
 /* The safetensors library refuses headers above 100 MB; so do we. */

@@ -7,7 +7,7 @@
  * (gate_up_proj [E, H, 2I], down_proj [E, I, H]) and are repacked once, in
  * their own dtype, into the [out, in] rows the kernels stream.
  *
- * With --dense-int8 (be->dense_int8) the attention projections and lm_head
+ * With --dense-int8 (the backend's dense_int8) the attention projections and lm_head
  * are requantized at load to 8-bit INTQ, one group per row: on GPT-OSS-20B
  * these bf16 matrices are two thirds of the bytes a decode step reads, and
  * int8 halves them. Not the router (its logits pick the experts: a rounding
@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "intq.h"
+#include "pool.h"
 #include "quant.h"
 
 static int get_float_tensor(const struct ms_checkpoint *ck, const char *name, int ndim,
@@ -109,7 +110,7 @@ static int requantize_int8(struct ms_qlinear *l, const char *prefix, struct ms_e
 
 static int load_linear(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
 		       const char *prefix, int64_t out, int64_t in, bool has_bias,
-		       struct ms_cpu *be, struct ms_qlinear *l, struct ms_err *err)
+		       struct ms_qload *ld, struct ms_qlinear *l, struct ms_err *err)
 {
 	(void)qc;
 	char name[512];
@@ -132,7 +133,7 @@ static int load_linear(const struct ms_quant_config *qc, const struct ms_checkpo
 		ms_checkpoint_release(ck, t);
 		released = true;
 	}
-	bool int8 = be->dense_int8 && dense_int8_module(prefix);
+	bool int8 = ld->be->dense_int8 && dense_int8_module(prefix);
 	enum ms_wfmt from = l->lin.w.fmt;
 	if (int8) {
 		if ((rc = requantize_int8(l, prefix, err)))
@@ -144,7 +145,7 @@ static int load_linear(const struct ms_quant_config *qc, const struct ms_checkpo
 	if (int8)
 		snprintf(l->origin, sizeof(l->origin), "requantized from %s to int8 per row "
 			 "(--dense-int8); ", ms_wfmt_name(from));
-	if ((rc = ms_qlinear_set_kernel(l, be, prefix, err)))
+	if ((rc = ms_qlinear_set_kernel(l, ld, prefix, err)))
 		return rc;
 	return ms_qlinear_load_bias(l, ck, prefix, out, has_bias, err);
 }
@@ -173,7 +174,7 @@ static void transpose_task(void *ctx, int e, int worker)
 }
 
 static int load_moe(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
-		    const char *prefix, int64_t E, int64_t H, int64_t I, struct ms_cpu *be,
+		    const char *prefix, int64_t E, int64_t H, int64_t I, struct ms_qload *ld,
 		    struct ms_qmoe *m, struct ms_err *err)
 {
 	(void)qc;
@@ -197,8 +198,8 @@ static int load_moe(const struct ms_quant_config *qc, const struct ms_checkpoint
 	uint8_t *gu_dst = m->owned, *dn_dst = gu_dst + gu->nbytes;
 	struct transpose_job j1 = {gu->data, gu_dst, H, 2 * I, es};
 	struct transpose_job j2 = {dn->data, dn_dst, I, H, es};
-	ms_pool_run(&be->pool, (int)E, transpose_task, &j1);
-	ms_pool_run(&be->pool, (int)E, transpose_task, &j2);
+	ms_pool_run(ld->be->pool, (int)E, transpose_task, &j1);
+	ms_pool_run(ld->be->pool, (int)E, transpose_task, &j2);
 	ms_checkpoint_release(ck, gu);
 	ms_checkpoint_release(ck, dn);
 	for (int64_t e = 0; e < E; e++) {
@@ -206,8 +207,8 @@ static int load_moe(const struct ms_quant_config *qc, const struct ms_checkpoint
 			.w = gu_dst + (size_t)e * (size_t)(2 * I * H) * es, .row_bytes = (size_t)H * es};
 		m->down[e].lin.w = (struct ms_wmat){.fmt = fmt, .rows = H, .cols = I,
 			.w = dn_dst + (size_t)e * (size_t)(H * I) * es, .row_bytes = (size_t)I * es};
-		if ((rc = ms_qlinear_set_kernel(&m->gate_up[e], be, gu_name, err)) ||
-		    (rc = ms_qlinear_set_kernel(&m->down[e], be, dn_name, err)))
+		if ((rc = ms_qlinear_set_kernel(&m->gate_up[e], ld, gu_name, err)) ||
+		    (rc = ms_qlinear_set_kernel(&m->down[e], ld, dn_name, err)))
 			return rc;
 	}
 	return 0;

@@ -50,6 +50,7 @@
 #include <time.h>
 
 #include "bench.h"
+#include "cpu.h"
 #include "engine.h"
 #include "ms-clock.h"
 #include "ms-strbuf.h"
@@ -698,7 +699,7 @@ static int run_baseline(const struct ms_bench_opts *o, struct ms_cpu *be, double
 	ms_cpu_set_numa(&bb, be->numa_interleave ? MS_NUMA_INTERLEAVE : MS_NUMA_OFF);
 	struct ms_model bm;
 	double t0 = ms_now_s();
-	rc = ms_model_load(&bm, o->model, &bb, err);
+	rc = ms_model_load(&bm, o->model, ms_cpu_backend(&bb), err);
 	b->load_s = ms_now_s() - t0;
 	if (!rc) {
 		int64_t gen = o->baseline_tokens > 0 ? o->baseline_tokens : o->decode_tokens / 2;
@@ -1107,8 +1108,16 @@ static bool print_json(const struct ms_cpu *be, const struct ms_bench_opts *o,
 	return line != NULL;
 }
 
-int ms_cmd_bench(struct ms_model *m, struct ms_cpu *be, const struct ms_bench_opts *o)
+int ms_cmd_bench(struct ms_model *m, struct ms_backend *b, const struct ms_bench_opts *o)
 {
+	/* The roofline and the baseline are the CPU's: its bandwidth probe and
+	 * its kernel sets. */
+	struct ms_cpu *be = ms_cpu_from(b);
+	if (!be) {
+		fprintf(stderr, "moeserve: error: bench measures the cpu backend (this is %s)\n",
+			b->name);
+		return EX_USAGE;
+	}
 	struct report p = {.threads = be->pool.n_threads};
 	/* nothing has run since the caller loaded the model */
 	p.load_rss = peak_rss_bytes();

@@ -19,6 +19,6 @@ struct ms_bench_opts {
 
 /* Runs everything and prints a table and one JSON line; returns an exit
  * status. */
-int ms_cmd_bench(struct ms_model *m, struct ms_cpu *be, const struct ms_bench_opts *o);
+int ms_cmd_bench(struct ms_model *m, struct ms_backend *be, const struct ms_bench_opts *o);
 
 #endif

@@ -139,7 +139,7 @@ struct common_opts {
 enum { OPT_KERNELS = 1000, OPT_THREADS, OPT_LOGITS, OPT_IGNORE_EOS, OPT_PROMPT, OPT_NUMA, OPT_EXACT,
        OPT_DENSE_INT8 };
 
-static int load(const struct common_opts *o, struct ms_cpu *be, struct ms_model *m)
+static int load(const struct common_opts *o, struct ms_backend **be, struct ms_model *m)
 {
 	struct ms_err err = {0};
 	/* --exact, or MOESERVE_EXACT=1 (tests that compare logits with the
@@ -147,29 +147,30 @@ static int load(const struct common_opts *o, struct ms_cpu *be, struct ms_model 
 	const char *ex = getenv("MOESERVE_EXACT");
 	/* --dense-int8, or MOESERVE_DENSE_INT8=1 */
 	const char *d8 = getenv("MOESERVE_DENSE_INT8");
-	struct ms_cpu_opts bo = {
+	const char *numa = o->numa ? o->numa : getenv("MOESERVE_NUMA");
+	if (numa && strcmp(numa, "auto") && strcmp(numa, "off") && strcmp(numa, "interleave")) {
+		fprintf(stderr, "moeserve: error: --numa \"%s\" (use auto, off or interleave)\n", numa);
+		return EX_USAGE;
+	}
+	struct ms_backend_opts bo = {
+		.backend = getenv("MOESERVE_BACKEND"),
 		.kernels = o->kernels ? o->kernels : getenv("MOESERVE_KERNELS"),
 		.threads = (int)o->threads,
 		.exact = o->exact || (ex && *ex && strcmp(ex, "0") && strcmp(ex, "false")),
 		.dense_int8 = o->dense_int8 || (d8 && *d8 && strcmp(d8, "0") && strcmp(d8, "false")),
+		.numa = !numa || !strcmp(numa, "auto") ? MS_NUMA_AUTO
+			: !strcmp(numa, "off")         ? MS_NUMA_OFF
+						       : MS_NUMA_INTERLEAVE,
 	};
-	int rc = ms_cpu_init_opts(be, &bo, &err);
+	int rc = ms_backend_open(&bo, be, &err);
 	if (rc) {
 		/* An unknown kernel set is the caller's mistake, not the model's. */
 		fprintf(stderr, "moeserve: error: %s\n", err.msg);
 		return rc == -EINVAL ? EX_USAGE : exit_code_for(rc);
 	}
-	const char *numa = o->numa ? o->numa : getenv("MOESERVE_NUMA");
-	if (numa && strcmp(numa, "auto") && strcmp(numa, "off") && strcmp(numa, "interleave")) {
-		ms_cpu_free(be);
-		fprintf(stderr, "moeserve: error: --numa \"%s\" (use auto, off or interleave)\n", numa);
-		return EX_USAGE;
-	}
-	ms_cpu_set_numa(be, !numa || !strcmp(numa, "auto") ? MS_NUMA_AUTO
-			      : !strcmp(numa, "off") ? MS_NUMA_OFF : MS_NUMA_INTERLEAVE);
-	rc = ms_model_load(m, o->model, be, &err);
+	rc = ms_model_load(m, o->model, *be, &err);
 	if (rc) {
-		ms_cpu_free(be);
+		ms_backend_close(*be);
 		return fail(&err);
 	}
 	ms_keep_freed_memory();
@@ -418,7 +419,7 @@ static int cmd_generate(int argc, char **argv)
 	int64_t n_prompt = 0, n_out = 0;
 	if ((ex = generate_prompt(&a, &tok, &prompt, &n_prompt)))
 		return ex;
-	struct ms_cpu be;
+	struct ms_backend *be;
 	struct ms_model m;
 	if ((ex = load(&a.co, &be, &m))) {
 		free(prompt);
@@ -426,8 +427,8 @@ static int cmd_generate(int argc, char **argv)
 		return ex;
 	}
 	fprintf(stderr, "moeserve: loaded %s in %.2f s (%s kernels, %d threads; repacked %lld of "
-		"%lld matrices, %.1f MiB, in %.2f s)\n", a.co.model, m.load_seconds, be.isa,
-		be.pool.n_threads, (long long)m.pack_stats.packed, (long long)m.pack_stats.matrices,
+		"%lld matrices, %.1f MiB, in %.2f s)\n", a.co.model, m.load_seconds, be->kernels,
+		be->threads, (long long)m.pack_stats.packed, (long long)m.pack_stats.matrices,
 		(double)m.pack_stats.packed_bytes / 1048576.0, m.pack_stats.seconds);
 	ex = generate_run(&m, &a, prompt, n_prompt, &out, &n_out);
 	if (ex == EX_OK)
@@ -436,7 +437,7 @@ static int cmd_generate(int argc, char **argv)
 	free(prompt);
 	ms_tokenizer_free(tok);
 	ms_model_free(&m);
-	ms_cpu_free(&be);
+	ms_backend_close(be);
 	return ex;
 }
 
@@ -492,7 +493,7 @@ static int cmd_inspect(int argc, char **argv)
 	}
 	if (optind < argc)
 		return usage_error("inspect", "unexpected argument \"%s\"", argv[optind]);
-	struct ms_cpu be;
+	struct ms_backend *be;
 	struct ms_model m;
 	int rc = load(&co, &be, &m);
 	if (rc)
@@ -526,10 +527,14 @@ static int cmd_inspect(int argc, char **argv)
 	printf("expert layout: %s\n", m.moe_layout ? m.moe_layout : "?");
 	printf("checkpoint:    %d file%s, %zu tensors\n", m.ck.n_files, m.ck.n_files == 1 ? "" : "s",
 	       m.ck.n_tensors);
-	printf("backend:       %s, kernels %s, %d threads (pinned)\n", be.name, be.isa, be.pool.n_threads);
-	printf("numa:          %d node%s%s\n", be.numa_nodes, be.numa_nodes == 1 ? "" : "s",
-	       be.numa_interleave ? ", weights interleaved" : "");
-	printf("cpu features:  %s\n", ms_cpu_flags_str(be.cpu_flags, flags, sizeof(flags)));
+	printf("backend:       %s, kernels %s, %d threads (pinned)\n", be->name, be->kernels,
+	       be->threads);
+	const struct ms_cpu *cpu = ms_cpu_from(be);
+	if (cpu) {
+		printf("numa:          %d node%s%s\n", cpu->numa_nodes, cpu->numa_nodes == 1 ? "" : "s",
+		       cpu->numa_interleave ? ", weights interleaved" : "");
+		printf("cpu features:  %s\n", ms_cpu_flags_str(cpu->cpu_flags, flags, sizeof(flags)));
+	}
 	printf("\n%-18s %-19s %-6s %-13s %-10s %5s %12s  %s\n", "tensor group", "scheme", "format",
 	       "activations", "kernel", "count", "bytes", "why this kernel");
 	uint64_t total = 0;
@@ -543,7 +548,7 @@ static int cmd_inspect(int argc, char **argv)
 	print_bytes(total);
 	printf(")\nload time: %.3f s\n", m.load_seconds);
 	ms_model_free(&m);
-	ms_cpu_free(&be);
+	ms_backend_close(be);
 	return fflush(stdout) == 0 ? EX_OK : EX_IOERR;
 }
 
@@ -588,7 +593,7 @@ static int cmd_dequant(int argc, char **argv)
 		return usage_error("dequant", "unexpected argument \"%s\"", argv[optind]);
 	if (!module)
 		return usage_error("dequant", "%s", "--module is required");
-	struct ms_cpu be;
+	struct ms_backend *be;
 	struct ms_model m;
 	int rc = load(&co, &be, &m);
 	if (rc)
@@ -622,7 +627,7 @@ static int cmd_dequant(int argc, char **argv)
 		printf("%lld %lld\n", (long long)l->lin.w.rows, (long long)l->lin.w.cols);
 	}
 	ms_model_free(&m);
-	ms_cpu_free(&be);
+	ms_backend_close(be);
 	return ex;
 }
 
@@ -1011,7 +1016,7 @@ static int cmd_bench(int argc, char **argv)
 	}
 	if (optind < argc)
 		return usage_error("bench", "unexpected argument \"%s\"", argv[optind]);
-	struct ms_cpu be;
+	struct ms_backend *be;
 	struct ms_model m;
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -1023,9 +1028,9 @@ static int cmd_bench(int argc, char **argv)
 	bo.model = co.model;
 	if (bo.prompt_tokens + 2 > m.cfg.max_pos)
 		bo.prompt_tokens = m.cfg.max_pos - 2;
-	int ex = ms_cmd_bench(&m, &be, &bo);
+	int ex = ms_cmd_bench(&m, be, &bo);
 	ms_model_free(&m);
-	ms_cpu_free(&be);
+	ms_backend_close(be);
 	return ex;
 }
 

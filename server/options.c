@@ -84,6 +84,8 @@ static const struct opt_def serve_opts[] = {
 	 "text or json (one object per line)"},
 	{"log-level", 0, T_ENUM, F(log_level), 0, 0, log_levels, "info", NULL, "LEVEL",
 	 "error, warn, info or debug"},
+	{"backend", 0, T_STR, F(backend), 0, 0, NULL, "cpu", NULL, "NAME",
+	 "compute backend: cpu (the one this build has)"},
 	{"threads", 0, T_INT, F(threads), 0, 1024, NULL, "0", "0 (one per available CPU)", "N",
 	 "worker threads"},
 	{"kernels", 0, T_STR, F(kernels), 0, 0, NULL, "auto", NULL, "SET", "kernel set (see below)"},
@@ -227,11 +229,11 @@ static void list_choices(const char *const *ch, char *o, size_t n)
 		k += (size_t)snprintf(o + k, n - k, "%s%s", i ? (ch[i + 1] ? ", " : " or ") : "", ch[i]);
 }
 
-/* Is name one of the kernel sets cpu.c offers ("auto, ref, ...")? */
-static bool known_kernel_set(const char *name)
+/* Is name in the comma-separated list ("auto, ref, ...")? */
+static bool known_name(const char *list, const char *name)
 {
 	size_t n = strlen(name);
-	for (const char *p = ms_cpu_kernel_sets; *p;) {
+	for (const char *p = list; *p;) {
 		const char *e = strchr(p, ',');
 		size_t len = e ? (size_t)(e - p) : strlen(p);
 		if (len == n && !strncmp(p, name, n))
@@ -275,7 +277,10 @@ static int set_text(struct ms_serve_options *o, const struct opt_def *d, const c
 	case T_STR: {
 		if (!*v)
 			return ms_err_set(err, -EINVAL, "%s: must not be empty", lab);
-		if (d->off == F(kernels) && !known_kernel_set(v))
+		if (d->off == F(backend) && !known_name(ms_backend_names(), v))
+			return ms_err_set(err, -EINVAL, "%s: \"%s\" is not a backend (use %s)", lab, v,
+					  ms_backend_names());
+		if (d->off == F(kernels) && !known_name(ms_cpu_kernel_sets, v))
 			return ms_err_set(err, -EINVAL, "%s: \"%s\" is not a kernel set (use %s)", lab, v,
 					  ms_cpu_kernel_sets);
 		char *s = strdup(v);

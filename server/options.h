@@ -23,7 +23,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "cpu.h"   /* enum ms_numa_mode */
+#include "backend.h" /* enum ms_numa_mode */
+#include "cpu.h"     /* ms_cpu_kernel_sets */
 #include "ms-error.h"
 
 enum ms_log_format {
@@ -56,7 +57,8 @@ struct ms_serve_options {
 	/* logs */
 	enum ms_log_format log_format;  /* text */
 	enum ms_log_level log_level;    /* info */
-	/* CPU */
+	/* the backend */
+	char *backend;             /* registry name (ms_backend_names); "cpu" */
 	int threads;               /* worker threads; 0: one per available CPU */
 	char *kernels;             /* kernel set, "auto" (one of ms_cpu_kernel_sets; whether
 	                              this CPU runs it is ms_cpu_init's to say) */

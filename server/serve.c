@@ -24,11 +24,11 @@ extern char **environ;
 
 /* What the daemon loaded (each part only when it loaded). */
 struct served {
-	struct ms_cpu be;
+	struct ms_backend *be;
 	struct ms_model m;
 	struct ms_tokenizer *tok;
 	struct ms_engine *eng;
-	bool have_be, have_m;
+	bool have_m;
 };
 
 /* Backend, model, tokenizer (optional: without one, prompts are ids and
@@ -36,14 +36,13 @@ struct served {
 static int serve_load(const struct ms_serve_options *o, const char *model_dir, struct served *sv,
 		      struct ms_err *err)
 {
-	struct ms_cpu_opts bo = {.kernels = o->kernels, .threads = o->threads, .exact = o->exact,
-				     .dense_int8 = o->dense_int8};
-	int rc = ms_cpu_init_opts(&sv->be, &bo, err);
+	struct ms_backend_opts bo = {.backend = o->backend, .kernels = o->kernels,
+				     .threads = o->threads, .exact = o->exact,
+				     .dense_int8 = o->dense_int8, .numa = o->numa};
+	int rc = ms_backend_open(&bo, &sv->be, err);
 	if (rc)
 		return rc;
-	sv->have_be = true;
-	ms_cpu_set_numa(&sv->be, o->numa);
-	if ((rc = ms_model_load(&sv->m, model_dir, &sv->be, err)))
+	if ((rc = ms_model_load(&sv->m, model_dir, sv->be, err)))
 		return rc;
 	sv->have_m = true;
 	ms_keep_freed_memory();
@@ -86,9 +85,9 @@ static int serve_model(const struct ms_serve_options *o, const char *model_dir, 
 	/* the context the server advertises is the engine's */
 	srv->max_model_len = o->ctx_size && o->ctx_size < sv->m.cfg.max_pos ? o->ctx_size
 			     : (sv->m.cfg.max_pos < 8192 ? sv->m.cfg.max_pos : 8192);
-	fprintf(stderr, "moeserve: ready in %.2f s: %s (%s kernels, %d threads; repacked %lld "
-		"of %lld matrices, %.1f MiB, in %.2f s)\n", ms_now_s() - t0, name, sv->be.isa,
-		sv->be.pool.n_threads, (long long)sv->m.pack_stats.packed,
+	fprintf(stderr, "moeserve: ready in %.2f s: %s (%s backend, %s kernels, %d threads; "
+		"repacked %lld of %lld matrices, %.1f MiB, in %.2f s)\n", ms_now_s() - t0, name,
+		sv->be->name, sv->be->kernels, sv->be->threads, (long long)sv->m.pack_stats.packed,
 		(long long)sv->m.pack_stats.matrices,
 		(double)sv->m.pack_stats.packed_bytes / 1048576.0, sv->m.pack_stats.seconds);
 	return EX_OK;
@@ -112,8 +111,7 @@ static void serve_drain(const struct ms_serve_options *o, struct ms_server *srv,
 	ms_tokenizer_free(sv->tok);
 	if (sv->have_m)
 		ms_model_free(&sv->m);
-	if (sv->have_be)
-		ms_cpu_free(&sv->be);
+	ms_backend_close(sv->be);
 }
 
 int ms_cmd_serve(int argc, char **argv, const char *default_model)

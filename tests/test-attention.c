@@ -68,7 +68,7 @@ static void fixture_init(struct fixture *f, const struct case_spec *s)
 	for (int i = 0; i < s->nseq; i++)
 		total += (s->len[i] + P - 1) / P, f->n += s->m[i];
 	int32_t n_pages = (int32_t)total + 3;
-	ck_assert_int_eq(ms_kv_pool_init(&f->pool, n_pages, P, kvd, &err), 0);
+	ck_assert_int_eq(ms_kv_pool_init(&f->pool, NULL, n_pages, P, kvd, &err), 0);
 	for (int64_t i = 0; i < (int64_t)n_pages * P * kvd; i++) {
 		f->pool.k[i] = nonzero();
 		f->pool.v[i] = nonzero();
@@ -370,7 +370,7 @@ START_TEST(bad_shapes_are_refused)
 {
 	struct ms_kv_pool kv;
 	struct ms_err err = {0};
-	ck_assert_int_eq(ms_kv_pool_init(&kv, 2, 4, 16, &err), 0);
+	ck_assert_int_eq(ms_kv_pool_init(&kv, NULL, 2, 4, 16, &err), 0);
 	struct ms_pool pool;
 	ck_assert_int_eq(ms_pool_init(&pool, 1, false, &err), 0);
 	struct ms_attn_ws ws = {0};

@@ -370,7 +370,7 @@ START_TEST(dense_int8_requantizes_attention_and_lm_head)
 		struct ms_cpu_opts o = {.kernels = "auto", .threads = 2, .exact = true,
 					    .dense_int8 = i == 1};
 		ck_assert_int_eq(ms_cpu_init_opts(&be[i], &o, &err), 0);
-		ck_assert_msg(ms_model_load(&m[i], dir, &be[i], &err) == 0, "%s", err.msg);
+		ck_assert_msg(ms_model_load(&m[i], dir, ms_cpu_backend(&be[i]), &err) == 0, "%s", err.msg);
 	}
 	char name[96];
 	int checked = 0;

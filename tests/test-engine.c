@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cpu.h"
 #include "engine.h"
 
 struct fixture {
@@ -24,7 +25,7 @@ static void load(struct fixture *f, const char *env)
 	const char *dir = getenv(env);
 	ck_assert_msg(dir != NULL, "%s not set", env);
 	ck_assert_int_eq(ms_cpu_init(&f->be, "auto", 2, &err), 0);
-	ck_assert_msg(ms_model_load(&f->m, dir, &f->be, &err) == 0, "%s", err.msg);
+	ck_assert_msg(ms_model_load(&f->m, dir, ms_cpu_backend(&f->be), &err) == 0, "%s", err.msg);
 }
 
 static void unload(struct fixture *f)

@@ -227,7 +227,7 @@ static void load_fixture(struct loaded *l, const char *env, int threads)
 	ck_assert_msg(dir != NULL, "%s is not set (run through meson test)", env);
 	struct ms_err err = {0};
 	ck_assert_int_eq(ms_cpu_init(&l->be, "auto", threads, &err), 0);
-	int rc = ms_model_load(&l->m, dir, &l->be, &err);
+	int rc = ms_model_load(&l->m, dir, ms_cpu_backend(&l->be), &err);
 	ck_assert_msg(rc == 0, "load %s: %s", dir, err.msg);
 }
 

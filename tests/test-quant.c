@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cpu.h"
 #include "actq.h"
 #include "quant.h"
 
@@ -391,7 +392,8 @@ START_TEST(scheme_buffers)
 	struct ms_cpu be;
 	struct ms_err err = {0};
 	ck_assert_int_eq(ms_cpu_init(&be, "ref", 1, &err), 0);
-	ck_assert_int_eq(ms_quant_bind_begin(&be, &err), 0);
+	struct ms_qload ld = {.be = ms_cpu_backend(&be)};
+	ck_assert_int_eq(ms_quant_bind_begin(&ld, &err), 0);
 	const size_t n = 3 * 4096 + 7;
 	uint8_t *a = ms_quant_buf_alloc(n, false);
 	ck_assert_ptr_nonnull(a);
@@ -410,7 +412,7 @@ START_TEST(scheme_buffers)
 	memset(b, 0x5A, n);
 	ms_quant_buf_free(b);
 	ms_quant_buf_free(c);
-	ck_assert_int_eq(ms_quant_bind_end(&be, NULL, &err), 0);
+	ck_assert_int_eq(ms_quant_bind_end(&ld, NULL, &err), 0);
 	/* outside a pass: fresh pages, zero without being asked */
 	uint8_t *d = ms_quant_buf_alloc(n, false);
 	ck_assert_ptr_nonnull(d);

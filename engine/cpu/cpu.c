@@ -308,6 +308,7 @@ void ms_cpu_free(struct ms_cpu *be)
 {
 	if (!be)
 		return;
+	ms_cpu_ops_free(be);
 	ms_pool_free(&be->pool);
 	memset(be, 0, sizeof(*be));
 }
@@ -403,14 +404,6 @@ static void gemm_task(void *ctx, int task, int worker)
 				for (int64_t r = r0; r < r1; r++)
 					j->y[i][t * w->rows + r] += j->bias[i][r];
 	}
-}
-
-int64_t ms_split_per(int64_t total, int64_t tasks, int64_t align)
-{
-	int64_t per = (total + tasks - 1) / tasks;
-	if (per < align)
-		per = align;
-	return (per + align - 1) / align * align;
 }
 
 int64_t ms_kernel_rows_per_task(const struct ms_kernel *k, int64_t rows, int64_t tasks)

@@ -8,12 +8,20 @@
 #ifndef MS_CPU_H
 #define MS_CPU_H
 
+#include "attention.h"
+#include "backend.h"
 #include "kernels.h"
 #include "ms-error.h"
 #include "pool.h"
 #include "rowops.h"
 
 #define MS_KERNEL_CANDIDATES 6
+
+/* A scratch buffer that grows to the largest step seen (ops.c). */
+struct ms_cpu_scratch {
+	void *mem;
+	size_t cap;
+};
 
 struct ms_cpu {
 	const char *name;          /* "cpu" */
@@ -34,12 +42,12 @@ struct ms_cpu {
 	void *bind_defer;          /* quant/: layers waiting for the parallel bind pass */
 	int numa_nodes;            /* memory nodes (libnuma), 1 without NUMA */
 	bool numa_interleave;      /* weights interleaved over the nodes */
-};
-
-enum ms_numa_mode {
-	MS_NUMA_AUTO,        /* interleave when there is more than one node */
-	MS_NUMA_OFF,
-	MS_NUMA_INTERLEAVE,
+	/* The backend interface's view of it (ops.c): set by ms_cpu_backend. */
+	struct ms_backend base;
+	const struct ms_attn_kernel *attn_kernel;
+	const struct ms_step *step;     /* the step being run (step_begin) */
+	struct ms_attn_ws attn_ws;      /* attention's scratch, kept between steps */
+	struct ms_cpu_scratch pages, route; /* per-token page tables; routing */
 };
 
 /* kernels: "auto" (or NULL) picks the most specific set this CPU runs,
@@ -77,13 +85,16 @@ const struct ms_kernel *ms_cpu_find_kernel(const struct ms_cpu *be, enum ms_wfmt
 int ms_cpu_bind(struct ms_cpu *be, struct ms_wmat *w, const struct ms_kernel **k,
 		    void **owned, char *why, size_t why_len, struct ms_err *err);
 
-/* Items per task for about `tasks` tasks over `total`: a multiple of align,
- * at least align. */
-int64_t ms_split_per(int64_t total, int64_t tasks, int64_t align);
-
 /* Rows per task for about `tasks` tasks over `rows`, a multiple of the
  * kernel's row_align and at least 16. */
 int64_t ms_kernel_rows_per_task(const struct ms_kernel *k, int64_t rows, int64_t tasks);
+
+/* The backend interface over be (engine/backend.h; ops.c), set up on the
+ * first call: what a model loads and runs on. ms_cpu_free releases it. */
+struct ms_backend *ms_cpu_backend(struct ms_cpu *be);
+/* be when b is the CPU backend, else NULL (CPU-only reports: bench). */
+struct ms_cpu *ms_cpu_from(struct ms_backend *b);
+void ms_cpu_ops_free(struct ms_cpu *be);
 
 /* Weight bytes every gemm has streamed so far (a packed matrix counts its
  * packed size). */

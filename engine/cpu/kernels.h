@@ -12,14 +12,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "linear.h"
 #include "wmat.h"
 
-/* GPT-OSS expert activation constants, and the row kernel that applies the
- * activation to interleaved gate/up outputs (moe.h). */
-struct ms_swiglu {
-	float limit;  /* gate clamped above, up clamped to [-limit, limit] */
-	float alpha;  /* gate * sigmoid(alpha * gate) */
-};
+/* The row kernel that applies the experts' activation (struct ms_swiglu,
+ * linear.h) to interleaved gate/up outputs (moe.h). */
 typedef void (*ms_swiglu_row_fn)(struct ms_swiglu act, const float *restrict g,
 				 const float *restrict b, int64_t n, float *restrict a);
 

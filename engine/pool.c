@@ -171,6 +171,14 @@ void ms_pool_run(struct ms_pool *p, int n_tasks, ms_pool_fn fn, void *ctx)
 	}
 }
 
+int64_t ms_split_per(int64_t total, int64_t tasks, int64_t align)
+{
+	int64_t per = (total + tasks - 1) / tasks;
+	if (per < align)
+		per = align;
+	return (per + align - 1) / align * align;
+}
+
 void ms_pool_free(struct ms_pool *p)
 {
 	if (!p || !p->n_threads)

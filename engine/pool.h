@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "ms-error.h"
 
@@ -57,6 +58,10 @@ void ms_pool_run(struct ms_pool *pool, int n_tasks, ms_pool_fn fn, void *ctx);
 void ms_pool_wait_ge(atomic_int *v, int want);
 
 void ms_pool_free(struct ms_pool *pool);
+
+/* Items per task for about `tasks` tasks over `total`: a multiple of align,
+ * at least align. */
+int64_t ms_split_per(int64_t total, int64_t tasks, int64_t align);
 
 /* Number of CPUs in this process's affinity mask. */
 int ms_pool_default_threads(void);

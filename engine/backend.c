@@ -1,0 +1,108 @@
+/*
+ * backend.c: the backend registry, and the helpers every backend shares
+ * (the forward pass's arena, host vectors moved into backend memory).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+
+/* The backends this build has, in order: the first is the default. */
+static const struct ms_backend_reg *const registry[] = {
+	&ms_backend_reg_cpu,
+};
+#define N_REG (sizeof(registry) / sizeof(registry[0]))
+
+const char *ms_backend_names(void)
+{
+	static char names[128];
+	if (!names[0])
+		for (size_t i = 0; i < N_REG; i++) {
+			size_t l = strlen(names);
+			snprintf(names + l, sizeof(names) - l, "%s%s", i ? ", " : "", registry[i]->name);
+		}
+	return names;
+}
+
+int ms_backend_open(const struct ms_backend_opts *o, struct ms_backend **out, struct ms_err *err)
+{
+	*out = NULL;
+	for (size_t i = 0; i < N_REG; i++)
+		if (!o->backend || !strcmp(o->backend, registry[i]->name))
+			return registry[i]->open(o, out, err);
+	return ms_err_set(err, -EINVAL, "--backend: unknown backend \"%s\" (known: %s)",
+			  o->backend, ms_backend_names());
+}
+
+void ms_backend_close(struct ms_backend *be)
+{
+	if (be)
+		be->ops->free(be);
+}
+
+/* ---- the arena ---- */
+
+int ms_backend_arena_reserve(struct ms_backend *be, size_t bytes, struct ms_err *err)
+{
+	struct ms_arena *a = &be->arena;
+	a->used = 0;
+	if (bytes <= a->cap)
+		return 0;
+	/* grow by half again, so a batch creeping up a token at a time does
+	 * not reallocate every step */
+	size_t want = bytes + bytes / 2;
+	void *p = be->ops->buf_alloc(be, want);
+	if (!p)
+		return ms_err_set(err, -ENOMEM, "%s backend: no memory for %zu MiB of activations",
+				  be->name, (want >> 20) + 1);
+	if (a->base)
+		be->ops->buf_free(be, a->base);
+	a->base = p;
+	a->cap = want;
+	return 0;
+}
+
+void *ms_backend_arena_take(struct ms_backend *be, size_t bytes)
+{
+	struct ms_arena *a = &be->arena;
+	size_t n = ms_arena_size(bytes);
+	if (n > a->cap - a->used)
+		return NULL;
+	void *p = a->base + a->used;
+	a->used += n;
+	return p;
+}
+
+void ms_backend_arena_free(struct ms_backend *be)
+{
+	if (be->arena.base)
+		be->ops->buf_free(be, be->arena.base);
+	memset(&be->arena, 0, sizeof(be->arena));
+}
+
+/* ---- host vectors ---- */
+
+int ms_backend_adopt(struct ms_backend *be, float **p, size_t n, struct ms_err *err)
+{
+	if (be->host || !*p)
+		return 0;
+	float *d = be->ops->buf_alloc(be, n * sizeof(float));
+	if (!d)
+		return ms_err_set(err, -ENOMEM, "%s backend: no memory for %zu floats", be->name, n);
+	be->ops->from_host(be, d, *p, n * sizeof(float));
+	free(*p);
+	*p = d;
+	return 0;
+}
+
+void ms_backend_release(struct ms_backend *be, void *p)
+{
+	if (!p)
+		return;
+	if (be->host)
+		free(p);
+	else
+		be->ops->buf_free(be, p);
+}
