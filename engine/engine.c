@@ -475,10 +475,11 @@ static void publish_stats(struct ms_engine *e)
 	pthread_mutex_unlock(&e->mu);
 }
 
-int64_t ms_engine_step(struct ms_engine *e, struct ms_err *err)
+/* Phase 1 of a step: drop the cancelled waiting requests, then admit in
+ * arrival order while the head's reservation fits (the head waits rather
+ * than be overtaken, so nobody starves). */
+static void step_admit(struct ms_engine *e)
 {
-	struct ms_model *m = e->m;
-	/* 1. waiting: drop the cancelled, admit in order while the head fits */
 	struct req *cancelled = NULL;
 	pthread_mutex_lock(&e->mu);
 	for (struct req **pp = &e->wait_head; *pp;) {
@@ -507,12 +508,17 @@ int64_t ms_engine_step(struct ms_engine *e, struct ms_err *err)
 		e->running[e->n_running++] = r;
 	}
 	pthread_mutex_unlock(&e->mu);
+	/* finish() runs the request's callback: outside mu */
 	while (cancelled) {
 		struct req *r = cancelled;
 		cancelled = r->next;
 		finish(e, r, MS_FINISH_CANCELLED, NULL, NULL);
 	}
-	/* 2. running: finish the cancelled */
+}
+
+/* Phase 2: finish the cancelled running requests. */
+static void step_drop_cancelled(struct ms_engine *e)
+{
 	for (int i = 0; i < e->n_running;) {
 		struct req *r = e->running[i];
 		if (atomic_load(&r->cancel)) {
@@ -522,25 +528,52 @@ int64_t ms_engine_step(struct ms_engine *e, struct ms_err *err)
 			i++;
 		}
 	}
-	if (!e->n_running) {
-		publish_stats(e);
-		return 0;
-	}
-	/* 3. the batch: decodes first, then prefill chunks */
-	int64_t budget = e->cfg.max_batch_tokens, n = 0, nl = 0;
-	int64_t cap = budget + e->n_running;
-	int32_t *tokens = malloc((size_t)cap * sizeof(int32_t)), *seq = malloc((size_t)cap * sizeof(int32_t));
-	int64_t *pos = malloc((size_t)cap * sizeof(int64_t)), *rows = malloc((size_t)cap * sizeof(int64_t));
-	int64_t *take = calloc((size_t)e->n_running, sizeof(int64_t));
-	int64_t *first_row = malloc((size_t)e->n_running * sizeof(int64_t));
-	struct ms_kv_seq **kv = malloc((size_t)e->n_running * sizeof(*kv));
-	struct req **batch_req = malloc((size_t)e->n_running * sizeof(*batch_req));
-	float *logits = NULL;
-	int64_t rc = 0;
-	if (!tokens || !seq || !pos || !rows || !take || !first_row || !kv || !batch_req) {
-		rc = ms_err_set(err, -ENOMEM, "engine: out of memory");
-		goto out;
-	}
+}
+
+/* One step's batch. Per-request arrays are indexed by position in
+ * `running` when the batch was built (batch_req keeps that order, since
+ * finished requests leave `running` while the results are handed out). */
+struct step_batch {
+	int64_t n, nl;                /* batch tokens, logit rows */
+	int32_t *tokens, *seq;        /* [n] */
+	int64_t *pos;                 /* [n] */
+	int64_t *rows;                /* [nl]: batch token of each logit row */
+	int64_t *take;                /* [n_batch]: tokens of each request */
+	int64_t *first_row;           /* [n_batch]: its first logit row */
+	struct ms_kv_seq **kv;        /* [n_batch] */
+	struct req **batch_req;       /* [n_batch] */
+	int n_batch;
+	float *logits;                /* [nl][V] */
+};
+
+static void step_batch_free(struct step_batch *s)
+{
+	free(s->tokens), free(s->seq), free(s->pos), free(s->rows), free(s->take), free(s->first_row);
+	free(s->kv), free(s->batch_req), free(s->logits);
+}
+
+static int step_batch_alloc(struct ms_engine *e, struct step_batch *s, struct ms_err *err)
+{
+	int64_t cap = e->cfg.max_batch_tokens + e->n_running;
+	s->tokens = malloc((size_t)cap * sizeof(int32_t));
+	s->seq = malloc((size_t)cap * sizeof(int32_t));
+	s->pos = malloc((size_t)cap * sizeof(int64_t));
+	s->rows = malloc((size_t)cap * sizeof(int64_t));
+	s->take = calloc((size_t)e->n_running, sizeof(int64_t));
+	s->first_row = malloc((size_t)e->n_running * sizeof(int64_t));
+	s->kv = malloc((size_t)e->n_running * sizeof(*s->kv));
+	s->batch_req = malloc((size_t)e->n_running * sizeof(*s->batch_req));
+	if (!s->tokens || !s->seq || !s->pos || !s->rows || !s->take || !s->first_row || !s->kv ||
+	    !s->batch_req)
+		return ms_err_set(err, -ENOMEM, "engine: out of memory");
+	return 0;
+}
+
+/* Phase 3a: how many tokens each request runs, decodes first (one token
+ * each), then prefill chunks in arrival order, up to max_batch_tokens. */
+static void step_plan(struct ms_engine *e, struct step_batch *s)
+{
+	int64_t budget = e->cfg.max_batch_tokens;
 	for (int pass = 0; pass < 2; pass++)
 		for (int i = 0; i < e->n_running; i++) {
 			struct req *r = e->running[i];
@@ -550,118 +583,166 @@ int64_t ms_engine_step(struct ms_engine *e, struct ms_err *err)
 			int64_t want = decoding ? 1 : r->n_prompt - r->kv.len;
 			/* prompt logprobs: every row is kept, so smaller chunks */
 			int64_t lim = r->p.prompt_logprobs >= 0 ? 64 : budget;
-			take[i] = want < budget ? want : budget;
-			take[i] = take[i] < lim ? take[i] : lim;
-			budget -= take[i];
+			s->take[i] = want < budget ? want : budget;
+			s->take[i] = s->take[i] < lim ? s->take[i] : lim;
+			budget -= s->take[i];
 		}
+}
+
+/* Phase 3b: reserve the KV positions and lay out the batch's tokens and
+ * the rows whose logits are kept. */
+static void step_gather(struct ms_engine *e, struct step_batch *s)
+{
 	for (int i = 0; i < e->n_running; i++) {
 		struct req *r = e->running[i];
-		kv[i] = &r->kv;
-		first_row[i] = nl;
-		if (!take[i])
+		s->kv[i] = &r->kv;
+		s->first_row[i] = s->nl;
+		if (!s->take[i])
 			continue;
-		if (ms_kv_seq_reserve(&r->kv, &e->pool, take[i])) {
+		if (ms_kv_seq_reserve(&r->kv, &e->pool, s->take[i])) {
 			/* cannot happen while reservations hold; fail this request, not the others */
-			take[i] = 0;
+			s->take[i] = 0;
 			atomic_store(&r->cancel, true);
 			continue;
 		}
 		bool all = r->p.prompt_logprobs >= 0 && r->kv.len < r->n_prompt;
-		for (int64_t t = 0; t < take[i]; t++) {
+		for (int64_t t = 0; t < s->take[i]; t++) {
 			int64_t p = r->kv.len + t;
-			tokens[n] = r->tokens[p];
-			pos[n] = p;
-			seq[n] = i;
+			s->tokens[s->n] = r->tokens[p];
+			s->pos[s->n] = p;
+			s->seq[s->n] = i;
 			if (all || p == r->n_tokens - 1)
-				rows[nl++] = n;
-			n++;
+				s->rows[s->nl++] = s->n;
+			s->n++;
 		}
 	}
-	logits = malloc((size_t)(nl ? nl : 1) * (size_t)e->V * sizeof(float));
-	if (!logits) {
-		rc = ms_err_set(err, -ENOMEM, "engine: out of memory for %lld logit rows", (long long)nl);
-		goto out;
-	}
-	struct ms_batch b = {.n = n, .tokens = tokens, .pos = pos, .seq = seq, .kv = kv,
-			     .pool = &e->pool, .logit_rows = rows, .n_logits = nl};
-	if (n && (rc = m->ops->forward_batch(m, &b, logits, err)))
-		goto out;
+}
+
+/* Phase 3c: the forward pass over the batch, into s->logits. */
+static int step_forward(struct ms_engine *e, struct step_batch *s, struct ms_err *err)
+{
+	struct ms_model *m = e->m;
+	s->logits = malloc((size_t)(s->nl ? s->nl : 1) * (size_t)e->V * sizeof(float));
+	if (!s->logits)
+		return ms_err_set(err, -ENOMEM, "engine: out of memory for %lld logit rows",
+				  (long long)s->nl);
+	struct ms_batch b = {.n = s->n, .tokens = s->tokens, .pos = s->pos, .seq = s->seq,
+			     .kv = s->kv, .pool = &e->pool, .logit_rows = s->rows, .n_logits = s->nl};
+	int rc = 0;
+	if (s->n && (rc = m->ops->forward_batch(m, &b, s->logits, err)))
+		return rc;
 	e->steps++;
-	/* 4. per request: prompt logprobs, sampling, text, stops. The batch's
-	 * arrays are indexed by position in `running` when the batch was built;
-	 * finished requests leave `running` as we go. */
-	int n_batch = e->n_running;
-	for (int i = 0; i < n_batch; i++)
-		batch_req[i] = e->running[i];
-	for (int i = 0; i < n_batch; i++) {
-		struct req *r = batch_req[i];
-		if (!take[i])
-			continue;
-		int64_t p0 = r->kv.len, fr = first_row[i];
-		bool was_prefill = p0 < r->n_prompt;
-		r->kv.len += take[i];
-		if (was_prefill)
-			e->prompt_tokens += (uint64_t)take[i];
-		if (r->p.prompt_logprobs >= 0 && was_prefill) {
-			for (int64_t t = 0; t < take[i]; t++) {
-				int64_t p = p0 + t; /* row p predicts token p + 1 */
-				struct ms_token_logprobs lp;
-				if (p == 0) {
-					struct ms_event ev = {.kind = MS_EV_PROMPT_TOKEN, .id = r->id,
-							      .token = r->tokens[0], .index = 0};
-					r->cb(r->ctx, &ev);
-				}
-				if (p + 1 >= r->n_prompt)
-					break;
-				ms_logprobs_of(logits + (fr + t) * e->V, e->V, r->tokens[p + 1],
-					       r->p.prompt_logprobs, &lp);
-				struct ms_event ev = {.kind = MS_EV_PROMPT_TOKEN, .id = r->id,
-						      .token = r->tokens[p + 1], .index = p + 1, .lp = &lp};
-				r->cb(r->ctx, &ev);
-			}
+	return 0;
+}
+
+/* The prompt logprobs of the take tokens from p0 (row fr + t predicts
+ * token p0 + t + 1; token 0 is sent without logprobs). */
+static void step_prompt_logprobs(struct ms_engine *e, struct req *r, const float *logits,
+				 int64_t p0, int64_t fr, int64_t take)
+{
+	for (int64_t t = 0; t < take; t++) {
+		int64_t p = p0 + t; /* row p predicts token p + 1 */
+		struct ms_token_logprobs lp;
+		if (p == 0) {
+			struct ms_event ev = {.kind = MS_EV_PROMPT_TOKEN, .id = r->id,
+					      .token = r->tokens[0], .index = 0};
+			r->cb(r->ctx, &ev);
 		}
-		publish_blocks(e, r);
-		ms_model_trim_kv(m, &r->kv, &e->pool, r->kv.len);
-		if (r->kv.len < r->n_tokens) /* prefill continues next step */
-			continue;
-		enum ms_finish why = MS_FINISH_NONE;
-		const char *stop_hit = NULL;
-		if (r->n_generated >= r->p.max_tokens) {
-			why = MS_FINISH_LENGTH; /* max_tokens 0: prompt only */
-		} else {
-			int64_t row = r->p.prompt_logprobs >= 0 && was_prefill ? fr + take[i] - 1 : fr;
-			struct ms_token_logprobs lp;
-			bool want_lp = r->p.sampling.n_logprobs >= 0;
-			int32_t tok = ms_sampler_sample(&r->sampler, logits + row * e->V, e->work,
-							want_lp ? &lp : NULL);
-			ms_sampler_accept(&r->sampler, tok);
-			r->tokens[r->n_tokens++] = tok;
-			r->n_generated++;
-			e->generation_tokens++;
-			if (!r->t_first)
-				r->t_first = ms_now_s();
-			bool stop_tok = is_stop_id(r, tok);
-			emit_token(e, r, tok, stop_tok, want_lp ? &lp : NULL, &stop_hit);
-			if (stop_tok || stop_hit)
-				why = MS_FINISH_STOP;
-			else if (r->n_generated >= r->p.max_tokens)
-				why = MS_FINISH_LENGTH;
-			else if (r->n_tokens >= e->cfg.max_context)
-				why = MS_FINISH_CONTEXT;
-		}
-		if (why != MS_FINISH_NONE) {
-			for (int k = 0; k < e->n_running; k++)
-				if (e->running[k] == r) {
-					drop_running(e, k);
-					break;
-				}
-			finish(e, r, why, stop_hit, NULL);
-		}
+		if (p + 1 >= r->n_prompt)
+			break;
+		ms_logprobs_of(logits + (fr + t) * e->V, e->V, r->tokens[p + 1],
+			       r->p.prompt_logprobs, &lp);
+		struct ms_event ev = {.kind = MS_EV_PROMPT_TOKEN, .id = r->id,
+				      .token = r->tokens[p + 1], .index = p + 1, .lp = &lp};
+		r->cb(r->ctx, &ev);
 	}
-	rc = n;
+}
+
+/* Sample the next token of r from its logit row, send it with its text,
+ * and say why r finishes (MS_FINISH_NONE: it goes on). */
+static enum ms_finish step_sample(struct ms_engine *e, struct req *r, const float *row_logits,
+				  const char **stop_hit)
+{
+	struct ms_token_logprobs lp;
+	bool want_lp = r->p.sampling.n_logprobs >= 0;
+	int32_t tok = ms_sampler_sample(&r->sampler, row_logits, e->work, want_lp ? &lp : NULL);
+	ms_sampler_accept(&r->sampler, tok);
+	r->tokens[r->n_tokens++] = tok;
+	r->n_generated++;
+	e->generation_tokens++;
+	if (!r->t_first)
+		r->t_first = ms_now_s();
+	bool stop_tok = is_stop_id(r, tok);
+	emit_token(e, r, tok, stop_tok, want_lp ? &lp : NULL, stop_hit);
+	if (stop_tok || *stop_hit)
+		return MS_FINISH_STOP;
+	if (r->n_generated >= r->p.max_tokens)
+		return MS_FINISH_LENGTH;
+	if (r->n_tokens >= e->cfg.max_context)
+		return MS_FINISH_CONTEXT;
+	return MS_FINISH_NONE;
+}
+
+/* Phase 4 for batch request i: prompt logprobs, sampling, text, stops. */
+static void step_result(struct ms_engine *e, const struct step_batch *s, int i)
+{
+	struct req *r = s->batch_req[i];
+	int64_t take = s->take[i];
+	int64_t p0 = r->kv.len, fr = s->first_row[i];
+	bool was_prefill = p0 < r->n_prompt;
+	r->kv.len += take;
+	if (was_prefill)
+		e->prompt_tokens += (uint64_t)take;
+	if (r->p.prompt_logprobs >= 0 && was_prefill)
+		step_prompt_logprobs(e, r, s->logits, p0, fr, take);
+	publish_blocks(e, r);
+	ms_model_trim_kv(e->m, &r->kv, &e->pool, r->kv.len);
+	if (r->kv.len < r->n_tokens) /* prefill continues next step */
+		return;
+	enum ms_finish why;
+	const char *stop_hit = NULL;
+	if (r->n_generated >= r->p.max_tokens) {
+		why = MS_FINISH_LENGTH; /* max_tokens 0: prompt only */
+	} else {
+		int64_t row = r->p.prompt_logprobs >= 0 && was_prefill ? fr + take - 1 : fr;
+		why = step_sample(e, r, s->logits + row * e->V, &stop_hit);
+	}
+	if (why != MS_FINISH_NONE) {
+		for (int k = 0; k < e->n_running; k++)
+			if (e->running[k] == r) {
+				drop_running(e, k);
+				break;
+			}
+		finish(e, r, why, stop_hit, NULL);
+	}
+}
+
+int64_t ms_engine_step(struct ms_engine *e, struct ms_err *err)
+{
+	step_admit(e);
+	step_drop_cancelled(e);
+	if (!e->n_running) {
+		publish_stats(e);
+		return 0;
+	}
+	struct step_batch s = {0};
+	int64_t rc = step_batch_alloc(e, &s, err);
+	if (rc)
+		goto out;
+	step_plan(e, &s);
+	step_gather(e, &s);
+	if ((rc = step_forward(e, &s, err)))
+		goto out;
+	/* finished requests leave `running` as the results are handed out */
+	s.n_batch = e->n_running;
+	for (int i = 0; i < s.n_batch; i++)
+		s.batch_req[i] = e->running[i];
+	for (int i = 0; i < s.n_batch; i++)
+		if (s.take[i])
+			step_result(e, &s, i);
+	rc = s.n;
 out:
-	free(tokens), free(seq), free(pos), free(rows), free(take), free(first_row), free(kv);
-	free(batch_req), free(logits);
+	step_batch_free(&s);
 	publish_stats(e);
 	return rc;
 }

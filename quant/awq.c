@@ -125,8 +125,8 @@ static int awq_load_linear(const struct ms_quant_config *qc, const struct ms_che
 	snprintf(name, sizeof(name), "%s.scales", prefix);
 	if ((rc = ms_intq_read_scales(l, ck, name, G, N, err)))
 		return rc;
-	int64_t per = (N + 4 * ld->be->threads - 1) / (4 * ld->be->threads);
-	per = per < 8 ? 8 : per;
+	/* rows of 8: the 8 columns of one packed word go to one task */
+	int64_t per = ms_split_per(N, 4 * (int64_t)ld->be->threads, 8);
 	struct unpack_job j = {l, qw->data, qz ? qz->data : NULL, N, K, G, per};
 	ms_pool_run(ld->be->pool, (int)((N + per - 1) / per), unpack_task, &j);
 	ms_checkpoint_release(ck, qw);

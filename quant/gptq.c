@@ -349,8 +349,7 @@ static int gptq_load_linear(const struct ms_quant_config *qc, const struct ms_ch
 		}
 	}
 	/* Repack column by column (a row of our layout), in parallel. */
-	int64_t per = (N + 4 * ld->be->threads - 1) / (4 * ld->be->threads);
-	per = per < 8 ? 8 : per;
+	int64_t per = ms_split_per(N, 4 * (int64_t)ld->be->threads, 8);
 	struct unpack_job j = {l, qw->data, qz->data, bits, N, K, G, per, c->v2};
 	ms_pool_run(ld->be->pool, (int)((N + per - 1) / per), unpack_task, &j);
 	ms_checkpoint_release(ck, qw);

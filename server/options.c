@@ -22,6 +22,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "ms-strbuf.h"
+
 /* ---- the option table ---- */
 
 enum opt_type {
@@ -679,21 +681,15 @@ void ms_serve_options_free(struct ms_serve_options *o)
 
 /* ---- help ---- */
 
-static char help_text[8192];
+/* Built once, kept for the process (the pointer is the same every call). */
+static struct ms_strbuf help_buf;
 static pthread_once_t help_once = PTHREAD_ONCE_INIT;
 
 static void help_build(void)
 {
-	struct buf {
-		char *p;
-		size_t n, k;
-	} b = {help_text, sizeof(help_text), 0};
-#define PUT(...)                                                                        \
-	do {                                                                            \
-		if (b.k < b.n)                                                          \
-			b.k += (size_t)snprintf(b.p + b.k, b.n - b.k, __VA_ARGS__);     \
-	} while (0)
-	PUT("Usage: moeserve serve [OPTIONS]\n\n"
+	struct ms_strbuf *b = &help_buf;
+	ms_strbuf_printf(b,
+	    "Usage: moeserve serve [OPTIONS]\n\n"
 	    "Serve a model over HTTP: the OpenAI-compatible API, /health and /metrics.\n\n"
 	    "Every option can also be set by the environment variable shown under it,\n"
 	    "or by a JSON config file. Precedence, highest first: flag > environment\n"
@@ -705,29 +701,30 @@ static void help_build(void)
 	    "JSON config file", "", "");
 	for (int i = 0; i < N_OPTS; i++) {
 		const struct opt_def *d = &serve_opts[i];
-		char flag[64], env[64], def[128];
+		char flag[64], env[64];
 		int k = d->short_name ? snprintf(flag, sizeof(flag), "-%c, ", d->short_name) : 0;
 		snprintf(flag + k, sizeof(flag) - (size_t)k, "--%s%s%s", d->name, d->metavar ? " " : "",
 			 d->metavar ? d->metavar : "");
 		env_name(d, env, sizeof(env));
-		snprintf(def, sizeof(def), "%s", d->shown ? d->shown : d->def ? d->def : "none");
-		PUT("  %-28s", flag);
+		const char *def = d->shown ? d->shown : d->def ? d->def : "none";
+		ms_strbuf_printf(b, "  %-28s", flag);
+		/* a '\n' in the help continues it under the same column */
 		for (const char *p = d->help; *p; p++) {
-			PUT("%c", *p);
+			ms_strbuf_add(b, p, 1);
 			if (*p == '\n')
-				PUT("  %-28s", "");
+				ms_strbuf_printf(b, "  %-28s", "");
 		}
-		PUT("\n  %-28senv: %s\n  %-28sdefault: %s\n", "", env, "", def);
+		ms_strbuf_printf(b, "\n  %-28senv: %s\n  %-28sdefault: %s\n", "", env, "", def);
 	}
-	PUT("  %-28s%s\n\n", "-h, --help", "this help");
-	PUT("Kernel sets: %s.\n", ms_cpu_kernel_sets);
-#undef PUT
+	ms_strbuf_printf(b, "  %-28s%s\n\n", "-h, --help", "this help");
+	ms_strbuf_printf(b, "Kernel sets: %s.\n", ms_cpu_kernel_sets);
 }
 
 const char *ms_serve_options_help(void)
 {
 	pthread_once(&help_once, help_build);
-	return help_text;
+	const char *h = ms_strbuf_cstr(&help_buf);
+	return h ? h : "moeserve serve: out of memory for the --help text\n";
 }
 
 /* ---- enum names ---- */

@@ -98,7 +98,8 @@ int ms_serve_options_parse(struct ms_serve_options *o, int argc, char *const *ar
 void ms_serve_options_free(struct ms_serve_options *o);
 
 /* The --help text: usage, precedence, and every option with its environment
- * variable and default. A static string. */
+ * variable and default. Built on the first call and kept for the process:
+ * the same string every call, never freed. */
 const char *ms_serve_options_help(void);
 
 /* Names of enum values ("text", "json"; "error".."debug"; "auto", "off",

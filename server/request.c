@@ -41,11 +41,16 @@ static const char *shown(const cJSON *v, char *b, size_t n)
 }
 
 /* 400 naming param, with the given value (got, when there is one) after
- * the rule. Returns -EINVAL. */
-static int refuse(struct ms_req_error *e, const char *param, const cJSON *got, const char *fmt, ...)
+ * the rule; refuse(...) is then -EINVAL, the code callers return. The code
+ * is spelled in the macro, not returned by the function: a variadic
+ * function is never inlined, so its value is opaque, and a caller that
+ * tests a helper's rc > 0 (int_field: 1 with *out set) would look to the
+ * compiler as if it could read an output never set. */
+static void refusal(struct ms_req_error *e, const char *param, const cJSON *got, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+#define refuse(...) (refusal(__VA_ARGS__), -EINVAL)
 
-static int refuse(struct ms_req_error *e, const char *param, const cJSON *got, const char *fmt, ...)
+static void refusal(struct ms_req_error *e, const char *param, const cJSON *got, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -59,7 +64,6 @@ static int refuse(struct ms_req_error *e, const char *param, const cJSON *got, c
 	e->status = 400;
 	e->type = "invalid_request_error";
 	e->param = param;
-	return -EINVAL;
 }
 
 static int oom(struct ms_req_error *e)
@@ -151,7 +155,7 @@ static int seed_field(const cJSON *j, struct ms_sampling *sp, struct ms_req_erro
  * top_logprobs. */
 static int logprob_fields(const cJSON *j, bool chat, struct ms_sampling *sp, struct ms_req_error *e)
 {
-	int64_t v = 0; /* set by int_field only when it returns 1 */
+	int64_t v;
 	int rc;
 	if (!chat) {
 		rc = int_field(j, "logprobs", 0, 20, "an integer in [0, 20]", &v, e);
@@ -202,7 +206,7 @@ static int sampling_fields(const cJSON *j, int64_t vocab, struct ms_req_gen *r,
 			   struct ms_req_error *e)
 {
 	struct ms_sampling *sp = &r->params.sampling;
-	int64_t v = 0; /* set by int_field only when it returns 1 */
+	int64_t v;
 	int rc;
 	if ((rc = float_fields(j, sp, e)))
 		return rc;
@@ -242,7 +246,7 @@ static int stop_field(const cJSON *j, struct ms_req_gen *r, struct ms_req_error 
 static int common_fields(const struct ms_req_model *m, struct ms_req_gen *r, struct ms_req_error *e)
 {
 	const cJSON *j = r->req, *v;
-	int64_t x = 0; /* set by int_field only when it returns 1 */
+	int64_t x;
 	int rc;
 	if ((rc = sampling_fields(j, m->vocab, r, e)))
 		return rc;

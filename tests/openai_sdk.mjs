@@ -1,9 +1,9 @@
 // openai_sdk.mjs: client compatibility of `moeserve serve` with the official
 // `openai` npm SDK (pinned in tests/npm-sdk/package-lock.json).
 //
-//   node tests/openai_sdk.mjs --base-url http://127.0.0.1:PORT/v1 --model NAME [--api-key KEY]
+//   tools/npm-ci.sh tests/npm-sdk -- node tests/openai_sdk.mjs --base-url http://127.0.0.1:PORT/v1 --model NAME [--api-key KEY]
 //       against a daemon that is already running (NAME: its served model id)
-//   node tests/openai_sdk.mjs --moeserve BIN --model-dir DIR [--timeout SECONDS]
+//   tools/npm-ci.sh tests/npm-sdk -- node tests/openai_sdk.mjs --moeserve BIN --model-dir DIR [--timeout SECONDS]
 //       starts BIN serve on a free loopback port with DIR (a chat-capable
 //       checkpoint: tokenizer.json with the harmony tokens), runs the checks,
 //       then stops it with SIGTERM (it must exit 0)
@@ -15,14 +15,15 @@
 // prompt_tokens_details.cached_tokens.  Sampling is greedy (temperature 0),
 // so a streamed request must give the text of the same request not streamed.
 //
-// The SDK comes from tests/npm-sdk: `npm ci --prefix tests/npm-sdk` runs here
-// when it is missing or not the pinned version; if that fails, the test fails
-// (it is not skipped).
+// The SDK comes from tests/npm-sdk: the meson test runs this script through
+// `tools/npm-ci.sh tests/npm-sdk --`, which runs `npm ci` there when
+// node_modules is not from the lockfile; if that fails, the test fails (it is
+// not skipped).
 //
 // One line per case, then "openai-sdk: P passed, F failed"; exit status 0
 // when F = 0, 1 otherwise, 2 on usage errors.
 
-import { spawn, spawnSync } from "node:child_process";
+import { spawn } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
 import path from "node:path";
@@ -56,22 +57,19 @@ const timeoutS = Number(args.timeout ?? 120);
 
 // ---- the SDK, pinned ----
 
-function ensureSdk() {
+// tools/npm-ci.sh installs it (the meson test runs this script through it);
+// run by hand, a missing or other version is an error, not an install.
+function pinnedSdk() {
   const want = JSON.parse(fs.readFileSync(path.join(sdkDir, "package.json"), "utf8")).dependencies.openai;
   let have = null;
   try {
     have = JSON.parse(fs.readFileSync(path.join(sdkDir, "node_modules/openai/package.json"), "utf8")).version;
   } catch { /* not installed */ }
   if (have === want) return want;
-  console.error(`openai_sdk: openai ${have ?? "missing"}, want ${want}: npm ci --prefix ${sdkDir}`);
-  const npm = process.platform === "win32" ? "npm.cmd" : "npm";
-  const r = spawnSync(npm, ["ci", "--prefix", sdkDir, "--no-audit", "--no-fund"], { stdio: ["ignore", 2, 2] });
-  if (r.error || r.status !== 0) {
-    console.log(`openai-sdk: npm ci failed (${r.error?.message ?? "exit status " + r.status})`);
-    console.log("openai-sdk: 0 passed, 1 failed");
-    process.exit(1);
-  }
-  return want;
+  console.log(`openai-sdk: openai ${have ?? "missing"} in ${sdkDir}, want ${want}: ` +
+              `run tools/npm-ci.sh tests/npm-sdk first`);
+  console.log("openai-sdk: 0 passed, 1 failed");
+  process.exit(1);
 }
 
 // ---- a daemon of our own (--moeserve) ----
@@ -358,7 +356,7 @@ async function run(OpenAI, baseURL, model, apiKey) {
 
 // ---- main ----
 
-const version = ensureSdk();
+const version = pinnedSdk();
 const { default: OpenAI } = await import(pathToFileURL(path.join(sdkDir, "node_modules/openai/index.mjs")).href);
 console.log(`openai-sdk: openai ${version}, node ${process.version}`);
 

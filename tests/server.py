@@ -1415,8 +1415,13 @@ def sigterm_timeout_cases(d):
 # ---------------------------------------------------------------------------
 
 def run_sdk(node, script):
+    # tools/npm-ci.sh installs the pinned SDK (tests/npm-sdk) first
+    here = os.path.dirname(os.path.abspath(__file__))
+    npm_ci = [os.path.join(here, "..", "tools", "npm-ci.sh"), os.path.join(here, "npm-sdk"), "--"]
+
     def sdk(d, model):
-        r = subprocess.run([node, script, "--base-url", f"http://127.0.0.1:{d.port}/v1", "--model", model],
+        r = subprocess.run(["bash", *npm_ci, node, script,
+                            "--base-url", f"http://127.0.0.1:{d.port}/v1", "--model", model],
                            capture_output=True, text=True, timeout=T(300))
         out = (r.stdout + r.stderr).strip()
         for line in out.splitlines():
