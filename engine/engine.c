@@ -55,15 +55,32 @@ struct req {
 	struct ms_sampler sampler;
 	bool has_sampler, has_stopper;
 	struct ms_stopper stopper;
-	struct ms_detok detok;
+	void *detok;                   /* the decoder's state (e->text), or NULL */
 	char *text;                   /* scratch for the text of one step */
 	size_t text_len, text_cap;
 	double t_submit, t_admit, t_first;
 };
 
+/* One step's batch: allocated once for the engine's limits (the logits
+ * grow to the most rows a step has kept), reused every step. */
+struct step_batch {
+	int64_t n, nl;                /* batch tokens, logit rows */
+	int32_t *tokens, *seq;        /* [n] */
+	int64_t *pos;                 /* [n] */
+	int64_t *rows;                /* [nl]: batch token of each logit row */
+	int64_t *take;                /* [n_batch]: tokens of each request */
+	int64_t *first_row;           /* [n_batch]: its first logit row */
+	struct ms_kv_seq **kv;        /* [n_batch] */
+	struct req **batch_req;       /* [n_batch] */
+	int n_batch;
+	float *logits;                /* [nl][V], logits_cap rows */
+	int64_t logits_cap;
+};
+
 struct ms_engine {
-	struct ms_model *m;
-	const struct ms_tokenizer *tok;
+	struct step_batch sb;
+	const struct ms_lm *m;
+	struct ms_text text;           /* ops NULL: no text (token ids only) */
 	struct ms_engine_config cfg;
 	struct ms_kv_pool pool;
 	int64_t P, V;
@@ -98,7 +115,7 @@ const char *ms_finish_name(enum ms_finish f)
 	}
 }
 
-void ms_engine_config_defaults(struct ms_engine_config *c, const struct ms_model *m)
+void ms_engine_config_defaults(struct ms_engine_config *c, const struct ms_lm *m)
 {
 	if (!c->max_queue)
 		c->max_queue = 256;
@@ -106,15 +123,15 @@ void ms_engine_config_defaults(struct ms_engine_config *c, const struct ms_model
 		c->max_running = 64;
 	if (!c->max_batch_tokens)
 		c->max_batch_tokens = 256;
-	if (!c->max_context || c->max_context > m->cfg.max_pos)
-		c->max_context = m->cfg.max_pos < 8192 ? m->cfg.max_pos : 8192;
+	if (!c->max_context || c->max_context > m->max_pos)
+		c->max_context = m->max_pos < 8192 ? m->max_pos : 8192;
 	if (!c->kv_cache_bytes && !c->kv_tokens)
 		c->kv_tokens = 4 * c->max_context; /* four full contexts by default */
 }
 
 int64_t ms_engine_pages_for(const struct ms_engine *e, int64_t positions)
 {
-	return ms_model_seq_pages(e->m, positions, e->cfg.max_batch_tokens);
+	return ms_kv_geom_seq_pages(&e->m->kv, positions, e->cfg.max_batch_tokens);
 }
 
 /* ---- hashing blocks of tokens ---- */
@@ -147,6 +164,7 @@ static void req_free(struct ms_engine *e, struct req *r)
 		free(r->stop[i]);
 	free(r->stop), free(r->stop_ids), free(r->bias), free(r->tokens), free(r->block_key);
 	free(r->text);
+	free(r->detok);
 	free(r);
 }
 
@@ -203,7 +221,7 @@ int ms_engine_submit(struct ms_engine *e, const int32_t *prompt, int64_t n_promp
 				  "max_tokens %lld tokens) but the whole cache has %d",
 				  (long long)need, (long long)n_prompt, (long long)p->max_tokens,
 				  e->pool.n_pages);
-	if (p->n_stop && !e->tok)
+	if (p->n_stop && !e->text.ops)
 		return ms_err_set(err, -EINVAL, "stop strings need a tokenizer");
 	for (int i = 0; i < p->n_stop_ids; i++)
 		if (p->stop_ids[i] < 0 || p->stop_ids[i] >= e->V)
@@ -226,12 +244,15 @@ int ms_engine_submit(struct ms_engine *e, const int32_t *prompt, int64_t n_promp
 	r->stop_ids = malloc((size_t)(p->n_stop_ids + 1) * sizeof(int32_t));
 	r->stop = calloc((size_t)p->n_stop + 1, sizeof(char *));
 	r->bias = malloc((size_t)(p->sampling.n_logit_bias + 1) * sizeof(*r->bias));
-	rc = (!r->tokens || !r->block_key || !r->stop_ids || !r->stop || !r->bias) ? -ENOMEM : 0;
+	if (e->text.ops)
+		r->detok = calloc(1, e->text.ops->state_size);
+	rc = (!r->tokens || !r->block_key || !r->stop_ids || !r->stop || !r->bias ||
+	      (e->text.ops && !r->detok)) ? -ENOMEM : 0;
 	for (int i = 0; !rc && i < p->n_stop; i++)
 		if (!(r->stop[i] = strdup(p->stop[i])))
 			rc = -ENOMEM;
 	if (!rc)
-		rc = ms_kv_seq_init(&r->kv, (int)e->m->cfg.n_layers, r->cap, e->P, err);
+		rc = ms_kv_seq_init(&r->kv, (int)e->m->kv.n_layers, r->cap, e->P, err);
 	if (rc) {
 		req_free(e, r);
 		return rc == -ENOMEM ? ms_err_set(err, -ENOMEM, "out of memory") : rc;
@@ -270,8 +291,8 @@ int ms_engine_submit(struct ms_engine *e, const int32_t *prompt, int64_t n_promp
 			r->has_stopper = !rc;
 		}
 	}
-	if (e->tok)
-		ms_detok_init(&r->detok, e->tok, p->skip_special);
+	if (e->text.ops)
+		e->text.ops->init(r->detok, e->text.tok, p->skip_special);
 	if (rc) {
 		req_free(e, r);
 		return rc;
@@ -315,7 +336,7 @@ void ms_engine_cancel(struct ms_engine *e, uint64_t id)
  * prompt tokens covered. */
 static int64_t take_prefix(struct ms_engine *e, struct req *r)
 {
-	int L = (int)e->m->cfg.n_layers;
+	int L = (int)e->m->kv.n_layers;
 	int64_t P = e->P, usable = r->n_prompt - 1; /* the last token must run */
 	int64_t b = 0;
 	uint64_t key = 0;
@@ -364,7 +385,7 @@ static int64_t take_prefix(struct ms_engine *e, struct req *r)
 /* Publish r's blocks that are full now. */
 static void publish_blocks(struct ms_engine *e, struct req *r)
 {
-	int L = (int)e->m->cfg.n_layers;
+	int L = (int)e->m->kv.n_layers;
 	int64_t P = e->P;
 	if (e->cfg.no_prefix_cache)
 		return;
@@ -385,7 +406,7 @@ static void admit(struct ms_engine *e, struct req *r)
 	e->reserved += r->reserved;
 	r->n_cached = take_prefix(e, r);
 	r->kv.len = r->n_cached;
-	ms_model_trim_kv(e->m, &r->kv, &e->pool, r->kv.len);
+	ms_kv_geom_trim(&e->m->kv, &r->kv, &e->pool, r->kv.len);
 	e->cached_tokens += (uint64_t)r->n_cached;
 }
 
@@ -412,10 +433,10 @@ static void emit_token(struct ms_engine *e, struct req *r, int32_t tok, bool is_
 {
 	r->text_len = 0;
 	*stop_hit = NULL;
-	if (e->tok && !is_stop_tok) {
+	if (e->text.ops && !is_stop_tok) {
 		char *piece = NULL;
 		size_t pl = 0, pc = 0;
-		ms_detok_push(&r->detok, tok, &piece, &pl, &pc);
+		e->text.ops->push(r->detok, tok, &piece, &pl, &pc);
 		if (r->has_stopper) {
 			size_t emit = 0;
 			bool stopped = false;
@@ -533,36 +554,24 @@ static void step_drop_cancelled(struct ms_engine *e)
 /* One step's batch. Per-request arrays are indexed by position in
  * `running` when the batch was built (batch_req keeps that order, since
  * finished requests leave `running` while the results are handed out). */
-struct step_batch {
-	int64_t n, nl;                /* batch tokens, logit rows */
-	int32_t *tokens, *seq;        /* [n] */
-	int64_t *pos;                 /* [n] */
-	int64_t *rows;                /* [nl]: batch token of each logit row */
-	int64_t *take;                /* [n_batch]: tokens of each request */
-	int64_t *first_row;           /* [n_batch]: its first logit row */
-	struct ms_kv_seq **kv;        /* [n_batch] */
-	struct req **batch_req;       /* [n_batch] */
-	int n_batch;
-	float *logits;                /* [nl][V] */
-};
-
 static void step_batch_free(struct step_batch *s)
 {
 	free(s->tokens), free(s->seq), free(s->pos), free(s->rows), free(s->take), free(s->first_row);
 	free(s->kv), free(s->batch_req), free(s->logits);
 }
 
+/* For max_batch_tokens prefill tokens and max_running decodes, at init. */
 static int step_batch_alloc(struct ms_engine *e, struct step_batch *s, struct ms_err *err)
 {
-	int64_t cap = e->cfg.max_batch_tokens + e->n_running;
+	int64_t cap = e->cfg.max_batch_tokens + e->cfg.max_running;
 	s->tokens = malloc((size_t)cap * sizeof(int32_t));
 	s->seq = malloc((size_t)cap * sizeof(int32_t));
 	s->pos = malloc((size_t)cap * sizeof(int64_t));
 	s->rows = malloc((size_t)cap * sizeof(int64_t));
-	s->take = calloc((size_t)e->n_running, sizeof(int64_t));
-	s->first_row = malloc((size_t)e->n_running * sizeof(int64_t));
-	s->kv = malloc((size_t)e->n_running * sizeof(*s->kv));
-	s->batch_req = malloc((size_t)e->n_running * sizeof(*s->batch_req));
+	s->take = calloc((size_t)e->cfg.max_running, sizeof(int64_t));
+	s->first_row = malloc((size_t)e->cfg.max_running * sizeof(int64_t));
+	s->kv = malloc((size_t)e->cfg.max_running * sizeof(*s->kv));
+	s->batch_req = malloc((size_t)e->cfg.max_running * sizeof(*s->batch_req));
 	if (!s->tokens || !s->seq || !s->pos || !s->rows || !s->take || !s->first_row || !s->kv ||
 	    !s->batch_req)
 		return ms_err_set(err, -ENOMEM, "engine: out of memory");
@@ -621,15 +630,20 @@ static void step_gather(struct ms_engine *e, struct step_batch *s)
 /* Phase 3c: the forward pass over the batch, into s->logits. */
 static int step_forward(struct ms_engine *e, struct step_batch *s, struct ms_err *err)
 {
-	struct ms_model *m = e->m;
-	s->logits = malloc((size_t)(s->nl ? s->nl : 1) * (size_t)e->V * sizeof(float));
-	if (!s->logits)
-		return ms_err_set(err, -ENOMEM, "engine: out of memory for %lld logit rows",
-				  (long long)s->nl);
+	const struct ms_lm *m = e->m;
+	if (s->nl > s->logits_cap) {
+		float *l = malloc((size_t)s->nl * (size_t)e->V * sizeof(float));
+		if (!l)
+			return ms_err_set(err, -ENOMEM, "engine: out of memory for %lld logit rows",
+					  (long long)s->nl);
+		free(s->logits);
+		s->logits = l;
+		s->logits_cap = s->nl;
+	}
 	struct ms_batch b = {.n = s->n, .tokens = s->tokens, .pos = s->pos, .seq = s->seq,
 			     .kv = s->kv, .pool = &e->pool, .logit_rows = s->rows, .n_logits = s->nl};
 	int rc = 0;
-	if (s->n && (rc = m->ops->forward_batch(m, &b, s->logits, err)))
+	if (s->n && (rc = m->forward(m->model, &b, s->logits, err)))
 		return rc;
 	e->steps++;
 	return 0;
@@ -696,7 +710,7 @@ static void step_result(struct ms_engine *e, const struct step_batch *s, int i)
 	if (r->p.prompt_logprobs >= 0 && was_prefill)
 		step_prompt_logprobs(e, r, s->logits, p0, fr, take);
 	publish_blocks(e, r);
-	ms_model_trim_kv(e->m, &r->kv, &e->pool, r->kv.len);
+	ms_kv_geom_trim(&e->m->kv, &r->kv, &e->pool, r->kv.len);
 	if (r->kv.len < r->n_tokens) /* prefill continues next step */
 		return;
 	enum ms_finish why;
@@ -725,24 +739,22 @@ int64_t ms_engine_step(struct ms_engine *e, struct ms_err *err)
 		publish_stats(e);
 		return 0;
 	}
-	struct step_batch s = {0};
-	int64_t rc = step_batch_alloc(e, &s, err);
-	if (rc)
-		goto out;
-	step_plan(e, &s);
-	step_gather(e, &s);
-	if ((rc = step_forward(e, &s, err)))
-		goto out;
-	/* finished requests leave `running` as the results are handed out */
-	s.n_batch = e->n_running;
-	for (int i = 0; i < s.n_batch; i++)
-		s.batch_req[i] = e->running[i];
-	for (int i = 0; i < s.n_batch; i++)
-		if (s.take[i])
-			step_result(e, &s, i);
-	rc = s.n;
-out:
-	step_batch_free(&s);
+	struct step_batch *s = &e->sb;
+	memset(s->take, 0, (size_t)e->n_running * sizeof(*s->take));
+	s->n = s->nl = 0;
+	step_plan(e, s);
+	step_gather(e, s);
+	int64_t rc = step_forward(e, s, err);
+	if (!rc) {
+		/* finished requests leave `running` as the results are handed out */
+		s->n_batch = e->n_running;
+		for (int i = 0; i < s->n_batch; i++)
+			s->batch_req[i] = e->running[i];
+		for (int i = 0; i < s->n_batch; i++)
+			if (s->take[i])
+				step_result(e, s, i);
+		rc = s->n;
+	}
 	publish_stats(e);
 	return rc;
 }
@@ -784,7 +796,7 @@ int ms_engine_start(struct ms_engine *e, struct ms_err *err)
 	return 0;
 }
 
-int ms_engine_init(struct ms_engine **out, struct ms_model *m, const struct ms_tokenizer *tok,
+int ms_engine_init(struct ms_engine **out, const struct ms_lm *m, const struct ms_text *text,
 		   const struct ms_engine_config *cfg, struct ms_err *err)
 {
 	*out = NULL;
@@ -792,16 +804,17 @@ int ms_engine_init(struct ms_engine **out, struct ms_model *m, const struct ms_t
 	if (!e)
 		return ms_err_set(err, -ENOMEM, "out of memory");
 	e->m = m;
-	e->tok = tok;
+	if (text)
+		e->text = *text;
 	e->cfg = *cfg;
 	ms_engine_config_defaults(&e->cfg, m);
 	e->P = MS_KV_PAGE_TOKENS;
-	e->V = m->cfg.vocab;
-	int64_t kvd = m->cfg.n_kv_heads * m->cfg.head_dim;
+	e->V = m->vocab;
+	int64_t kvd = m->kv.kv_dim;
 	uint64_t page = ms_kv_page_bytes(e->P, kvd);
 	int64_t pages = e->cfg.kv_cache_bytes
 				? (int64_t)(e->cfg.kv_cache_bytes / page)
-				: ((e->cfg.kv_tokens + e->P - 1) / e->P) * m->cfg.n_layers;
+				: ((e->cfg.kv_tokens + e->P - 1) / e->P) * m->kv.n_layers;
 	if (pages > INT32_MAX / 2)
 		pages = INT32_MAX / 2;
 	pthread_mutex_init(&e->mu, NULL);
@@ -813,6 +826,8 @@ int ms_engine_init(struct ms_engine **out, struct ms_model *m, const struct ms_t
 		if (!e->running || !e->work)
 			rc = ms_err_set(err, -ENOMEM, "out of memory");
 	}
+	if (!rc)
+		rc = step_batch_alloc(e, &e->sb, err);
 	if (rc) {
 		ms_engine_free(e);
 		return rc;
@@ -845,6 +860,7 @@ void ms_engine_free(struct ms_engine *e)
 	}
 	ms_kv_pool_free(&e->pool);
 	free(e->running);
+	step_batch_free(&e->sb);
 	free(e->work);
 	pthread_mutex_destroy(&e->mu);
 	pthread_cond_destroy(&e->cv);
@@ -885,10 +901,10 @@ int ms_engine_check(struct ms_engine *e, struct ms_err *err)
 					(unsigned long long)r->id, (long long)held, (long long)r->reserved);
 		/* every position written so far still visible has its page */
 		/* the next query (at kv.len) sees positions from kv.len - W + 1 on */
-		int64_t lo = r->kv.len - e->m->cfg.sliding_window + 1;
+		int64_t lo = r->kv.len - e->m->kv.sliding_window + 1;
 		for (int l = 0; l < r->kv.n_layers && !rc; l++)
 			for (int64_t p = 0; p < r->kv.len; p += e->P) {
-				bool needed = !e->m->cfg.layer_sliding[l] || p + e->P > lo;
+				bool needed = !e->m->kv.layer_sliding[l] || p + e->P > lo;
 				if (needed && r->kv.pages[l][p / e->P] < 0)
 					rc = ms_err_set(err, -EFAULT, "request %llu lost layer %d's page for "
 							"position %lld", (unsigned long long)r->id, l,

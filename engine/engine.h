@@ -21,10 +21,9 @@
 #include <stdint.h>
 
 #include "kv-cache.h"
-#include "model.h"
+#include "lm.h"
 #include "ms-error.h"
 #include "sampler.h"
-#include "tokenizer.h"
 
 struct ms_engine;
 
@@ -39,7 +38,7 @@ struct ms_engine_config {
 };
 
 /* Defaults for fields left 0. */
-void ms_engine_config_defaults(struct ms_engine_config *c, const struct ms_model *m);
+void ms_engine_config_defaults(struct ms_engine_config *c, const struct ms_lm *m);
 
 enum ms_finish {
 	MS_FINISH_NONE,
@@ -86,8 +85,10 @@ struct ms_event {
 
 typedef void (*ms_engine_cb)(void *ctx, const struct ms_event *ev);
 
-/* tok may be NULL (no text: stop strings need a tokenizer). */
-int ms_engine_init(struct ms_engine **out, struct ms_model *m, const struct ms_tokenizer *tok,
+/* The engine drives m (a loaded model's ms_lm, which must outlive it);
+ * text may be NULL (no text: events carry token ids only, and stop strings
+ * are refused). */
+int ms_engine_init(struct ms_engine **out, const struct ms_lm *m, const struct ms_text *text,
 		   const struct ms_engine_config *cfg, struct ms_err *err);
 /* Cancels what is left (FINISH_CANCELLED events), stops the thread, frees. */
 void ms_engine_free(struct ms_engine *e);

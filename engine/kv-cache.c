@@ -95,6 +95,27 @@ void ms_kv_page_copy(struct ms_kv_pool *p, int32_t dst, int32_t src)
 	}
 }
 
+int64_t ms_kv_geom_seq_pages(const struct ms_kv_geom *g, int64_t capacity, int64_t chunk)
+{
+	int64_t P = MS_KV_PAGE_TOKENS, full = (capacity + P - 1) / P, total = 0;
+	/* a sliding layer holds the window plus one chunk, rounded out to pages */
+	int64_t slide = (g->sliding_window + chunk + P - 1) / P + 1;
+	for (int l = 0; l < g->n_layers; l++)
+		total += g->layer_sliding[l] && slide < full ? slide : full;
+	return total;
+}
+
+void ms_kv_geom_trim(const struct ms_kv_geom *g, struct ms_kv_seq *kv, struct ms_kv_pool *pool,
+		     int64_t next)
+{
+	int64_t keep = next - g->sliding_window + 1;
+	if (keep <= 0)
+		return;
+	for (int l = 0; l < g->n_layers; l++)
+		if (g->layer_sliding[l])
+			ms_kv_seq_trim(kv, pool, l, keep);
+}
+
 /* ---- the published-key table (key 0 = empty; deletion by backshift) ---- */
 
 static size_t tab_find(const struct ms_kv_pool *p, uint64_t key)

@@ -113,4 +113,25 @@ void ms_kv_seq_trim(struct ms_kv_seq *s, struct ms_kv_pool *p, int layer, int64_
 /* Pages a sequence holds (for accounting and tests). */
 int64_t ms_kv_seq_pages_held(const struct ms_kv_seq *s, int layer);
 
+/* Positions per KV page. */
+#define MS_KV_PAGE_TOKENS 16
+
+/* A model's KV cache shape: which layers slide, and by how much. */
+struct ms_kv_geom {
+	int n_layers;
+	int64_t kv_dim;                /* floats per position for K (and for V) */
+	int64_t sliding_window;        /* positions a sliding layer sees */
+	const bool *layer_sliding;     /* [n_layers] */
+};
+
+/* Pages a sequence of `capacity` positions needs at most, all layers, when
+ * sliding layers give back what leaves their window (forward passes of at
+ * most `chunk` of its tokens). */
+int64_t ms_kv_geom_seq_pages(const struct ms_kv_geom *g, int64_t capacity, int64_t chunk);
+
+/* Give back the pages of sliding layers that position `next` and later no
+ * longer see. */
+void ms_kv_geom_trim(const struct ms_kv_geom *g, struct ms_kv_seq *kv, struct ms_kv_pool *pool,
+		     int64_t next);
+
 #endif

@@ -52,6 +52,24 @@ void ms_model_add_group(struct ms_model *m, const char *name, const char *scheme
 	g->bytes = bytes;
 }
 
+/* The scheduler's view (engine/lm.h). */
+static int lm_forward(void *model, const struct ms_batch *b, float *logits, struct ms_err *err)
+{
+	struct ms_model *m = model;
+	return m->ops->forward_batch(m, b, logits, err);
+}
+
+static void lm_init(struct ms_model *m)
+{
+	const struct ms_model_config *c = &m->cfg;
+	m->lm = (struct ms_lm){
+		.model = m, .forward = lm_forward, .be = m->be, .vocab = c->vocab,
+		.max_pos = c->max_pos,
+		.kv = {.n_layers = (int)c->n_layers, .kv_dim = c->n_kv_heads * c->head_dim,
+		       .sliding_window = c->sliding_window, .layer_sliding = c->layer_sliding},
+	};
+}
+
 int ms_model_load(struct ms_model *m, const char *dir, struct ms_backend *be,
 		  struct ms_err *err)
 {
@@ -91,6 +109,7 @@ int ms_model_load(struct ms_model *m, const char *dir, struct ms_backend *be,
 		return ms_err_set(err, -EINVAL, "%s: no backend to load the model on", dir);
 	}
 	m->be = be;
+	lm_init(m);
 	if (be->ops->weights_begin)
 		be->ops->weights_begin(be);
 	if ((rc = ms_checkpoint_open(&m->ck, dir, err)) || (rc = m->ops->load(m, err))) {
@@ -133,23 +152,13 @@ const struct ms_qlinear *ms_model_find_linear(const struct ms_model *m, const ch
 
 int64_t ms_model_seq_pages(const struct ms_model *m, int64_t capacity, int64_t chunk)
 {
-	int64_t P = MS_KV_PAGE_TOKENS, full = (capacity + P - 1) / P, total = 0;
-	/* a sliding layer holds the window plus one chunk, rounded out to pages */
-	int64_t slide = (m->cfg.sliding_window + chunk + P - 1) / P + 1;
-	for (int64_t l = 0; l < m->cfg.n_layers; l++)
-		total += m->cfg.layer_sliding[l] && slide < full ? slide : full;
-	return total;
+	return ms_kv_geom_seq_pages(&m->lm.kv, capacity, chunk);
 }
 
 void ms_model_trim_kv(const struct ms_model *m, struct ms_kv_seq *kv, struct ms_kv_pool *pool,
 		      int64_t next)
 {
-	int64_t keep = next - m->cfg.sliding_window + 1;
-	if (keep <= 0)
-		return;
-	for (int64_t l = 0; l < m->cfg.n_layers; l++)
-		if (m->cfg.layer_sliding[l])
-			ms_kv_seq_trim(kv, pool, (int)l, keep);
+	ms_kv_geom_trim(&m->lm.kv, kv, pool, next);
 }
 
 int ms_seq_init(struct ms_seq *s, struct ms_model *m, int64_t capacity, struct ms_err *err)

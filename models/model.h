@@ -15,6 +15,7 @@
 
 #include "backend.h"
 #include "kv-cache.h"
+#include "lm.h"
 #include "model-config.h"
 #include "ms-error.h"
 #include "quant.h"
@@ -35,22 +36,6 @@ struct ms_tensor_group {
 #define MS_MAX_GROUPS 16
 
 struct ms_model;
-
-/* A batch: tokens of any number of sequences, each at its own position.
- * Every (token, layer) must already have its KV page (ms_kv_seq_reserve);
- * the forward writes each token's keys and values there before attention,
- * so a sequence's earlier tokens in the same batch are visible to its later
- * ones. */
-struct ms_batch {
-	int64_t n;
-	const int32_t *tokens;         /* [n] */
-	const int64_t *pos;            /* [n] position in its sequence */
-	const int32_t *seq;            /* [n] index into kv */
-	struct ms_kv_seq *const *kv;   /* per sequence */
-	struct ms_kv_pool *pool;
-	const int64_t *logit_rows;     /* ascending rows whose logits are wanted */
-	int64_t n_logits;
-};
 
 struct ms_model_ops {
 	const char *arch;  /* config.json architectures[0] */
@@ -76,6 +61,7 @@ struct ms_model {
 	double load_seconds;
 	struct ms_bind_stats pack_stats; /* the parallel kernel-binding/repacking pass */
 	void *impl;                   /* the architecture's weights */
+	struct ms_lm lm;              /* what the scheduler drives (engine/lm.h) */
 };
 
 /* Load the checkpoint in dir on backend be. On failure m is empty and err
@@ -107,10 +93,9 @@ struct ms_seq {
 	int64_t capacity;  /* positions it may reach */
 };
 
-/* Positions per KV page, and the longest run of tokens one forward pass of
- * a single sequence takes (longer prompts go in chunks, so scratch memory
- * and a sliding layer's pages stay bounded). */
-#define MS_KV_PAGE_TOKENS 16
+/* The longest run of tokens one forward pass of a single sequence takes
+ * (longer prompts go in chunks, so scratch memory and a sliding layer's
+ * pages stay bounded). Positions per page: MS_KV_PAGE_TOKENS (kv-cache.h). */
 #define MS_SEQ_CHUNK 256
 
 /* Pages a sequence of `capacity` positions needs at most, all layers, when

@@ -1182,3 +1182,26 @@ int ms_tokenizer_decode(const struct ms_tokenizer *t, const int32_t *ids, size_t
 	}
 	return 0;
 }
+
+/* ---- the engine's text interface (engine/lm.h) ---- */
+
+static void text_init(void *state, const void *tok, bool skip_special)
+{
+	ms_detok_init(state, tok, skip_special);
+}
+
+static int text_push(void *state, int32_t id, char **buf, size_t *len, size_t *cap)
+{
+	return ms_detok_push(state, id, buf, len, cap);
+}
+
+static const struct ms_detok_ops detok_ops = {
+	.state_size = sizeof(struct ms_detok),
+	.init = text_init,
+	.push = text_push,
+};
+
+struct ms_text ms_tokenizer_text(const struct ms_tokenizer *t)
+{
+	return (struct ms_text){.ops = t ? &detok_ops : NULL, .tok = t};
+}

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lm.h"
 #include "ms-error.h"
 
 struct ms_tokenizer;
@@ -63,6 +64,10 @@ int ms_detok_push(struct ms_detok *d, int32_t id, char **buf, size_t *len, size_
 
 /* End of stream: whatever is held back is emitted as U+FFFD. */
 int ms_detok_flush(struct ms_detok *d, char **buf, size_t *len, size_t *cap);
+
+/* t's streaming decoder as the engine takes it (engine/lm.h); t NULL: no
+ * text. */
+struct ms_text ms_tokenizer_text(const struct ms_tokenizer *t);
 
 /* Decode a whole sequence (malloc'd, NUL-terminated). */
 int ms_tokenizer_decode(const struct ms_tokenizer *t, const int32_t *ids, size_t n,

@@ -521,7 +521,7 @@ static int run(struct ms_model *m, struct ms_cpu *be, int n_seq, int64_t prompt_
 				       .max_batch_tokens = prompt_len > 256 ? prompt_len : 256};
 	cfg.kv_tokens = (prompt_len + gen + 16) * n_seq;
 	struct ms_engine *e;
-	int rc = ms_engine_init(&e, m, NULL, &cfg, err);
+	int rc = ms_engine_init(&e, &m->lm, NULL, &cfg, err);
 	if (rc)
 		return rc;
 	struct counter *c = calloc((size_t)n_seq, sizeof(*c));

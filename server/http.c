@@ -21,6 +21,7 @@
 
 #include "bridge.h"
 #include "json.h"
+#include "model.h"
 #include "ms-clock.h"
 #include "request.h"
 #include "response.h"

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "http.h"
+#include "model.h"
 #include "options.h"
 #include "serve.h"
 #include "ms-clock.h"
@@ -60,7 +61,8 @@ static int serve_load(const struct ms_serve_options *o, const char *model_dir, s
 		.max_running = o->max_running, .max_batch_tokens = o->max_batch_tokens,
 		.max_context = o->ctx_size, .no_prefix_cache = o->no_prefix_cache,
 	};
-	if ((rc = ms_engine_init(&sv->eng, &sv->m, sv->tok, &ec, err)))
+	struct ms_text text = ms_tokenizer_text(sv->tok);
+	if ((rc = ms_engine_init(&sv->eng, &sv->m.lm, &text, &ec, err)))
 		return rc;
 	if ((rc = ms_engine_start(sv->eng, err))) {
 		ms_engine_free(sv->eng);

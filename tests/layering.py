@@ -42,12 +42,7 @@ for b in BACKENDS:
     ALLOWED[b] = {"config", "engine", b}
 
 # (including file, included header): what removes it.
-KNOWN = {
-    ("engine/engine.h", "model.h"):
-        "the scheduler drives the model through an interface of engine/",
-    ("engine/engine.h", "tokenizer.h"):
-        "the scheduler streams text through a detokenizer interface of engine/",
-}
+KNOWN = {}
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 

@@ -13,6 +13,8 @@
 
 #include "cpu.h"
 #include "engine.h"
+#include "model.h"
+#include "tokenizer.h"
 
 struct fixture {
 	struct ms_cpu be;
@@ -130,13 +132,13 @@ START_TEST(batch_invariance)
 	memset(&alone, 0, sizeof(alone));
 	memset(&together, 0, sizeof(together));
 	struct ms_request_params g = greedy(24);
-	ck_assert_int_eq(ms_engine_init(&e, &f.m, NULL, &cfg, &err), 0);
+	ck_assert_int_eq(ms_engine_init(&e, &f.m.lm, NULL, &cfg, &err), 0);
 	ck_assert_int_eq(ms_engine_submit(e, prompt, 45, &g, on_event, &alone, NULL, &err), 0);
 	run_until_idle(e);
 	ms_engine_free(e);
 
 	cfg.no_prefix_cache = true;
-	ck_assert_int_eq(ms_engine_init(&e, &f.m, NULL, &cfg, &err), 0);
+	ck_assert_int_eq(ms_engine_init(&e, &f.m.lm, NULL, &cfg, &err), 0);
 	for (int i = 0; i < 15; i++) {
 		int32_t op[300];
 		memset(&others[i], 0, sizeof(others[i]));
@@ -195,7 +197,7 @@ START_TEST(matches_single_sequence)
 	static struct seen got;
 	memset(&got, 0, sizeof(got));
 	struct ms_request_params g = greedy(20);
-	ck_assert_int_eq(ms_engine_init(&e, &f.m, NULL, &cfg, &err), 0);
+	ck_assert_int_eq(ms_engine_init(&e, &f.m.lm, NULL, &cfg, &err), 0);
 	ck_assert_int_eq(ms_engine_submit(e, prompt, 70, &g, on_event, &got, NULL, &err), 0);
 	run_until_idle(e);
 	ms_engine_free(e);
@@ -216,7 +218,7 @@ START_TEST(prefix_reuse)
 	struct ms_err err = {0};
 	struct ms_engine_config cfg = {0};
 	struct ms_engine *e;
-	ck_assert_int_eq(ms_engine_init(&e, &f.m, NULL, &cfg, &err), 0);
+	ck_assert_int_eq(ms_engine_init(&e, &f.m.lm, NULL, &cfg, &err), 0);
 	const int64_t lens[] = {40, 48};
 	const int64_t want_cached[] = {32, 47};
 	for (int k = 0; k < 2; k++) {
@@ -271,7 +273,7 @@ START_TEST(eviction)
 	struct ms_engine_config cfg = {.kv_cache_bytes = ms_kv_page_bytes(16, kvd) * 48,
 				       .max_context = 128};
 	struct ms_engine *e;
-	ck_assert_int_eq(ms_engine_init(&e, &f.m, NULL, &cfg, &err), 0);
+	ck_assert_int_eq(ms_engine_init(&e, &f.m.lm, NULL, &cfg, &err), 0);
 	int32_t prompt[80];
 	static struct seen first, again;
 	memset(&first, 0, sizeof(first));
@@ -311,7 +313,7 @@ START_TEST(refusals)
 	struct ms_engine_config cfg = {.max_queue = 2, .max_context = 256,
 				       .kv_cache_bytes = ms_kv_page_bytes(16, kvd) * 40};
 	struct ms_engine *e;
-	ck_assert_int_eq(ms_engine_init(&e, &f.m, NULL, &cfg, &err), 0);
+	ck_assert_int_eq(ms_engine_init(&e, &f.m.lm, NULL, &cfg, &err), 0);
 	int32_t prompt[300];
 	random_prompt(prompt, 300, f.m.cfg.vocab, 3);
 	static struct seen s[3];
@@ -355,7 +357,7 @@ START_TEST(scheduler_property)
 				       .max_context = 160,
 				       .kv_cache_bytes = ms_kv_page_bytes(16, kvd) * 90};
 	struct ms_engine *e;
-	ck_assert_int_eq(ms_engine_init(&e, &f.m, NULL, &cfg, &err), 0);
+	ck_assert_int_eq(ms_engine_init(&e, &f.m.lm, NULL, &cfg, &err), 0);
 	enum { N = 300 };
 	static struct seen s[N];
 	static uint64_t ids[N];
@@ -436,7 +438,7 @@ START_TEST(cancel_from_another_thread)
 	struct ms_err err = {0};
 	struct ms_engine_config cfg = {0};
 	struct ms_engine *e;
-	ck_assert_int_eq(ms_engine_init(&e, &f.m, NULL, &cfg, &err), 0);
+	ck_assert_int_eq(ms_engine_init(&e, &f.m.lm, NULL, &cfg, &err), 0);
 	ck_assert_int_eq(ms_engine_start(e, &err), 0);
 	static struct waiter w;
 	memset(&w, 0, sizeof(w));
@@ -493,7 +495,7 @@ START_TEST(prompt_logprobs)
 	memset(&got, 0, sizeof(got));
 	struct ms_request_params g = greedy(0);
 	g.prompt_logprobs = 3;
-	ck_assert_int_eq(ms_engine_init(&e, &f.m, NULL, &cfg, &err), 0);
+	ck_assert_int_eq(ms_engine_init(&e, &f.m.lm, NULL, &cfg, &err), 0);
 	ck_assert_int_eq(ms_engine_submit(e, prompt, n, &g, on_event, &got, NULL, &err), 0);
 	run_until_idle(e);
 	ms_engine_free(e);
@@ -593,7 +595,8 @@ START_TEST(stop_strings_in_the_engine)
 	struct ms_err err = {0};
 	struct ms_engine_config cfg = {0};
 	struct ms_engine *e;
-	ck_assert_int_eq(ms_engine_init(&e, &f.m, tok, &cfg, &err), 0);
+	struct ms_text text = ms_tokenizer_text(tok);
+	ck_assert_int_eq(ms_engine_init(&e, &f.m.lm, &text, &cfg, &err), 0);
 	int32_t prompt[32];
 	static struct seen a;
 	/* find a prompt whose greedy text has a clean window spanning tokens */

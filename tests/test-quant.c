@@ -14,8 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cpu.h"
 #include "actq.h"
+#include "cpu.h"
 #include "quant.h"
 
 static int init_from(const char *json, struct ms_quant_config *qc, struct ms_err *err)
