@@ -685,46 +685,29 @@ void ms_qmoe_free(struct ms_qmoe *m)
 
 /* ---- applying ---- */
 
+/* The backend computes them (ms_cpu_linear, its scratch included); these
+ * keep the qlinear's signatures, without the message. */
 int ms_qlinear_apply(struct ms_cpu *be, const struct ms_qlinear *l, const float *x,
 		     int64_t n, float *y)
 {
-	if (l->lin.act.kind == MS_ACTQ_NONE)
-		return ms_cpu_gemm(be, l->lin.kernel, &l->lin.w, x, n, y, l->lin.bias);
-	int64_t K = l->lin.w.cols, N = l->lin.w.rows;
-	float *xq = malloc((size_t)(n * K) * sizeof(float));
-	float *rs = malloc((size_t)n * sizeof(float));
-	int rc = xq && rs ? 0 : -ENOMEM;
-	if (!rc) {
-		ms_actq_apply(&l->lin.act, x, K, n, K, xq, rs);
-		rc = ms_cpu_gemm(be, l->lin.kernel, &l->lin.w, xq, n, y, NULL);
-	}
-	for (int64_t t = 0; !rc && t < n; t++)
-		for (int64_t r = 0; r < N; r++)
-			y[t * N + r] = y[t * N + r] * rs[t] + (l->lin.bias ? l->lin.bias[r] : 0.0f);
-	free(xq);
-	free(rs);
-	return rc;
+	struct ms_err err = {0};
+	return ms_cpu_linear(be, 1, &(const struct ms_linear *){&l->lin}, x, n, &y, &err);
 }
 
 int ms_qlinear_apply_multi(struct ms_cpu *be, int m, const struct ms_qlinear *const *l,
 			   const float *x, int64_t n, float *const *y)
 {
-	bool together = m >= 1 && m <= MS_GEMM_MULTI_MAX;
-	for (int i = 0; together && i < m; i++)
-		together = l[i]->lin.act.kind == MS_ACTQ_NONE &&
-			   l[i]->lin.kernel == l[0]->lin.kernel &&
-			   l[i]->lin.w.cols == l[0]->lin.w.cols;
-	if (!together) {
+	if (m > MS_GEMM_MULTI_MAX) { /* never together: one by one */
 		int rc = 0;
 		for (int i = 0; i < m && !rc; i++)
 			rc = ms_qlinear_apply(be, l[i], x, n, y[i]);
 		return rc;
 	}
-	const struct ms_wmat *w[MS_GEMM_MULTI_MAX];
-	const float *b[MS_GEMM_MULTI_MAX];
+	const struct ms_linear *lin[MS_GEMM_MULTI_MAX];
 	for (int i = 0; i < m; i++)
-		w[i] = &l[i]->lin.w, b[i] = l[i]->lin.bias;
-	return ms_cpu_gemm_multi(be, l[0]->lin.kernel, m, w, x, n, y, b);
+		lin[i] = &l[i]->lin;
+	struct ms_err err = {0};
+	return ms_cpu_linear(be, m, lin, x, n, y, &err);
 }
 
 /* ---- splicing rows of two matrices ---- */

@@ -143,15 +143,15 @@ void ms_qlinear_drop_pack(struct ms_qlinear *l);
 void ms_qmoe_free(struct ms_qmoe *m);
 
 /* y[n, out] = x[n, in] W^T + b on the backend's pool, with the layer's
- * activation quantization. 0, or -ENOMEM when scratch cannot be
- * allocated (nothing computed). */
+ * activation quantization (ms_cpu_linear). 0, or -ENOMEM when the
+ * backend's scratch cannot grow (nothing computed). */
 int ms_qlinear_apply(struct ms_cpu *be, const struct ms_qlinear *l, const float *x,
 		     int64_t n, float *y);
 
 /* ms_qlinear_apply of m <= MS_GEMM_MULTI_MAX layers to the same x, y[i] for
- * l[i]: one pass over the pool when they share a kernel and a width and
- * quantize no activations (ms_cpu_gemm_multi), else one by one. The
- * same results either way; 0 or -ENOMEM. */
+ * l[i] (ms_cpu_linear): one pass over the pool when they share a kernel and
+ * a width and quantize no activations, else one by one. The same results
+ * either way; 0 or -ENOMEM. */
 int ms_qlinear_apply_multi(struct ms_cpu *be, int m, const struct ms_qlinear *const *l,
 			   const float *x, int64_t n, float *const *y);
 
