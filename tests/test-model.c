@@ -4,7 +4,9 @@
  * MS_FIXTURE_BF16 and MS_FIXTURE_MXFP4 environment variables; meson
  * generates them with tools/gptoss_ckpt.py). Agreement with the independent
  * numpy reference is tests/golden.py's job; this file checks what only the
- * C side has: incremental decoding, chunking, threads, refusals. The
+ * C side has: incremental decoding, chunking, threads, refusals; and the
+ * backend's scratch under the experts and projections (reused across batch
+ * sizes, it gives a fresh backend's bits). The
  * activation's ISA builds run as `--isa avx2`, `--isa avx512`, a meson test
  * each (exit 77 where the CPU lacks it).
  */
@@ -17,6 +19,10 @@
 #include "isagate.h"
 #include "model.h"
 #include "moe.h"
+#include "scratch.h"
+
+#define TESTUTIL_SEED 4242u
+#include "testutil.h"
 
 static struct ms_model_config yarn_20b(bool truncate)
 {
@@ -214,6 +220,237 @@ START_TEST(swiglu_row_matches_scalar)
 }
 END_TEST
 
+/* ---- the experts on the backend's scratch ---- */
+
+/* The scratch's contract: grown to the largest request, 64-byte aligned,
+ * never shrunk, and a failed growth leaves the slot as it was. */
+START_TEST(scratch_grows_once)
+{
+	struct ms_scratch s = {0};
+	struct ms_err err = {0};
+	struct ms_scratch_plan p = {0};
+	ck_assert_uint_eq(ms_scratch_plan_add(&p, 1), 0);
+	ck_assert_uint_eq(ms_scratch_plan_add(&p, 100), 64);
+	ck_assert_uint_eq(ms_scratch_plan_add(&p, 0), 192);
+	ck_assert_uint_eq(p.bytes, 192);
+	ms_scratch_plan_add(&p, SIZE_MAX - 10);
+	ck_assert_uint_eq(p.bytes, SIZE_MAX);
+	ck_assert_int_eq(ms_scratch_reserve(&s, MS_SCRATCH_MOE, 1000, &err), 0);
+	void *base = s.base[MS_SCRATCH_MOE];
+	size_t size = s.size[MS_SCRATCH_MOE];
+	ck_assert(base && size >= 1000 && (uintptr_t)base % MS_SCRATCH_ALIGN == 0);
+	ck_assert_int_eq(ms_scratch_reserve(&s, MS_SCRATCH_MOE, 10, &err), 0);
+	ck_assert(s.base[MS_SCRATCH_MOE] == base && s.size[MS_SCRATCH_MOE] == size);
+	ck_assert_int_eq(ms_scratch_reserve(&s, MS_SCRATCH_MOE, SIZE_MAX, &err), -ENOMEM);
+	ck_assert_msg(strstr(err.msg, "out of memory") && strstr(err.msg, "MoE rows"), "%s",
+		      err.msg);
+	ck_assert(s.base[MS_SCRATCH_MOE] == base && s.size[MS_SCRATCH_MOE] == size);
+	ck_assert_ptr_null(s.base[MS_SCRATCH_GEMM]);
+	ms_scratch_free(&s);
+	ck_assert(!s.base[MS_SCRATCH_MOE] && !s.size[MS_SCRATCH_MOE]);
+}
+END_TEST
+
+/* A small MoE layer of mixed experts: MXFP4 (the q8 kernels, which prepare
+ * their inputs, where the CPU has them), one bf16, and inputs quantized
+ * (MXFP4, FP8) ahead of some. H and I are not multiples of 32. */
+#define TM_E 5
+#define TM_H 72
+#define TM_I 56
+#define TM_K 2
+
+struct test_moe {
+	struct ms_linear gu[TM_E], dn[TM_E];
+	const struct ms_linear *gup[TM_E], *dnp[TM_E];
+	void *data[TM_E][2][2], *pack[TM_E][2];
+	struct ms_moe_w w;
+};
+
+static void test_linear_make(struct ms_cpu *be, struct ms_linear *l, void **data, void **pack,
+			     int64_t e, int64_t rows, int64_t cols)
+{
+	int64_t g = (cols + 31) / 32;
+	if (e == 3) { /* bf16 */
+		uint16_t *w = malloc((size_t)(rows * cols) * sizeof(*w));
+		for (int64_t i = 0; i < rows * cols; i++)
+			w[i] = (uint16_t)(0x3C00u + (rnd() & 0x3FF) + (rnd() & 1) * 0x8000u);
+		data[0] = w;
+		l->w = (struct ms_wmat){.fmt = MS_WFMT_BF16, .rows = rows, .cols = cols,
+					.w = (const uint8_t *)w, .row_bytes = (size_t)cols * 2};
+	} else {
+		uint8_t *w = calloc((size_t)(rows * g * 16), 1), *sc = malloc((size_t)(rows * g));
+		for (int64_t r = 0; r < rows; r++)
+			for (int64_t k = 0; k < cols; k++)
+				w[r * g * 16 + k / 2] |= (uint8_t)((rnd() & 15) << (4 * (k & 1)));
+		for (int64_t i = 0; i < rows * g; i++)
+			sc[i] = (uint8_t)(120 + rnd() % 8);
+		data[0] = w, data[1] = sc;
+		l->w = (struct ms_wmat){.fmt = MS_WFMT_MXFP4, .rows = rows, .cols = cols, .w = w,
+					.row_bytes = (size_t)g * 16, .scales = sc,
+					.scale_row_bytes = (size_t)g};
+	}
+	l->bias = malloc((size_t)rows * sizeof(float));
+	for (int64_t r = 0; r < rows; r++)
+		l->bias[r] = 0.1f * frand();
+	l->act = (struct ms_actq){e == 1 ? MS_ACTQ_MXFP4_DYNAMIC : e == 2 ? MS_ACTQ_FP8_DYNAMIC
+								   : MS_ACTQ_NONE, 0};
+	struct ms_err err = {0};
+	char why[512];
+	int rc = ms_cpu_bind(be, &l->w, &l->kernel, pack, why, sizeof(why), &err);
+	ck_assert_msg(rc == 0, "bind: %s", err.msg);
+}
+
+static void test_moe_init(struct test_moe *t, struct ms_cpu *be)
+{
+	memset(t, 0, sizeof(*t));
+	for (int64_t e = 0; e < TM_E; e++) {
+		test_linear_make(be, &t->gu[e], t->data[e][0], &t->pack[e][0], e, 2 * TM_I, TM_H);
+		test_linear_make(be, &t->dn[e], t->data[e][1], &t->pack[e][1], e, TM_H, TM_I);
+		t->gup[e] = &t->gu[e], t->dnp[e] = &t->dn[e];
+	}
+	t->w = (struct ms_moe_w){TM_E, TM_H, TM_I, t->gup, t->dnp};
+}
+
+static void test_moe_free(struct test_moe *t)
+{
+	for (int64_t e = 0; e < TM_E; e++)
+		for (int s = 0; s < 2; s++) {
+			struct ms_linear *l = s ? &t->dn[e] : &t->gu[e];
+			if (l->kernel->pack_free)
+				l->kernel->pack_free(t->pack[e][s]);
+			else
+				free(t->pack[e][s]);
+			free(l->bias), free(t->data[e][s][0]), free(t->data[e][s][1]);
+		}
+}
+
+/* One call's inputs: hidden rows, routing, and the residual it adds to. */
+struct moe_call {
+	int64_t n;
+	float *h, *w, *res;
+	int32_t *sel;
+};
+
+static struct moe_call moe_call_make(int64_t n)
+{
+	struct moe_call c = {n, malloc((size_t)(n * TM_H) * sizeof(float)),
+			     malloc((size_t)(n * TM_K) * sizeof(float)),
+			     malloc((size_t)(n * TM_H) * sizeof(float)),
+			     malloc((size_t)(n * TM_K) * sizeof(int32_t))};
+	float logits[TM_E];
+	for (int64_t t = 0; t < n; t++) {
+		for (int64_t i = 0; i < TM_H; i++)
+			c.h[t * TM_H + i] = 2.0f * frand(), c.res[t * TM_H + i] = frand();
+		for (int64_t e = 0; e < TM_E; e++)
+			logits[e] = frand();
+		ms_moe_route(logits, 1, TM_E, TM_K, c.sel + t * TM_K, c.w + t * TM_K);
+	}
+	return c;
+}
+
+/* out = the residual plus the layer's experts, on be. */
+static float *moe_run(struct ms_cpu *be, const struct test_moe *t, const struct moe_call *c,
+		      int64_t t0, int64_t n)
+{
+	struct ms_err err = {0};
+	float *out = malloc((size_t)(n * TM_H) * sizeof(float));
+	memcpy(out, c->res + t0 * TM_H, (size_t)(n * TM_H) * sizeof(float));
+	int rc = ms_moe_forward(be, &t->w, (struct ms_swiglu){7.0f, 1.702f}, c->h + t0 * TM_H, n,
+				c->sel + t0 * TM_K, c->w + t0 * TM_K, TM_K, out, &err);
+	ck_assert_msg(rc == 0, "moe: %s", err.msg);
+	return out;
+}
+
+/* Kernel sets the reuse test runs on: the CPU's best, the AVX2 one, the
+ * AMX tiles on the software model, the reference (nothing prepared). */
+static const char *const moe_sets[] = {"auto", "avx2", "amx-sim", "ref"};
+
+/* One backend reused for a larger, a smaller, a larger again (its scratch
+ * as the first left it) and a largest batch gives what a fresh backend
+ * gives for each, bit for bit, and what it gives token by token (each
+ * expert then has one row, its regions laid out anew); the scratch
+ * grows only for the largest. _i: a row of moe_sets. */
+START_TEST(moe_reused_scratch_matches_fresh)
+{
+	struct ms_err err = {0};
+	struct ms_cpu be, fresh, single;
+	if (ms_cpu_init(&be, moe_sets[_i], 2, &err) == -ENOTSUP)
+		return; /* this CPU lacks the set */
+	ck_assert_int_eq(ms_cpu_init(&single, moe_sets[_i], 2, &err), 0);
+	struct test_moe t;
+	test_moe_init(&t, &be);
+	const int64_t sizes[] = {48, 3, 40, 64};
+	void *base = NULL;
+	for (int c = 0; c < 4; c++) {
+		struct moe_call call = moe_call_make(sizes[c]);
+		int64_t n = call.n;
+		size_t bytes = (size_t)(n * TM_H) * sizeof(float);
+		float *got = moe_run(&be, &t, &call, 0, n);
+		if (c == 1 || c == 2)
+			ck_assert_msg(be.scratch.base[MS_SCRATCH_MOE] == base, "%s: call %d reallocated",
+				      moe_sets[_i], c);
+		base = be.scratch.base[MS_SCRATCH_MOE];
+		ck_assert_int_eq(ms_cpu_init(&fresh, moe_sets[_i], 2, &err), 0);
+		float *want = moe_run(&fresh, &t, &call, 0, n);
+		ms_cpu_free(&fresh);
+		ck_assert_msg(!memcmp(got, want, bytes), "%s: %lld tokens after a reuse differ from a "
+			      "fresh backend", moe_sets[_i], (long long)n);
+		for (int64_t tk = 0; tk < n; tk++) {
+			float *one = moe_run(&single, &t, &call, tk, 1);
+			ck_assert_msg(!memcmp(one, got + tk * TM_H, TM_H * sizeof(float)),
+				      "%s: token %lld of %lld differs alone", moe_sets[_i], (long long)tk,
+				      (long long)n);
+			free(one);
+		}
+		free(got), free(want);
+		free(call.h), free(call.w), free(call.res), free(call.sel);
+	}
+	test_moe_free(&t);
+	ms_cpu_free(&single);
+	ms_cpu_free(&be);
+}
+END_TEST
+
+/* The same for projections (ms_cpu_linear): two that share one pool run,
+ * and three one by one, two of them quantizing their input first. */
+START_TEST(linear_reused_scratch_matches_fresh)
+{
+	struct ms_err err = {0};
+	struct ms_cpu be, fresh;
+	if (ms_cpu_init(&be, moe_sets[_i], 2, &err) == -ENOTSUP)
+		return;
+	struct test_moe t;
+	test_moe_init(&t, &be);
+	const struct ms_linear *together[] = {&t.gu[0], &t.gu[4]}, *apart[] = {&t.gu[0], &t.gu[1],
+										&t.gu[2]};
+	const int64_t sizes[] = {48, 3, 40}, N = 2 * TM_I;
+	for (int c = 0; c < 3; c++) {
+		struct moe_call call = moe_call_make(sizes[c]);
+		size_t bytes = (size_t)(call.n * N) * sizeof(float);
+		float *y[2][5];
+		for (int r = 0; r < 2; r++) {
+			struct ms_cpu *b = r ? &fresh : &be;
+			if (r)
+				ck_assert_int_eq(ms_cpu_init(&fresh, moe_sets[_i], 2, &err), 0);
+			for (int i = 0; i < 5; i++)
+				y[r][i] = malloc(bytes);
+			ck_assert_int_eq(ms_cpu_linear(b, 3, apart, call.h, call.n, y[r], &err), 0);
+			ck_assert_int_eq(ms_cpu_linear(b, 2, together, call.h, call.n, y[r] + 3, &err), 0);
+			if (r)
+				ms_cpu_free(&fresh);
+		}
+		for (int i = 0; i < 5; i++) {
+			ck_assert_msg(!memcmp(y[0][i], y[1][i], bytes), "%s: %lld tokens, projection %d",
+				      moe_sets[_i], (long long)call.n, i);
+			free(y[0][i]), free(y[1][i]);
+		}
+		free(call.h), free(call.w), free(call.res), free(call.sel);
+	}
+	test_moe_free(&t);
+	ms_cpu_free(&be);
+}
+END_TEST
+
 /* ---- whole-model properties ---- */
 
 struct loaded {
@@ -383,6 +620,14 @@ static void add_portable(Suite *s)
 	tcase_add_test(parts, router_topk_softmax);
 	tcase_add_test(parts, expert_activation);
 	suite_add_tcase(s, parts);
+	TCase *moe = tcase_create("moe-scratch");
+	tcase_set_timeout(moe, 300);
+	tcase_add_test(moe, scratch_grows_once);
+	tcase_add_loop_test(moe, moe_reused_scratch_matches_fresh, 0,
+			    (int)(sizeof(moe_sets) / sizeof(moe_sets[0])));
+	tcase_add_loop_test(moe, linear_reused_scratch_matches_fresh, 0,
+			    (int)(sizeof(moe_sets) / sizeof(moe_sets[0])));
+	suite_add_tcase(s, moe);
 	/* ~37M exp evaluations: a second, tens under the sanitizers */
 	TCase *ex = tcase_create("activation-exp");
 	tcase_set_timeout(ex, 300);

@@ -310,6 +310,7 @@ void ms_cpu_free(struct ms_cpu *be)
 		return;
 	ms_cpu_ops_free(be);
 	ms_pool_free(&be->pool);
+	ms_scratch_free(&be->scratch);
 	memset(be, 0, sizeof(*be));
 }
 
@@ -411,6 +412,23 @@ int64_t ms_kernel_rows_per_task(const struct ms_kernel *k, int64_t rows, int64_t
 	return ms_split_per(rows, tasks, k->row_align > 16 ? k->row_align : 16);
 }
 
+/* Each matrix's activations prepared once, for all its row tasks, into a
+ * region of its own of the backend's scratch. */
+static int gemm_prep(struct ms_cpu *be, struct gemm_job *j)
+{
+	struct ms_scratch_plan plan = {0};
+	size_t at[MS_GEMM_MULTI_MAX];
+	for (int i = 0; i < j->m; i++)
+		at[i] = ms_scratch_plan_add(&plan, j->k->prep_size(j->w[i], j->n));
+	int rc = ms_scratch_reserve(&be->scratch, MS_SCRATCH_GEMM, plan.bytes, NULL);
+	for (int i = 0; !rc && i < j->m; i++) {
+		void *xq = ms_scratch_at(&be->scratch, MS_SCRATCH_GEMM, at[i]);
+		j->k->prep(j->w[i], j->x, j->w[i]->cols, j->n, xq);
+		j->xq[i] = xq;
+	}
+	return rc;
+}
+
 int ms_cpu_gemm_multi(struct ms_cpu *be, const struct ms_kernel *k, int m,
 			  const struct ms_wmat *const *w, const float *x, int64_t n,
 			  float *const *y, const float *const *bias)
@@ -442,17 +460,10 @@ int ms_cpu_gemm_multi(struct ms_cpu *be, const struct ms_kernel *k, int m,
 		j.w[i] = w[i];
 		j.y[i] = y[i];
 		j.bias[i] = bias ? bias[i] : NULL;
-		if (k->prep) {
-			void *xq = malloc(k->prep_size(w[i], n));
-			if (!xq) {
-				for (int q = 0; q < i; q++)
-					free((void *)j.xq[q]);
-				return -ENOMEM;
-			}
-			k->prep(w[i], x, w[i]->cols, n, xq);
-			j.xq[i] = xq;
-		}
 	}
+	int rc = k->prep ? gemm_prep(be, &j) : 0;
+	if (rc)
+		return rc;
 	if (m == 1 && k->whole && k->whole(w[0], n)) {
 		j.rows_per_task = j.base[1];
 		gemm_task(&j, 0, 0);
@@ -460,10 +471,8 @@ int ms_cpu_gemm_multi(struct ms_cpu *be, const struct ms_kernel *k, int m,
 		ms_pool_run(&be->pool, (int)((j.base[m] + j.rows_per_task - 1) / j.rows_per_task),
 			    gemm_task, &j);
 	}
-	for (int i = 0; i < m; i++) {
+	for (int i = 0; i < m; i++)
 		ms_cpu_count_bytes(be, ms_wmat_bytes(w[i]));
-		free((void *)j.xq[i]);
-	}
 	return 0;
 }
 

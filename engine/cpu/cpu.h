@@ -4,6 +4,11 @@
  * It owns the worker pool and, for each weight format, the one kernel that
  * every matrix of that format will use. Kernel choice happens here, from the
  * CPU's features and the user's --kernels request, never in the hot path.
+ *
+ * One backend runs one step at a time: its gemm, linear and MoE calls take
+ * their working memory from the backend's scratch (scratch.h), and its pool
+ * runs one job at a time, so none of them may be called concurrently on one
+ * struct ms_cpu (two backends may run side by side).
  */
 #ifndef MS_CPU_H
 #define MS_CPU_H
@@ -14,14 +19,10 @@
 #include "ms-error.h"
 #include "pool.h"
 #include "rowops.h"
+#include "scratch.h"
 
 #define MS_KERNEL_CANDIDATES 6
 
-/* A scratch buffer that grows to the largest step seen (ops.c). */
-struct ms_cpu_scratch {
-	void *mem;
-	size_t cap;
-};
 
 struct ms_cpu {
 	const char *name;          /* "cpu" */
@@ -38,8 +39,6 @@ struct ms_cpu {
 	int n_kernels[MS_WFMT_COUNT];
 	char reasons[MS_WFMT_COUNT][96];   /* why the first candidate was chosen */
 	uint64_t bytes_streamed;   /* weight bytes read by gemms so far (bench) */
-	int no_pack;               /* > 0 while loading parts of a spliced matrix */
-	void *bind_defer;          /* quant/: layers waiting for the parallel bind pass */
 	int numa_nodes;            /* memory nodes (libnuma), 1 without NUMA */
 	bool numa_interleave;      /* weights interleaved over the nodes */
 	/* The backend interface's view of it (ops.c): set by ms_cpu_backend. */
@@ -47,7 +46,9 @@ struct ms_cpu {
 	const struct ms_attn_kernel *attn_kernel;
 	const struct ms_step *step;     /* the step being run (step_begin) */
 	struct ms_attn_ws attn_ws;      /* attention's scratch, kept between steps */
-	struct ms_cpu_scratch pages, route; /* per-token page tables; routing */
+	/* Working memory of gemm, linear and MoE calls, grown to the largest
+	 * call seen and kept until ms_cpu_free (zero at init: empty). */
+	struct ms_scratch scratch;
 };
 
 /* kernels: "auto" (or NULL) picks the most specific set this CPU runs,
@@ -107,10 +108,10 @@ static inline void ms_cpu_count_bytes(struct ms_cpu *be, uint64_t b)
 	__atomic_fetch_add(&be->bytes_streamed, b, __ATOMIC_RELAXED);
 }
 
-/* Run k over rows [r0, r1) of w on n activation rows: prepares the
- * activations when the kernel wants them prepared (into scratch, of
- * k->prep_size bytes, or allocates), then calls it. For callers that split
- * rows themselves (moe.c). */
+/* Run k over rows [r0, r1) of w on n activation rows: from xq, the
+ * activations k->prep made (k->prep_size bytes, the caller's), when the
+ * kernel reads them prepared, else from x. For callers that split rows
+ * themselves (moe.c). */
 void ms_kernel_run(const struct ms_kernel *k, const struct ms_wmat *w, int64_t r0, int64_t r1,
 		   const void *xq, const float *x, int64_t ldx, int64_t n, float *y, int64_t ldy);
 
@@ -127,8 +128,8 @@ const char *ms_cpu_flags_str(unsigned flags, char *buf, size_t len);
 extern const char ms_cpu_kernel_sets[];
 
 /* y[n, rows] = x[n, cols] W^T (+ bias), rows split over the pool. 0, or
- * -ENOMEM (y untouched) when the kernel's prepared activations cannot be
- * allocated. */
+ * -ENOMEM (y untouched) when the scratch for the kernel's prepared
+ * activations cannot grow. */
 int ms_cpu_gemm(struct ms_cpu *be, const struct ms_kernel *k, const struct ms_wmat *w,
 		    const float *x, int64_t n, float *y, const float *bias);
 
@@ -144,5 +145,16 @@ int ms_cpu_gemm(struct ms_cpu *be, const struct ms_kernel *k, const struct ms_wm
 int ms_cpu_gemm_multi(struct ms_cpu *be, const struct ms_kernel *k, int m,
 			  const struct ms_wmat *const *w, const float *x, int64_t n,
 			  float *const *y, const float *const *bias);
+
+/* y[i][n, rows_i] = act_i(x[n, cols]) W_i^T * row_scale + bias_i for m
+ * projections on the same x (engine/linear.h; each bound to its kernel):
+ * one pass over the pool (ms_cpu_gemm_multi) when 1 <= m <=
+ * MS_GEMM_MULTI_MAX and they share a kernel and a width and quantize no
+ * activations, else one by one, quantizing x into scratch first for those
+ * that ask. The same results either way. 0, or -ENOMEM with a message
+ * when scratch cannot grow (y[i] of the failed one and after untouched). */
+struct ms_linear;
+int ms_cpu_linear(struct ms_cpu *be, int m, const struct ms_linear *const *l, const float *x,
+		  int64_t n, float *const *y, struct ms_err *err);
 
 #endif

@@ -3,7 +3,6 @@
 
 #include <math.h>
 #include <stdatomic.h>
-#include <stdlib.h>
 #include <string.h>
 
 
@@ -56,41 +55,28 @@ struct moe_job {
 	float *a;              /* [n*k, I] activations (quantized in place when asked) */
 	float *rs;             /* [n*k] per-row output scale of the current stage */
 	float *ys;             /* [n*k, H] weighted expert outputs by slot */
-	void **xq;             /* [E] prepared inputs of the current stage, or NULL */
+	void *const *xq;       /* [E] prepared inputs of the current stage, or NULL */
 	atomic_int *left;      /* [E] gate_up items of each expert still to finish */
 	atomic_int *ready;     /* [E] 1: gate_up's inputs prepared, 2: down's */
 	float *out;            /* [n, H] the sum over each token's experts is added here */
 	int64_t cols_per_task; /* of the final reduction */
-	atomic_bool failed;    /* a prep buffer could not be allocated: compute nothing more */
 };
 
 /* Quantize the inputs of expert e for its projection of stage 0 (gate_up)
- * or 1 (down): each expert has its own activation scale. Stage 1 first
- * releases stage 0's prepared inputs. */
+ * or 1 (down): each expert has its own activation scale. */
 static void quant(struct moe_job *j, int stage, int64_t e)
 {
 	const struct ms_linear *L = stage ? j->m->down[e] : j->m->gate_up[e];
 	int64_t o = j->off[e], ne = j->off[e + 1] - o, K = L->w.cols;
 	float *x = (stage ? j->a : j->xg) + o * K;
-	free(j->xq[e]);
-	j->xq[e] = NULL;
 	if (L->act.kind != MS_ACTQ_NONE)
 		ms_actq_apply(&L->act, x, K, ne, K, x, j->rs + o);
 	/* Kernels that read activations in their own form get them converted
-	 * once per expert here, not once per row block. */
-	if (L->kernel->prep) {
-		j->xq[e] = malloc(L->kernel->prep_size(&L->w, ne));
-		if (!j->xq[e]) {
-			atomic_store_explicit(&j->failed, true, memory_order_relaxed);
-			return;
-		}
+	 * once per expert here, not once per row block, into the expert's own
+	 * region (moe_prep_regions): stage 1 overwrites stage 0's, which every
+	 * gate_up block of e has finished reading by then. */
+	if (L->kernel->prep)
 		L->kernel->prep(&L->w, x, K, ne, j->xq[e]);
-	}
-}
-
-static bool failed(const struct moe_job *j)
-{
-	return atomic_load_explicit(&j->failed, memory_order_relaxed);
 }
 
 /* Expert e's inputs: its tokens' rows gathered, then prepared for gate_up. */
@@ -114,14 +100,13 @@ static void gate_up_task(struct moe_job *j, const struct moe_item *item)
 	int64_t o = j->off[e], ne = j->off[e + 1] - o;
 	float *g = j->g + o * I2;
 	ms_pool_wait_ge(&j->ready[e], 1);
-	if (!failed(j))
-		ms_kernel_run(L->kernel, &L->w, r0, r1, j->xq[e], j->xg + o * m->hidden, m->hidden,
-			      ne, g, I2);
+	ms_kernel_run(L->kernel, &L->w, r0, r1, j->xq[e], j->xg + o * m->hidden, m->hidden, ne, g,
+		      I2);
 	const float *b = L->bias;
 	bool scaled = L->act.kind != MS_ACTQ_NONE;
 	/* Blocks start and end on even rows: each holds whole (gate, up) pairs,
 	 * so the activation is finished here. */
-	for (int64_t t = 0; t < ne && !failed(j); t++) {
+	for (int64_t t = 0; t < ne; t++) {
 		float *gt = g + t * I2, s = scaled ? j->rs[o + t] : 1.0f;
 		float *at = j->a + (o + t) * m->inter;
 		if (scaled)
@@ -134,8 +119,7 @@ static void gate_up_task(struct moe_job *j, const struct moe_item *item)
 	 * and the work lands where a core has just become free. acq_rel: the
 	 * other blocks' activations are visible to it. */
 	if (atomic_fetch_sub_explicit(&j->left[e], 1, memory_order_acq_rel) == 1) {
-		if (!failed(j))
-			quant(j, 1, e);
+		quant(j, 1, e);
 		atomic_store_explicit(&j->ready[e], 2, memory_order_release);
 	}
 }
@@ -148,8 +132,6 @@ static void down_task(struct moe_job *j, const struct moe_item *item)
 	int64_t o = j->off[e], ne = j->off[e + 1] - o;
 	float *y = j->yd + o * H;
 	ms_pool_wait_ge(&j->ready[e], 2);
-	if (failed(j))
-		return;
 	ms_kernel_run(L->kernel, &L->w, r0, r1, j->xq[e], j->a + o * m->inter, m->inter, ne, y, H);
 	const float *b = L->bias;
 	bool scaled = L->act.kind != MS_ACTQ_NONE;
@@ -227,67 +209,156 @@ static int64_t make_items(struct moe_item *items, atomic_int *left, const int64_
 	return n;
 }
 
+/* One call's arrays, carved out of the backend's MoE slot. */
+struct moe_bufs {
+	int64_t *off, *fill;
+	int32_t *slot;
+	struct moe_item *items;
+	atomic_int *left, *ready;
+	float *xg, *g, *yd, *a, *ys, *rs;
+	void **xq;
+};
+
+/* The next region of a layout: where it lies once base (the reserved
+ * slot) is known, NULL while only sizing. */
+static void *region(struct ms_scratch_plan *p, char *base, size_t bytes)
+{
+	size_t at = ms_scratch_plan_add(p, bytes);
+	return base ? base + at : NULL;
+}
+
+/* Lay out the arrays of a call of nk rows: only sizing them while base is
+ * NULL, then, with base the reserved slot, pointing b at them. One layout
+ * for both, so the reservation is exactly what the carving takes. */
+static size_t moe_layout(const struct ms_moe_w *m, int64_t nk, char *base, struct moe_bufs *b)
+{
+	int64_t E = m->n_experts, H = m->hidden, I = m->inter;
+	int64_t maxrows = (2 * I > H ? 2 * I : H);
+	int64_t max_items = E * ((maxrows + 15) / 16 + 1); /* a stage's; blocks are >= 16 rows */
+	struct ms_scratch_plan p = {0};
+	const size_t f = sizeof(float);
+	b->off = region(&p, base, (size_t)(E + 1) * sizeof(*b->off));
+	b->fill = region(&p, base, (size_t)E * sizeof(*b->fill));
+	b->slot = region(&p, base, (size_t)nk * sizeof(*b->slot));
+	b->items = region(&p, base, (size_t)(2 * max_items) * sizeof(*b->items));
+	b->left = region(&p, base, (size_t)E * sizeof(*b->left));
+	b->ready = region(&p, base, (size_t)E * sizeof(*b->ready));
+	b->xg = region(&p, base, (size_t)(nk * H) * f);
+	b->g = region(&p, base, (size_t)(nk * 2 * I) * f);
+	b->yd = region(&p, base, (size_t)(nk * H) * f);
+	b->a = region(&p, base, (size_t)(nk * I) * f);
+	b->ys = region(&p, base, (size_t)(nk * H) * f);
+	b->rs = region(&p, base, (size_t)nk * f);
+	b->xq = region(&p, base, (size_t)E * sizeof(*b->xq));
+	return p.bytes;
+}
+
+static int moe_bufs_get(struct ms_cpu *be, const struct ms_moe_w *m, int64_t nk,
+			struct moe_bufs *b, struct ms_err *err)
+{
+	int rc = ms_scratch_reserve(&be->scratch, MS_SCRATCH_MOE, moe_layout(m, nk, NULL, b), err);
+	if (!rc)
+		moe_layout(m, nk, ms_scratch_at(&be->scratch, MS_SCRATCH_MOE, 0), b);
+	return rc;
+}
+
+/* Counting sort of the (token, j) slots by expert: expert e's rows are
+ * [off[e], off[e + 1]) of the grouped buffers, in slot order. */
+static void moe_group(const int32_t *sel, int64_t nk, int64_t E, const struct moe_bufs *b)
+{
+	memset(b->off, 0, (size_t)(E + 1) * sizeof(*b->off));
+	memset(b->fill, 0, (size_t)E * sizeof(*b->fill));
+	for (int64_t s = 0; s < nk; s++)
+		b->off[sel[s] + 1]++;
+	for (int64_t e = 0; e < E; e++)
+		b->off[e + 1] += b->off[e];
+	for (int64_t s = 0; s < nk; s++) {
+		int64_t e = sel[s];
+		b->slot[b->off[e] + b->fill[e]++] = (int32_t)s;
+	}
+}
+
+/* Expert e's prepared inputs for ne rows: one region for gate_up's and
+ * then down's (quant), so the larger of the two. */
+static size_t expert_prep_bytes(const struct ms_moe_w *m, int64_t e, int64_t ne)
+{
+	const struct ms_linear *gu = m->gate_up[e], *dn = m->down[e];
+	if (!ne)
+		return 0;
+	size_t a = gu->kernel->prep ? gu->kernel->prep_size(&gu->w, ne) : 0;
+	size_t d = dn->kernel->prep ? dn->kernel->prep_size(&dn->w, ne) : 0;
+	return a > d ? a : d;
+}
+
+/* Every active expert's region, disjoint, sized from the routing counts
+ * and reserved in one piece before the pool runs: the tasks that fill them
+ * run in parallel and allocate nothing. xq[e] NULL: nothing to prepare. */
+static int moe_prep_regions(struct ms_cpu *be, const struct ms_moe_w *m, const int64_t *off,
+			    void **xq, struct ms_err *err)
+{
+	int64_t E = m->n_experts;
+	struct ms_scratch_plan p = {0};
+	for (int64_t e = 0; e < E; e++)
+		ms_scratch_plan_add(&p, expert_prep_bytes(m, e, off[e + 1] - off[e]));
+	int rc = ms_scratch_reserve(&be->scratch, MS_SCRATCH_MOE_PREP, p.bytes, err);
+	p = (struct ms_scratch_plan){0};
+	for (int64_t e = 0; !rc && e < E; e++) {
+		size_t bytes = expert_prep_bytes(m, e, off[e + 1] - off[e]);
+		size_t at = ms_scratch_plan_add(&p, bytes);
+		xq[e] = bytes ? ms_scratch_at(&be->scratch, MS_SCRATCH_MOE_PREP, at) : NULL;
+	}
+	return rc;
+}
+
+/* The row alignment every block keeps: every kernel's panel, and 16. */
+static int64_t moe_row_align(const struct ms_moe_w *m)
+{
+	int64_t align = 16;
+	for (int64_t e = 0; e < m->n_experts; e++) {
+		const struct ms_linear *gu = m->gate_up[e], *dn = m->down[e];
+		align = gu->kernel->row_align > align ? gu->kernel->row_align : align;
+		align = dn->kernel->row_align > align ? dn->kernel->row_align : align;
+	}
+	return align;
+}
+
+/* The weights the call streams: each active expert's two matrices. */
+static void moe_count_bytes(struct ms_cpu *be, const struct ms_moe_w *m, const int64_t *off)
+{
+	uint64_t bytes = 0;
+	for (int64_t e = 0; e < m->n_experts; e++)
+		if (off[e + 1] > off[e])
+			bytes += ms_wmat_bytes(&m->gate_up[e]->w) + ms_wmat_bytes(&m->down[e]->w);
+	ms_cpu_count_bytes(be, bytes);
+}
+
 int ms_moe_forward(struct ms_cpu *be, const struct ms_moe_w *m, struct ms_swiglu act,
 		   const float *h, int64_t n, const int32_t *sel, const float *w, int64_t k,
 		   float *out, struct ms_err *err)
 {
 	int64_t E = m->n_experts, H = m->hidden, I = m->inter, nk = n * k;
-	int64_t maxrows = (2 * I > H ? 2 * I : H);
-	int64_t max_items = E * ((maxrows + 15) / 16 + 1); /* a stage's; blocks are >= 16 rows */
-	int64_t *off = calloc((size_t)E + 1, sizeof(*off));
-	int64_t *fill = calloc((size_t)E, sizeof(*fill));
-	int32_t *slot = malloc((size_t)nk * sizeof(*slot));
-	struct moe_item *items = malloc((size_t)(2 * max_items) * sizeof(*items));
-	atomic_int *left = malloc((size_t)E * sizeof(*left));
-	atomic_int *ready = malloc((size_t)E * sizeof(*ready));
-	float *xg = malloc((size_t)(nk * H) * sizeof(float));
-	float *g = malloc((size_t)(nk * 2 * I) * sizeof(float));
-	float *yd = malloc((size_t)(nk * H) * sizeof(float));
-	float *a = malloc((size_t)(nk * I) * sizeof(float));
-	float *ys = malloc((size_t)(nk * H) * sizeof(float));
-	float *rs = malloc((size_t)nk * sizeof(float));
-	void **xqs = calloc((size_t)E, sizeof(*xqs));
-	int rc = 0;
-	if (!off || !fill || !slot || !items || !left || !ready || !xg || !g || !yd || !a || !ys ||
-	    !rs || !xqs) {
-		rc = ms_err_set(err, -ENOMEM, "MoE: out of memory for %lld tokens", (long long)n);
-		goto out;
+	struct moe_bufs b;
+	struct ms_err e2 = {0};
+	int rc = moe_bufs_get(be, m, nk, &b, &e2);
+	if (!rc) {
+		moe_group(sel, nk, E, &b);
+		rc = moe_prep_regions(be, m, b.off, b.xq, &e2);
 	}
-	/* Counting sort of (token, j) slots by expert. */
-	for (int64_t s = 0; s < nk; s++)
-		off[sel[s] + 1]++;
-	for (int64_t e = 0; e < E; e++)
-		off[e + 1] += off[e];
-	for (int64_t s = 0; s < nk; s++) {
-		int64_t e = sel[s];
-		slot[off[e] + fill[e]++] = (int32_t)s;
-	}
+	if (rc)
+		return ms_err_set(err, rc, "MoE, %lld tokens: %s", (long long)n, e2.msg);
 	struct moe_job job = {.m = m, .h = h, .n = n, .k = k, .act = act, .swiglu_row = be->swiglu_row,
-			      .items = items, .off = off, .slot = slot, .w = w, .xg = xg, .g = g,
-			      .yd = yd, .a = a, .rs = rs, .ys = ys, .xq = xqs, .left = left,
-			      .ready = ready, .out = out};
-	atomic_init(&job.failed, false);
+			      .items = b.items, .off = b.off, .slot = b.slot, .w = w, .xg = b.xg,
+			      .g = b.g, .yd = b.yd, .a = b.a, .rs = b.rs, .ys = b.ys, .xq = b.xq,
+			      .left = b.left, .ready = b.ready, .out = out};
 	for (int64_t e = 0; e < E; e++)
-		atomic_init(&ready[e], 0);
-	int64_t align = 16;
-	uint64_t bytes = 0;
-	for (int64_t e = 0; e < E; e++) {
-		const struct ms_linear *gu = m->gate_up[e], *dn = m->down[e];
-		align = gu->kernel->row_align > align ? gu->kernel->row_align : align;
-		align = dn->kernel->row_align > align ? dn->kernel->row_align : align;
-		if (off[e + 1] > off[e])
-			bytes += ms_wmat_bytes(&gu->w) + ms_wmat_bytes(&dn->w);
-	}
-	ms_cpu_count_bytes(be, bytes);
+		atomic_init(&b.ready[e], 0);
+	moe_count_bytes(be, m, b.off);
+	int64_t align = moe_row_align(m);
 	/* gather and prepare gate_up's inputs; gate_up, whose last block of
 	 * each expert prepares its down inputs; down: one pool run */
-	job.n_gu = make_items(items, left, off, E, 2 * I, be->pool.n_threads, align);
-	int64_t n_dn = make_items(items + job.n_gu, NULL, off, E, H, be->pool.n_threads, align);
+	job.n_gu = make_items(b.items, b.left, b.off, E, 2 * I, be->pool.n_threads, align);
+	int64_t n_dn = make_items(b.items + job.n_gu, NULL, b.off, E, H, be->pool.n_threads, align);
 	ms_pool_run(&be->pool, (int)(E + job.n_gu + n_dn), stage_task, &job);
-	if (failed(&job)) {
-		rc = ms_err_set(err, -ENOMEM, "MoE: out of memory for prepared inputs");
-		goto out;
-	}
 	/* out += each token's experts, over column blocks of the pool; a few
 	 * tokens' worth (decode of one or two) costs less than a pool run */
 	if (nk * H <= 16384) {
@@ -298,22 +369,5 @@ int ms_moe_forward(struct ms_cpu *be, const struct ms_moe_w *m, struct ms_swiglu
 		ms_pool_run(&be->pool, (int)((H + job.cols_per_task - 1) / job.cols_per_task),
 			    out_task, &job);
 	}
-out:
-	if (xqs)
-		for (int64_t e = 0; e < E; e++)
-			free(xqs[e]);
-	free(xqs);
-	free(off);
-	free(fill);
-	free(slot);
-	free(items);
-	free(left);
-	free(ready);
-	free(xg);
-	free(g);
-	free(yd);
-	free(a);
-	free(ys);
-	free(rs);
-	return rc;
+	return 0;
 }

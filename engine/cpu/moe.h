@@ -108,7 +108,8 @@ void ms_moe_route(const float *logits, int64_t n, int64_t n_experts, int64_t k, 
 /* out[n, H] += sum_j w[t, j] * (down_e(act(gate_up_e(h[t]) + b)) + b),
  * e = sel[t, j], the sum formed first in j order, then added (so adding
  * into the residual stream is the same as adding a separate result).
- * Returns -ENOMEM when scratch cannot be allocated. */
+ * Its arrays and the experts' prepared inputs are the backend's scratch;
+ * -ENOMEM with a message when that cannot grow (out untouched). */
 int ms_moe_forward(struct ms_cpu *be, const struct ms_moe_w *m, struct ms_swiglu act,
 		   const float *h, int64_t n, const int32_t *sel, const float *w, int64_t k,
 		   float *out, struct ms_err *err);

@@ -22,6 +22,7 @@
 #include "moe.h"
 #include "pool.h"
 #include "rowops.h"
+#include "scratch.h"
 
 static struct ms_cpu *cpu_of(struct ms_backend *b)
 {
@@ -134,29 +135,12 @@ static void cpu_weights_end(struct ms_backend *b, void *const *maps, const size_
 
 /* ---- a step ---- */
 
-/* Grow a scratch buffer of the backend (never shrinks; kept for the next
- * step). */
-static void *grow(struct ms_cpu_scratch *s, size_t bytes)
-{
-	if (bytes <= s->cap)
-		return s->mem;
-	void *p = malloc(bytes + bytes / 2);
-	if (!p)
-		return NULL;
-	free(s->mem);
-	s->mem = p;
-	s->cap = bytes + bytes / 2;
-	return p;
-}
-
 static int cpu_step_begin(struct ms_backend *b, const struct ms_step *s, struct ms_err *err)
 {
 	struct ms_cpu *be = cpu_of(b);
 	be->step = s;
-	if (!grow(&be->pages, (size_t)s->n * sizeof(int32_t *)))
-		return ms_err_set(err, -ENOMEM, "forward: out of memory for %lld tokens' page tables",
-				  (long long)s->n);
-	return 0;
+	return ms_scratch_reserve(&be->scratch, MS_SCRATCH_STEP, (size_t)s->n * sizeof(int32_t *),
+				  err);
 }
 
 static void cpu_embed(struct ms_backend *b, const struct ms_linear *table, float *x)
@@ -167,59 +151,10 @@ static void cpu_embed(struct ms_backend *b, const struct ms_linear *table, float
 		ms_wmat_row_f32(&table->w, s->tokens[t], x + t * H);
 }
 
-/* One matrix: activation quantization (scratch per call until the CPU's
- * grown-once scratch takes it over), then the kernel. */
-static int linear_one(struct ms_cpu *be, const struct ms_linear *l, const float *x, int64_t n,
-		      float *y)
-{
-	if (l->act.kind == MS_ACTQ_NONE)
-		return ms_cpu_gemm(be, l->kernel, &l->w, x, n, y, l->bias);
-	int64_t K = l->w.cols, N = l->w.rows;
-	float *xq = malloc((size_t)(n * K) * sizeof(float));
-	float *rs = malloc((size_t)n * sizeof(float));
-	int rc = xq && rs ? 0 : -ENOMEM;
-	if (!rc) {
-		ms_actq_apply(&l->act, x, K, n, K, xq, rs);
-		rc = ms_cpu_gemm(be, l->kernel, &l->w, xq, n, y, NULL);
-	}
-	for (int64_t t = 0; !rc && t < n; t++)
-		for (int64_t r = 0; r < N; r++)
-			y[t * N + r] = y[t * N + r] * rs[t] + (l->bias ? l->bias[r] : 0.0f);
-	free(xq);
-	free(rs);
-	return rc;
-}
-
-/* Several matrices in one pool run when they share a kernel and a width and
- * quantize no activations, else one by one: the same bits either way. */
-static int linear_run(struct ms_cpu *be, int m, const struct ms_linear *const *l, const float *x,
-		      int64_t n, float *const *y)
-{
-	bool together = m >= 1 && m <= MS_GEMM_MULTI_MAX;
-	for (int i = 0; together && i < m; i++)
-		together = l[i]->act.kind == MS_ACTQ_NONE && l[i]->kernel == l[0]->kernel &&
-			   l[i]->w.cols == l[0]->w.cols;
-	if (!together) {
-		int rc = 0;
-		for (int i = 0; i < m && !rc; i++)
-			rc = linear_one(be, l[i], x, n, y[i]);
-		return rc;
-	}
-	const struct ms_wmat *w[MS_GEMM_MULTI_MAX];
-	const float *bias[MS_GEMM_MULTI_MAX];
-	for (int i = 0; i < m; i++)
-		w[i] = &l[i]->w, bias[i] = l[i]->bias;
-	return ms_cpu_gemm_multi(be, l[0]->kernel, m, w, x, n, y, bias);
-}
-
 static int cpu_linear(struct ms_backend *b, int m, const struct ms_linear *const *l,
 		      const float *x, int64_t n, float *const *y, struct ms_err *err)
 {
-	int rc = linear_run(cpu_of(b), m, l, x, n, y);
-	if (rc)
-		return ms_err_set(err, rc, "forward: out of memory for %lld tokens' activations",
-				  (long long)n);
-	return 0;
+	return ms_cpu_linear(cpu_of(b), m, l, x, n, y, err);
 }
 
 static void cpu_rmsnorm(struct ms_backend *b, float *y, const float *x, const int64_t *rows,
@@ -277,7 +212,7 @@ static int cpu_attention(struct ms_backend *b, const struct ms_attn_desc *a, str
 {
 	struct ms_cpu *be = cpu_of(b);
 	const struct ms_step *s = be->step;
-	const int32_t **pages = be->pages.mem;
+	const int32_t **pages = ms_scratch_at(&be->scratch, MS_SCRATCH_STEP, 0);
 	for (int64_t t = 0; t < s->n; t++)
 		pages[t] = s->kv[s->seq[t]]->pages[a->layer];
 	struct ms_attn_args aa = {
@@ -292,13 +227,14 @@ static int cpu_moe(struct ms_backend *b, const struct ms_moe_desc *d, struct ms_
 {
 	struct ms_cpu *be = cpu_of(b);
 	int64_t n = be->step->n, k = d->top_k;
-	size_t sel_bytes = ms_arena_size((size_t)(n * k) * sizeof(int32_t));
-	char *mem = grow(&be->route, sel_bytes + (size_t)(n * k) * sizeof(float));
-	if (!mem)
-		return ms_err_set(err, -ENOMEM, "forward: out of memory for %lld tokens' routing",
-				  (long long)n);
-	int32_t *sel = (int32_t *)mem;
-	float *w = (float *)(mem + sel_bytes);
+	struct ms_scratch_plan plan = {0};
+	size_t at_sel = ms_scratch_plan_add(&plan, (size_t)(n * k) * sizeof(int32_t));
+	size_t at_w = ms_scratch_plan_add(&plan, (size_t)(n * k) * sizeof(float));
+	int rc = ms_scratch_reserve(&be->scratch, MS_SCRATCH_ROUTE, plan.bytes, err);
+	if (rc)
+		return rc;
+	int32_t *sel = ms_scratch_at(&be->scratch, MS_SCRATCH_ROUTE, at_sel);
+	float *w = ms_scratch_at(&be->scratch, MS_SCRATCH_ROUTE, at_w);
 	ms_moe_route(d->router_logits, n, d->w->n_experts, k, sel, w);
 	return ms_moe_forward(be, d->w, d->act, d->h, n, sel, w, k, d->x, err);
 }
@@ -357,8 +293,6 @@ void ms_cpu_ops_free(struct ms_cpu *be)
 	if (be->base.ops)
 		ms_backend_arena_free(&be->base);
 	ms_attn_ws_free(&be->attn_ws);
-	free(be->pages.mem);
-	free(be->route.mem);
 	memset(&be->base, 0, sizeof(be->base));
 }
 
