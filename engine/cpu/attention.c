@@ -1,7 +1,8 @@
 /*
  * attention.c: the attention driver (work items, split-K, the fold of chunk
- * partials, the sink), the portable reference kernel and the kernel choice.
- * See attention.h for the arithmetic and why it is thread-independent.
+ * partials, the sink) and the portable reference kernel (the kernel choice
+ * is the table's, kernel-table.c). See attention.h for the arithmetic and
+ * why it is thread-independent.
  */
 #include "attention.h"
 
@@ -70,29 +71,6 @@ void ms_sink_softmax(float *s, int64_t n, float sink)
 	float inv = 1.0f / sum;
 	for (int64_t i = 0; i < n; i++)
 		s[i] *= inv;
-}
-
-/* ---- choice ---- */
-
-static bool runs(const struct ms_attn_kernel *k, unsigned cpu_flags)
-{
-	return (cpu_flags & k->cpu_flags) == k->cpu_flags;
-}
-
-const struct ms_attn_kernel *ms_attn_select(const char *isa, unsigned cpu_flags)
-{
-	/* Most specific first; a set starts the search at its own rank, so a
-	 * forced "avx2" never gets AVX-512 code. */
-	const struct ms_attn_kernel *order[] = {&ms_attn_avx512, &ms_attn_avx2, &ms_attn_ref};
-	size_t first = 0;
-	if (isa && !strcmp(isa, "ref"))
-		return &ms_attn_ref;
-	if (isa && !strcmp(isa, "avx2"))
-		first = 1;
-	for (size_t i = first; i < sizeof(order) / sizeof(order[0]); i++)
-		if (runs(order[i], cpu_flags))
-			return order[i];
-	return &ms_attn_ref;
 }
 
 /* ---- the driver ---- */
