@@ -20,9 +20,6 @@ SKIP_DIRS = ("node_modules", "default")
 
 # (file, function): why it may stay long for now.
 KNOWN = {
-    # being rewritten in the backend seam (issue 19): split there, not here
-    ("engine/cpu/attention.c", "ms_attn_run"): "being rewritten in the backend seam",
-    ("engine/cpu/cpu.c", "ms_cpu_init_opts"): "being rewritten in the backend seam",
 }
 
 IDENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*$")

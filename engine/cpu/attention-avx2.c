@@ -1,6 +1,7 @@
 /*
  * attention-avx2.c: the AVX2 + FMA attention kernel (own flags, see
- * engine/meson.build; chosen by ms_attn_select only where the CPU has both).
+ * engine/cpu/meson.build; chosen by the table of kernel-table.c only where
+ * the CPU has both).
  *
  * The AVX-512 kernel's algorithm on 8 lanes (the chunk walk is shared:
  * attention-chunk.h): tiles of 8 keys aligned to

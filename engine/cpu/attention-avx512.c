@@ -1,7 +1,7 @@
 /*
- * attention-avx512.c: the AVX-512 (F) + FMA attention kernel, compiled with
- * its own flags (engine/meson.build) and chosen at load only when the CPU
- * runs it (ms_attn_select).
+ * attention-avx512.c: the AVX-512 (F, BW, VL) + FMA attention kernel,
+ * compiled with its own flags (engine/cpu/meson.build) and chosen at load
+ * only when the CPU has all of them (the table of kernel-table.c).
  *
  * A chunk is walked in tiles of 16 keys aligned to absolute positions
  * (attention-chunk.h, shared with the AVX2 kernel); here the 16 dot
@@ -157,5 +157,8 @@ static inline vf mask_zero(vkmask m, vf x) { return _mm512_maskz_mov_ps(m, x); }
 #include "attention-chunk.h"
 
 const struct ms_attn_kernel ms_attn_avx512 = {
-	"avx512-attn", "avx512", MS_CPU_AVX512F | MS_CPU_FMA, chunk_avx512,
+	/* every flag of its library (meson.build): the compiler may use BW and
+	 * VL instructions anywhere in this file */
+	"avx512-attn", "avx512", MS_CPU_AVX512F | MS_CPU_AVX512BW | MS_CPU_AVX512VL | MS_CPU_FMA,
+	chunk_avx512,
 };

@@ -1,7 +1,8 @@
 /*
  * attention.c: the attention driver (work items, split-K, the fold of chunk
- * partials, the sink), the portable reference kernel and the kernel choice.
- * See attention.h for the arithmetic and why it is thread-independent.
+ * partials, the sink) and the portable reference kernel (the kernel choice
+ * is the table's, kernel-table.c). See attention.h for the arithmetic and
+ * why it is thread-independent.
  */
 #include "attention.h"
 
@@ -70,29 +71,6 @@ void ms_sink_softmax(float *s, int64_t n, float sink)
 	float inv = 1.0f / sum;
 	for (int64_t i = 0; i < n; i++)
 		s[i] *= inv;
-}
-
-/* ---- choice ---- */
-
-static bool runs(const struct ms_attn_kernel *k, unsigned cpu_flags)
-{
-	return (cpu_flags & k->cpu_flags) == k->cpu_flags;
-}
-
-const struct ms_attn_kernel *ms_attn_select(const char *isa, unsigned cpu_flags)
-{
-	/* Most specific first; a set starts the search at its own rank, so a
-	 * forced "avx2" never gets AVX-512 code. */
-	const struct ms_attn_kernel *order[] = {&ms_attn_avx512, &ms_attn_avx2, &ms_attn_ref};
-	size_t first = 0;
-	if (isa && !strcmp(isa, "ref"))
-		return &ms_attn_ref;
-	if (isa && !strcmp(isa, "avx2"))
-		first = 1;
-	for (size_t i = first; i < sizeof(order) / sizeof(order[0]); i++)
-		if (runs(order[i], cpu_flags))
-			return order[i];
-	return &ms_attn_ref;
 }
 
 /* ---- the driver ---- */
@@ -353,6 +331,64 @@ static int ws_reserve(struct ms_attn_ws *ws, size_t need, size_t keep)
 	return 0;
 }
 
+/* KV heads per item, per block (bhp): as many as fit the block's rows,
+ * since whole positions stream faster than one head's strided rows; fewer
+ * only while that would leave some thread without a task even after
+ * split-K (balance then matters more). */
+static void plan_heads(const struct ms_attn_args *a, int64_t nblk, const int64_t *bt0,
+		       const int32_t *bnq, const int64_t *lo, const int64_t *hi, int64_t threads,
+		       int32_t *bhp)
+{
+	int64_t nKV = a->n_kv_heads, G = a->n_heads / a->n_kv_heads;
+	for (int64_t cap = a->heads ? a->heads : nKV;;) {
+		int64_t possible = 0;
+		for (int64_t b = 0; b < nblk; b++) {
+			int64_t rows_cap = BLOCK_ROWS / (bnq[b] * G);
+			int64_t hp = a->heads ? a->heads : divisor_at_most(nKV, cap < rows_cap ? cap : rows_cap);
+			int64_t tl = bt0[b] + bnq[b] - 1;
+			bhp[b] = (int32_t)hp;
+			possible += nKV / hp * (hi[tl] / MS_ATTN_CHUNK + 1 - lo[bt0[b]] / MS_ATTN_CHUNK);
+		}
+		if (a->heads || threads == 1 || possible >= threads || cap == 1)
+			break;
+		cap = divisor_at_most(nKV, cap - 1);
+	}
+}
+
+/* The blocks of query tokens, as planned. */
+struct blocks {
+	int64_t n;
+	const int64_t *t0;       /* first token */
+	const int32_t *nq, *hp;  /* tokens, kv heads per item */
+	const int64_t *lo, *hi;  /* each token's key window */
+};
+
+/* Items (block x run of kv heads), their tasks (per_item chunks' splits at
+ * most) and the items to merge, with their partials' offsets. */
+static void lay_out_items(const struct blocks *bl, int64_t nKV, int64_t G, int64_t ld,
+			  int64_t per_item, struct item *items, struct task *tasks, int32_t *merges)
+{
+	int64_t it_n = 0, tk_n = 0, mg_n = 0, part_off = 0;
+	for (int64_t b = 0; b < bl->n; b++) {
+		int64_t R = (int64_t)bl->nq[b] * bl->hp[b] * G, t0 = bl->t0[b], tl = t0 + bl->nq[b] - 1;
+		int64_t c0 = bl->lo[t0] / MS_ATTN_CHUNK, c1 = bl->hi[tl] / MS_ATTN_CHUNK + 1;
+		int64_t s = per_item < c1 - c0 ? per_item : c1 - c0;
+		for (int64_t h = 0; h < nKV; h += bl->hp[b]) {
+			struct item *it = &items[it_n];
+			*it = (struct item){.t0 = t0, .c0 = c0, .c1 = c1, .nq = bl->nq[b],
+					    .kvh = (int32_t)h, .nkv = bl->hp[b], .n_split = (int32_t)s};
+			if (s > 1) {
+				it->part = part_off;
+				part_off += (c1 - c0) * slot_floats(R, ld);
+				merges[mg_n++] = (int32_t)it_n;
+			}
+			for (int64_t q = 0; q < s; q++)
+				tasks[tk_n++] = (struct task){(int32_t)it_n, (int32_t)q};
+			it_n++;
+		}
+	}
+}
+
 int ms_attn_run(const struct ms_attn_kernel *k, struct ms_pool *pool,
 		const struct ms_attn_args *a, struct ms_attn_ws *ws, struct ms_err *err)
 {
@@ -390,23 +426,7 @@ int ms_attn_run(const struct ms_attn_kernel *k, struct ms_pool *pool,
 	}
 	int64_t nblk = plan_blocks(a, bq, bt0, bnq);
 
-	/* KV heads per item: as many as fit the block's rows, since whole
-	 * positions stream faster than one head's strided rows; fewer only
-	 * while that would leave some thread without a task even after
-	 * split-K (balance then matters more). */
-	for (int64_t cap = a->heads ? a->heads : nKV;;) {
-		int64_t possible = 0;
-		for (int64_t b = 0; b < nblk; b++) {
-			int64_t rows_cap = BLOCK_ROWS / (bnq[b] * G);
-			int64_t hp = a->heads ? a->heads : divisor_at_most(nKV, cap < rows_cap ? cap : rows_cap);
-			int64_t tl = bt0[b] + bnq[b] - 1;
-			bhp[b] = (int32_t)hp;
-			possible += nKV / hp * (hi[tl] / MS_ATTN_CHUNK + 1 - lo[bt0[b]] / MS_ATTN_CHUNK);
-		}
-		if (a->heads || threads == 1 || possible >= threads || cap == 1)
-			break;
-		cap = divisor_at_most(nKV, cap - 1);
-	}
+	plan_heads(a, nblk, bt0, bnq, lo, hi, threads, bhp);
 
 	/* Count items, tasks, partials. */
 	int64_t n_items = 0;
@@ -448,25 +468,8 @@ int ms_attn_run(const struct ms_attn_kernel *k, struct ms_pool *pool,
 	int32_t *merges = (int32_t *)(base + o_merges);
 	float *zero = (float *)(base + o_zero);
 	memset(zero, 0, (size_t)(nKV * d + 16) * sizeof(float));
-	int64_t it_n = 0, tk_n = 0, mg_n = 0, part_off = 0;
-	for (int64_t b = 0; b < nblk; b++) {
-		int64_t R = (int64_t)bnq[b] * bhp[b] * G, t0 = bt0[b], tl = t0 + bnq[b] - 1;
-		int64_t c0 = lo[t0] / MS_ATTN_CHUNK, c1 = hi[tl] / MS_ATTN_CHUNK + 1;
-		int64_t s = per_item < c1 - c0 ? per_item : c1 - c0;
-		for (int64_t h = 0; h < nKV; h += bhp[b]) {
-			struct item *it = &items[it_n];
-			*it = (struct item){.t0 = t0, .c0 = c0, .c1 = c1, .nq = bnq[b],
-					    .kvh = (int32_t)h, .nkv = bhp[b], .n_split = (int32_t)s};
-			if (s > 1) {
-				it->part = part_off;
-				part_off += (c1 - c0) * slot_floats(R, ld);
-				merges[mg_n++] = (int32_t)it_n;
-			}
-			for (int64_t q = 0; q < s; q++)
-				tasks[tk_n++] = (struct task){(int32_t)it_n, (int32_t)q};
-			it_n++;
-		}
-	}
+	struct blocks bl = {.n = nblk, .t0 = bt0, .nq = bnq, .hp = bhp, .lo = lo, .hi = hi};
+	lay_out_items(&bl, nKV, G, ld, per_item, items, tasks, merges);
 	struct job j = {
 		.kern = k, .a = a, .G = G, .d = d, .ld = ld, .rmax = rmax,
 		.scale = 1.0f / sqrtf((float)d), .lo = lo, .hi = hi, .items = items,

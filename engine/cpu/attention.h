@@ -83,7 +83,9 @@ extern const struct ms_attn_kernel ms_attn_avx512;
 
 /* The kernel for a backend's kernel set (be->isa: "ref", "avx2", "avx512";
  * "amx" counts as avx512), falling back to the next one down the CPU
- * supports; "ref" always gives the reference. Chosen once, at load. */
+ * supports; "ref" always gives the reference. The backend's own choice,
+ * be->attn, is this for be->isa and be->cpu_flags: both walk the table of
+ * kernel-table.c. */
 const struct ms_attn_kernel *ms_attn_select(const char *isa, unsigned cpu_flags);
 
 /* One layer's attention over a batch. */

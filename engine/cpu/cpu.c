@@ -1,15 +1,12 @@
 /*
- * cpu.c: CPU feature detection and kernel selection.
- *
- * To add a kernel set: put its kernels in their own file (compiled with
- * their own ISA flags), add its table to kernel_sets[] above "ref" with the
- * CPU flags it needs. auto takes the first set whose flags the CPU has, per
- * format, falling back to ref for formats a set does not cover.
+ * cpu.c: CPU feature detection and the backend's start-up, on the choice
+ * of kernel-table.c's one table (to add a kernel or a set: that file);
+ * binding a matrix to its first candidate that takes it; the row-parallel
+ * gemm.
  */
 #include "cpu.h"
 #include "dense-onednn.h"
-#include "kernels-bf16.h"
-#include "moe.h"
+#include "kernel-table.h"
 
 #include <cpuid.h>
 #include <errno.h>
@@ -20,35 +17,8 @@
 #include <string.h>
 #include <unistd.h>
 
-struct kernel_set {
-	const char *name;
-	const struct ms_kernel *list; /* preference order, ends with {0} */
-	bool forced_only;             /* only when named: never auto, nor a fallback */
-};
-
-/* kernels-amx.c, built for real tiles and on the tile model (amx-sim.h). */
-extern const struct ms_kernel ms_kernels_amx[], ms_kernels_amx_sim[];
+/* kernels-amx.c: Linux's permission for the tile state. */
 int ms_amx_request_perm(void);
-
-/* Most specific first; "ref" last. */
-static const struct kernel_set kernel_sets[] = {
-	{"amx", ms_kernels_amx, false},
-	/* the AMX kernels on the software tile model: slow, exact to the SDM's
-	 * semantics; lets tests run the tile code paths on CPUs without AMX */
-	{"amx-sim", ms_kernels_amx_sim, true},
-	{"avx512", ms_kernels_avx512, false},
-	{"avx2", ms_kernels_avx2, false},
-	{"ref", ms_kernels_ref, false},
-};
-#define N_SETS (sizeof(kernel_sets) / sizeof(kernel_sets[0]))
-
-const char ms_cpu_kernel_sets[] = "auto, amx, amx-sim, avx512, avx2, ref";
-
-/* A set the search starting at set `first` may draw kernels from. */
-static bool set_in_search(size_t s, size_t first)
-{
-	return !kernel_sets[s].forced_only || s == first;
-}
 
 /* Linux hands out the tile data state only on request: once per process,
  * from the first backend (before its pool's threads exist). Refused, the
@@ -129,7 +99,7 @@ const char *ms_cpu_flags_str(unsigned flags, char *buf, size_t len)
 {
 	static const char *names[] = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
 				      "avx512vnni", "avx512bf16", "amx-tile", "amx-int8", "amx-bf16",
-				      "avx512vbmi"};
+				      "avx512vbmi", "onednn-bf16"};
 	size_t n = 0;
 	buf[0] = '\0';
 	for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++)
@@ -146,9 +116,32 @@ int ms_cpu_init(struct ms_cpu *be, const char *kernels, int threads, struct ms_e
 	return ms_cpu_init_opts(be, &o, err);
 }
 
-static bool kernel_usable(const struct ms_cpu *be, const struct ms_kernel *k)
+/* The table's choice for this CPU and request (kernel-table.c), into be.
+ * amx_why: why the CPU's AMX is off, or NULL. */
+static int choose_kernels(struct ms_cpu *be, const char *kernels, const char *amx_why,
+			  struct ms_err *err)
 {
-	return (be->cpu_flags & k->cpu_flags) == k->cpu_flags && !(be->exact && k->rounds_acts);
+	/* libdnnl's own ISA check, as a flag the table's oneDNN entry needs */
+	unsigned lib = ms_dense_onednn_usable(be->cpu_flags) ? MS_CPU_ONEDNN_BF16 : 0;
+	struct ms_choose_req rq = {
+		.kernels = kernels,
+		.cpu_flags = be->cpu_flags | lib,
+		.exact = be->exact,
+		.lacks_note = amx_why,
+		.reason_note = amx_why ? "; amx off: tile state refused" : NULL,
+	};
+	struct ms_kernel_choice c;
+	int rc = ms_kernels_choose(&rq, &c, err);
+	if (rc)
+		return rc;
+	be->isa = ms_kset_name(c.set);
+	memcpy(be->kernels, c.kernels, sizeof(be->kernels));
+	memcpy(be->n_kernels, c.n_kernels, sizeof(be->n_kernels));
+	memcpy(be->reasons, c.reasons, sizeof(be->reasons));
+	be->rowops = c.rowops;
+	be->swiglu_row = c.swiglu_row;
+	be->attn = c.attn;
+	return 0;
 }
 
 int ms_cpu_init_opts(struct ms_cpu *be, const struct ms_cpu_opts *o,
@@ -164,113 +157,9 @@ int ms_cpu_init_opts(struct ms_cpu *be, const struct ms_cpu_opts *o,
 			 strerror(-amx_rc));
 	be->exact = o->exact;
 	be->dense_int8 = o->dense_int8;
-	const char *kernels = o->kernels;
-	bool any = !kernels || !strcmp(kernels, "auto");
-	size_t first = N_SETS;
-	for (size_t s = 0; s < N_SETS; s++)
-		if (any || !strcmp(kernels, kernel_sets[s].name)) {
-			first = s;
-			break;
-		}
-	if (first == N_SETS)
-		return ms_err_set(err, -EINVAL, "--kernels: unknown kernel set \"%s\" (known: %s)",
-				  kernels, ms_cpu_kernel_sets);
-	if (!any) {
-		/* A forced set must run here: its baseline kernels at least. */
-		unsigned need = ~0u;
-		for (const struct ms_kernel *k = kernel_sets[first].list; k->name; k++)
-			need &= k->cpu_flags;
-		if (!kernel_sets[first].list[0].name)
-			need = 0;
-		if ((be->cpu_flags & need) != need) {
-			char buf[256];
-			return ms_err_set(err, -ENOTSUP, "--kernels %s: this CPU lacks %s%s", kernels,
-					  ms_cpu_flags_str(need & ~be->cpu_flags, buf, sizeof(buf)),
-					  amx_why);
-		}
-	}
-	/* auto: the first set with any kernel this CPU runs names the backend. */
-	be->isa = NULL;
-	for (size_t s = first; s < N_SETS && !be->isa; s++)
-		for (const struct ms_kernel *k = kernel_sets[s].list; k->name && set_in_search(s, first);
-		     k++)
-			if (kernel_usable(be, k)) {
-				be->isa = kernel_sets[s].name;
-				break;
-			}
-	if (!be->isa)
-		be->isa = "ref";
-	/* The experts' activation: the widest build the set allows (the same
-	 * bits from each; the ref set keeps the generic one). */
-	bool ref = !strcmp(be->isa, "ref"), avx2 = !strcmp(be->isa, "avx2");
-	if (!ref && !avx2 && (be->cpu_flags & MS_CPU_AVX512F)) {
-		be->swiglu_row = ms_swiglu_row_avx512;
-		be->rowops = &ms_rowops_avx512;
-	} else if (!ref && (be->cpu_flags & MS_CPU_AVX2)) {
-		be->swiglu_row = ms_swiglu_row_avx2;
-		be->rowops = &ms_rowops_avx2;
-	} else {
-		be->swiglu_row = ms_swiglu_row;
-		be->rowops = &ms_rowops_generic;
-	}
-	/* Candidates per format: the chosen set's usable kernels in order, then
-	 * the lower sets' (a set may lack a format, or a CPU one of its
-	 * kernels' extensions), the reference always last. */
-	for (int f = 0; f < MS_WFMT_COUNT; f++) {
-		int n = 0;
-		/* oneDNN's bf16 matmul (dense-onednn.c) joins the bf16 candidates
-		 * in the avx512 and amx sets where the CPU multiplies bf16
-		 * natively; its pack measures it against avx512-bf16 and declines
-		 * a shape where it never wins. It goes right after the packed
-		 * VDPBF16PS kernel (avx512bf16-vnni2) where that is usable, which
-		 * streams batch-1 decode near DRAM bandwidth where oneDNN does
-		 * not (M = 1 GEMV: ~24 of ~33 GB/s on 2 Zen 4 cores), else
-		 * first. */
-		bool onednn = f == MS_WFMT_BF16 &&
-			      (!strcmp(be->isa, "avx512") || !strcmp(be->isa, "amx")) &&
-			      kernel_usable(be, &ms_kernel_onednn_bf16) &&
-			      ms_dense_onednn_usable(be->cpu_flags);
-		int onednn_at = 0;
-		for (size_t s = first; s + 1 < N_SETS; s++)
-			for (const struct ms_kernel *k = kernel_sets[s].list; k->name; k++)
-				if (k->fmt == (enum ms_wfmt)f && kernel_usable(be, k) &&
-				    set_in_search(s, first) && n < MS_KERNEL_CANDIDATES - 1 - onednn) {
-					be->kernels[f][n++] = k;
-					if (k->gemmq == ms_bf16_gemmq_avx512)
-						onednn_at = n;
-				}
-		if (onednn) {
-			memmove(&be->kernels[f][onednn_at + 1], &be->kernels[f][onednn_at],
-				(size_t)(n - onednn_at) * sizeof(be->kernels[f][0]));
-			be->kernels[f][onednn_at] = &ms_kernel_onednn_bf16;
-			n++;
-		}
-		be->kernels[f][n++] = &ms_kernels_ref[f];
-		be->n_kernels[f] = n;
-		const struct ms_kernel *k0 = be->kernels[f][0];
-		if (onednn && onednn_at > 0)
-			snprintf(be->reasons[f], sizeof(be->reasons[f]),
-				 "%s set %s (%s, bf16 activations; oneDNN behind it)",
-				 any ? "auto: best" : "forced:", be->isa, k0->name);
-		else if (onednn)
-			snprintf(be->reasons[f], sizeof(be->reasons[f]),
-				 "%s set %s (oneDNN where measured faster, else %s; "
-				 "bf16 activations)", any ? "auto: best" : "forced:", be->isa,
-				 be->kernels[f][1]->name);
-		else if (strcmp(k0->isa, be->isa))
-			snprintf(be->reasons[f], sizeof(be->reasons[f]),
-				 "set %s has no usable %s kernel: %s", be->isa,
-				 ms_wfmt_name((enum ms_wfmt)f), k0->isa);
-		else
-			snprintf(be->reasons[f], sizeof(be->reasons[f]), "%s set %s%s",
-				 any ? "auto: best" : "forced:", be->isa,
-				 k0->rounds_acts ? " (rounds activations)" : "");
-		if (amx_rc) { /* the CPU has AMX: say why it is not used */
-			size_t l = strlen(be->reasons[f]);
-			snprintf(be->reasons[f] + l, sizeof(be->reasons[f]) - l,
-				 "; amx off: tile state refused");
-		}
-	}
+	int rc = choose_kernels(be, o->kernels, amx_rc ? amx_why : NULL, err);
+	if (rc)
+		return rc;
 	be->numa_nodes = numa_available() >= 0 ? numa_num_configured_nodes() : 1;
 	be->numa_nodes = be->numa_nodes > 0 ? be->numa_nodes : 1;
 	ms_cpu_set_numa(be, MS_NUMA_AUTO);

@@ -3,7 +3,8 @@
  *
  * It owns the worker pool and, for each weight format, the one kernel that
  * every matrix of that format will use. Kernel choice happens here, from the
- * CPU's features and the user's --kernels request, never in the hot path.
+ * CPU's features and the user's --kernels request, never in the hot path:
+ * one ordered table (kernel-table.c) decides every choice below.
  *
  * One backend runs one step at a time: its gemm, linear and MoE calls take
  * their working memory from the backend's scratch (scratch.h), and its pool
@@ -22,6 +23,9 @@
 #include "scratch.h"
 
 #define MS_KERNEL_CANDIDATES 6
+#define MS_KERNEL_REASON_MAX 96
+
+struct ms_attn_kernel;
 
 
 struct ms_cpu {
@@ -33,17 +37,17 @@ struct ms_cpu {
 	struct ms_pool pool;
 	ms_swiglu_row_fn swiglu_row; /* the experts' activation, for this CPU */
 	const struct ms_rowops *rowops; /* RMSNorm, rotary embedding, residual add */
+	const struct ms_attn_kernel *attn; /* attention's chunk kernel, for this CPU and set */
 	/* Per format, the kernels to try in order (a packed kernel may decline
 	 * a matrix it cannot take); the last is always the reference. */
 	const struct ms_kernel *kernels[MS_WFMT_COUNT][MS_KERNEL_CANDIDATES];
 	int n_kernels[MS_WFMT_COUNT];
-	char reasons[MS_WFMT_COUNT][96];   /* why the first candidate was chosen */
+	char reasons[MS_WFMT_COUNT][MS_KERNEL_REASON_MAX]; /* why the first candidate was chosen */
 	uint64_t bytes_streamed;   /* weight bytes read by gemms so far (bench) */
 	int numa_nodes;            /* memory nodes (libnuma), 1 without NUMA */
 	bool numa_interleave;      /* weights interleaved over the nodes */
 	/* The backend interface's view of it (ops.c): set by ms_cpu_backend. */
 	struct ms_backend base;
-	const struct ms_attn_kernel *attn_kernel;
 	const struct ms_step *step;     /* the step being run (step_begin) */
 	struct ms_attn_ws attn_ws;      /* attention's scratch, kept between steps */
 	/* Working memory of gemm, linear and MoE calls, grown to the largest
@@ -52,8 +56,9 @@ struct ms_cpu {
 };
 
 /* kernels: "auto" (or NULL) picks the most specific set this CPU runs,
- * otherwise one of the names ms_cpu_kernel_sets lists; an unknown or
- * unsupported name is an error. threads <= 0: one per available CPU. */
+ * otherwise one of the names ms_cpu_kernel_sets lists; an unknown (-EINVAL)
+ * or unsupported (-ENOTSUP) name is an error. threads <= 0: one per
+ * available CPU. */
 int ms_cpu_init(struct ms_cpu *be, const char *kernels, int threads, struct ms_err *err);
 
 struct ms_cpu_opts {

@@ -39,8 +39,9 @@
 
 #define MS_ONEDNN_PANEL 64        /* output rows per packed panel (row_align) */
 
-/* Packed kernel for MS_WFMT_BF16 (isa "avx512": the backend lists it first
- * for bf16 in that set when ms_dense_onednn_usable says so). */
+/* Packed kernel for MS_WFMT_BF16 (isa "avx512"): the choice table
+ * (kernel-table.c) lists it right behind avx512bf16-vnni2 where
+ * ms_dense_onednn_usable says so (MS_CPU_ONEDNN_BF16). */
 extern const struct ms_kernel ms_kernel_onednn_bf16;
 
 /* True when this CPU (ms_cpu_detect flags) runs our AVX-512 bf16 kernel and

@@ -57,9 +57,10 @@
  * the call (their results are the same bits whichever group computes
  * them) and only its new tokens are written.
  *
- * Exports (declared where they are used: cpu.c, tests/test-amx.c):
- * ms_kernels_amx[] and ms_amx_request_perm() (real tiles),
- * ms_kernels_amx_sim[] and ms_kernels_amx_sim_faults() (the model).
+ * Exports: ms_kernels_amx[] (real tiles) and ms_kernels_amx_sim[] (the
+ * model), declared in kernels.h; ms_amx_request_perm() and
+ * ms_kernels_amx_sim_faults(), declared where they are used (cpu.c,
+ * tests/test-amx.c).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -495,16 +496,15 @@ static void bf16_gemmq(const struct ms_wmat *w, int64_t r0, int64_t r1, const vo
 	 MS_CPU_AMX_BF16)
 #endif
 
-extern const struct ms_kernel AMX_SYM(ms_kernels_amx)[];
-const struct ms_kernel AMX_SYM(ms_kernels_amx)[] = {
-	{.name = AMX_ISA "-bf16", .isa = AMX_ISA, .fmt = MS_WFMT_BF16, .cpu_flags = AMX_FLAGS,
-	 .pack = bf16_pack, .prep_size = bf16_prep_size, .prep = bf16_prep, .gemmq = bf16_gemmq,
-	 .row_align = 16, .rounds_acts = true},
-	{.name = AMX_ISA "-mxfp4", .isa = AMX_ISA, .fmt = MS_WFMT_MXFP4, .cpu_flags = AMX_FLAGS,
-	 .pack = ms_q8_pack, .prep_size = ms_q8_prep_size, .prep = ms_q8_prep_avx512,
-	 .gemmq = q8_gemmq, .row_align = 16, .rounds_acts = true},
-	{.name = AMX_ISA "-intq", .isa = AMX_ISA, .fmt = MS_WFMT_INTQ, .cpu_flags = AMX_FLAGS,
-	 .pack = ms_q8_pack, .prep_size = ms_q8_prep_size, .prep = ms_q8_prep_avx512,
-	 .gemmq = q8_gemmq, .row_align = 16, .rounds_acts = true},
-	{0},
+const struct ms_kernel AMX_SYM(ms_kernels_amx)[MS_K_AMX_COUNT + 1] = {
+	[MS_K_AMX_BF16] = {.name = AMX_ISA "-bf16", .isa = AMX_ISA, .fmt = MS_WFMT_BF16,
+	 .cpu_flags = AMX_FLAGS, .pack = bf16_pack, .prep_size = bf16_prep_size, .prep = bf16_prep,
+	 .gemmq = bf16_gemmq, .row_align = 16, .rounds_acts = true},
+	[MS_K_AMX_MXFP4] = {.name = AMX_ISA "-mxfp4", .isa = AMX_ISA, .fmt = MS_WFMT_MXFP4,
+	 .cpu_flags = AMX_FLAGS, .pack = ms_q8_pack, .prep_size = ms_q8_prep_size,
+	 .prep = ms_q8_prep_avx512, .gemmq = q8_gemmq, .row_align = 16, .rounds_acts = true},
+	[MS_K_AMX_INTQ] = {.name = AMX_ISA "-intq", .isa = AMX_ISA, .fmt = MS_WFMT_INTQ,
+	 .cpu_flags = AMX_FLAGS, .pack = ms_q8_pack, .prep_size = ms_q8_prep_size,
+	 .prep = ms_q8_prep_avx512, .gemmq = q8_gemmq, .row_align = 16, .rounds_acts = true},
+	[MS_K_AMX_COUNT] = {0},
 };

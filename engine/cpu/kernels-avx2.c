@@ -86,18 +86,21 @@ DEF_GEMM(gemm_f32, float, _mm256_loadu_ps, AS_F32)
 
 #define AVX2_FLAGS (MS_CPU_AVX2 | MS_CPU_FMA | MS_CPU_F16C)
 
-const struct ms_kernel ms_kernels_avx2[] = {
+const struct ms_kernel ms_kernels_avx2[MS_K_AVX2_COUNT + 1] = {
 	/* int8 activations on the q8 panels (kernels-q8-avx2.c; the error
 	 * kernels-q8.h states), bitwise the AVX-512 VNNI kernel's results;
 	 * a matrix the packer declines goes to the reference kernel */
-	{.name = "avx2-q8-mxfp4", .isa = "avx2", .fmt = MS_WFMT_MXFP4, .cpu_flags = AVX2_FLAGS,
-	 .pack = ms_q8_pack, .prep_size = ms_q8_prep_size, .prep = ms_q8_prep,
+	[MS_K_AVX2_Q8_MXFP4] = {.name = "avx2-q8-mxfp4", .isa = "avx2", .fmt = MS_WFMT_MXFP4,
+	 .cpu_flags = AVX2_FLAGS, .pack = ms_q8_pack, .prep_size = ms_q8_prep_size, .prep = ms_q8_prep,
 	 .gemmq = ms_q8_gemmq_avx2, .row_align = MS_Q8_PANEL, .rounds_acts = true},
-	{.name = "avx2-q8-intq", .isa = "avx2", .fmt = MS_WFMT_INTQ, .cpu_flags = AVX2_FLAGS,
-	 .pack = ms_q8_pack, .prep_size = ms_q8_prep_size, .prep = ms_q8_prep,
+	[MS_K_AVX2_Q8_INTQ] = {.name = "avx2-q8-intq", .isa = "avx2", .fmt = MS_WFMT_INTQ,
+	 .cpu_flags = AVX2_FLAGS, .pack = ms_q8_pack, .prep_size = ms_q8_prep_size, .prep = ms_q8_prep,
 	 .gemmq = ms_q8_gemmq_avx2, .row_align = MS_Q8_PANEL, .rounds_acts = true},
-	{.name = "avx2-f32", .isa = "avx2", .fmt = MS_WFMT_F32, .cpu_flags = AVX2_FLAGS, .gemm = gemm_f32},
-	{.name = "avx2-f16", .isa = "avx2", .fmt = MS_WFMT_F16, .cpu_flags = AVX2_FLAGS, .gemm = gemm_f16},
-	{.name = "avx2-bf16", .isa = "avx2", .fmt = MS_WFMT_BF16, .cpu_flags = AVX2_FLAGS, .gemm = gemm_bf16},
-	{0},
+	[MS_K_AVX2_F32] = {.name = "avx2-f32", .isa = "avx2", .fmt = MS_WFMT_F32,
+	 .cpu_flags = AVX2_FLAGS, .gemm = gemm_f32},
+	[MS_K_AVX2_F16] = {.name = "avx2-f16", .isa = "avx2", .fmt = MS_WFMT_F16,
+	 .cpu_flags = AVX2_FLAGS, .gemm = gemm_f16},
+	[MS_K_AVX2_BF16] = {.name = "avx2-bf16", .isa = "avx2", .fmt = MS_WFMT_BF16,
+	 .cpu_flags = AVX2_FLAGS, .gemm = gemm_bf16},
+	[MS_K_AVX2_COUNT] = {0},
 };

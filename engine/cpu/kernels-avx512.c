@@ -1,7 +1,7 @@
 /*
  * kernels-avx512.c: AVX-512 (F, BW, VL) + FMA + F16C kernels, compiled with
- * their own flags (engine/meson.build) and chosen at start-up only when the
- * CPU and the OS support them (cpu.c).
+ * their own flags (engine/cpu/meson.build) and chosen at start-up only when
+ * the CPU and the OS support them (kernel-table.c).
  *
  * Each row of W is streamed once per call and applied to up to four tokens
  * at a time; every token keeps its own accumulators in a fixed order, so a
@@ -294,33 +294,40 @@ static void gemm_fp8(const struct ms_wmat *w, int64_t r0, int64_t r1, const floa
 
 #define AVX512_FLAGS (MS_CPU_AVX512F | MS_CPU_AVX512BW | MS_CPU_AVX512VL | MS_CPU_FMA | MS_CPU_F16C)
 
-const struct ms_kernel ms_kernels_avx512[] = {
-	/* int8 activations (kernels-q8.h states their error); first for their
-	 * formats, the fp32 kernels below take what they decline */
-	{.name = "avx512vbmi-q8-mxfp4", .isa = "avx512", .fmt = MS_WFMT_MXFP4,
+const struct ms_kernel ms_kernels_avx512[MS_K_AVX512_COUNT + 1] = {
+	/* int8 activations (kernels-q8.h states their error); the choice
+	 * table puts them first for their formats, and the fp32 kernels take
+	 * what they decline */
+	[MS_K_AVX512VBMI_Q8_MXFP4] = {.name = "avx512vbmi-q8-mxfp4", .isa = "avx512", .fmt = MS_WFMT_MXFP4,
 	 .cpu_flags = AVX512_FLAGS | MS_CPU_AVX512VNNI | MS_CPU_AVX512VBMI, .pack = ms_q8_pack,
 	 .prep_size = ms_q8_prep_size, .prep = ms_q8_prep_avx512, .gemmq = ms_q8_gemmq_avx512vbmi,
 	 .row_align = MS_Q8_PANEL, .rounds_acts = true},
-	{.name = "avx512vnni-q8-mxfp4", .isa = "avx512", .fmt = MS_WFMT_MXFP4,
+	[MS_K_AVX512VNNI_Q8_MXFP4] = {.name = "avx512vnni-q8-mxfp4", .isa = "avx512", .fmt = MS_WFMT_MXFP4,
 	 .cpu_flags = AVX512_FLAGS | MS_CPU_AVX512VNNI, .pack = ms_q8_pack,
 	 .prep_size = ms_q8_prep_size, .prep = ms_q8_prep_avx512, .gemmq = ms_q8_gemmq_avx512vnni,
 	 .row_align = MS_Q8_PANEL, .rounds_acts = true},
-	{.name = "avx512vnni-q8-intq", .isa = "avx512", .fmt = MS_WFMT_INTQ,
+	[MS_K_AVX512VNNI_Q8_INTQ] = {.name = "avx512vnni-q8-intq", .isa = "avx512", .fmt = MS_WFMT_INTQ,
 	 .cpu_flags = AVX512_FLAGS | MS_CPU_AVX512VNNI, .pack = ms_q8_pack,
 	 .prep_size = ms_q8_prep_size, .prep = ms_q8_prep_avx512, .gemmq = ms_q8_gemmq_avx512vnni,
 	 .row_align = MS_Q8_PANEL, .rounds_acts = true},
 	/* bf16 activations through VDPBF16PS on 16-row panels (kernels-bf16.h
 	 * states its error): first for dense bf16 matrices, ahead of oneDNN
-	 * (cpu.c), which streams M = 1 at ~70% of the bandwidth */
-	{.name = "avx512bf16-vnni2", .isa = "avx512", .fmt = MS_WFMT_BF16,
+	 * (kernel-table.c), which streams M = 1 at ~70% of the bandwidth */
+	[MS_K_AVX512BF16_VNNI2] = {.name = "avx512bf16-vnni2", .isa = "avx512", .fmt = MS_WFMT_BF16,
 	 .cpu_flags = AVX512_FLAGS | MS_CPU_AVX512BF16, .pack = ms_bf16_pack,
 	 .prep_size = ms_bf16_prep_size, .prep = ms_bf16_prep_avx512, .gemmq = ms_bf16_gemmq_avx512,
 	 .row_align = MS_BF16_PANEL, .rounds_acts = true},
-	{.name = "avx512-f32", .isa = "avx512", .fmt = MS_WFMT_F32, .cpu_flags = AVX512_FLAGS, .gemm = gemm_f32},
-	{.name = "avx512-f16", .isa = "avx512", .fmt = MS_WFMT_F16, .cpu_flags = AVX512_FLAGS, .gemm = gemm_f16},
-	{.name = "avx512-bf16", .isa = "avx512", .fmt = MS_WFMT_BF16, .cpu_flags = AVX512_FLAGS, .gemm = gemm_bf16},
-	{.name = "avx512-mxfp4", .isa = "avx512", .fmt = MS_WFMT_MXFP4, .cpu_flags = AVX512_FLAGS, .gemm = gemm_mxfp4},
-	{.name = "avx512-intq", .isa = "avx512", .fmt = MS_WFMT_INTQ, .cpu_flags = AVX512_FLAGS, .gemm = gemm_intq},
-	{.name = "avx512-fp8", .isa = "avx512", .fmt = MS_WFMT_FP8, .cpu_flags = AVX512_FLAGS, .gemm = gemm_fp8},
-	{0},
+	[MS_K_AVX512_F32] = {.name = "avx512-f32", .isa = "avx512", .fmt = MS_WFMT_F32,
+	 .cpu_flags = AVX512_FLAGS, .gemm = gemm_f32},
+	[MS_K_AVX512_F16] = {.name = "avx512-f16", .isa = "avx512", .fmt = MS_WFMT_F16,
+	 .cpu_flags = AVX512_FLAGS, .gemm = gemm_f16},
+	[MS_K_AVX512_BF16] = {.name = "avx512-bf16", .isa = "avx512", .fmt = MS_WFMT_BF16,
+	 .cpu_flags = AVX512_FLAGS, .gemm = gemm_bf16},
+	[MS_K_AVX512_MXFP4] = {.name = "avx512-mxfp4", .isa = "avx512", .fmt = MS_WFMT_MXFP4,
+	 .cpu_flags = AVX512_FLAGS, .gemm = gemm_mxfp4},
+	[MS_K_AVX512_INTQ] = {.name = "avx512-intq", .isa = "avx512", .fmt = MS_WFMT_INTQ,
+	 .cpu_flags = AVX512_FLAGS, .gemm = gemm_intq},
+	[MS_K_AVX512_FP8] = {.name = "avx512-fp8", .isa = "avx512", .fmt = MS_WFMT_FP8,
+	 .cpu_flags = AVX512_FLAGS, .gemm = gemm_fp8},
+	[MS_K_AVX512_COUNT] = {0},
 };

@@ -57,11 +57,17 @@ static void gemm_f32(const struct ms_wmat *w, int64_t r0, int64_t r1, const floa
 }
 
 const struct ms_kernel ms_kernels_ref[MS_WFMT_COUNT + 1] = {
-	{.name = "ref-f32", .isa = "ref", .fmt = MS_WFMT_F32, .cpu_flags = 0, .gemm = gemm_f32},
-	{.name = "ref-f16", .isa = "ref", .fmt = MS_WFMT_F16, .cpu_flags = 0, .gemm = gemm_decode_rows},
-	{.name = "ref-bf16", .isa = "ref", .fmt = MS_WFMT_BF16, .cpu_flags = 0, .gemm = gemm_decode_rows},
-	{.name = "ref-mxfp4", .isa = "ref", .fmt = MS_WFMT_MXFP4, .cpu_flags = 0, .gemm = gemm_decode_rows},
-	{.name = "ref-intq", .isa = "ref", .fmt = MS_WFMT_INTQ, .cpu_flags = 0, .gemm = gemm_decode_rows},
-	{.name = "ref-fp8", .isa = "ref", .fmt = MS_WFMT_FP8, .cpu_flags = 0, .gemm = gemm_decode_rows},
-	{0},
+	[MS_WFMT_F32] = {.name = "ref-f32", .isa = "ref", .fmt = MS_WFMT_F32,
+	 .cpu_flags = 0, .gemm = gemm_f32},
+	[MS_WFMT_F16] = {.name = "ref-f16", .isa = "ref", .fmt = MS_WFMT_F16,
+	 .cpu_flags = 0, .gemm = gemm_decode_rows},
+	[MS_WFMT_BF16] = {.name = "ref-bf16", .isa = "ref", .fmt = MS_WFMT_BF16,
+	 .cpu_flags = 0, .gemm = gemm_decode_rows},
+	[MS_WFMT_MXFP4] = {.name = "ref-mxfp4", .isa = "ref", .fmt = MS_WFMT_MXFP4,
+	 .cpu_flags = 0, .gemm = gemm_decode_rows},
+	[MS_WFMT_INTQ] = {.name = "ref-intq", .isa = "ref", .fmt = MS_WFMT_INTQ,
+	 .cpu_flags = 0, .gemm = gemm_decode_rows},
+	[MS_WFMT_FP8] = {.name = "ref-fp8", .isa = "ref", .fmt = MS_WFMT_FP8,
+	 .cpu_flags = 0, .gemm = gemm_decode_rows},
+	[MS_WFMT_COUNT] = {0},
 };

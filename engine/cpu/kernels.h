@@ -3,7 +3,8 @@
  *
  * A kernel computes y = x W^T over a range of output rows for one weight
  * format (engine/wmat.h). The backend picks the candidates per format when
- * it starts (cpu.c); nothing in the hot path branches on the CPU.
+ * it starts, from the one ordered table of kernel-table.c; nothing in the
+ * hot path branches on the CPU.
  */
 #ifndef MS_KERNELS_H
 #define MS_KERNELS_H
@@ -43,7 +44,8 @@ struct ms_err;
  * matrix (the backend then tries the next kernel for the format). */
 typedef int (*ms_pack_fn)(struct ms_wmat *w, void **owned, struct ms_err *err);
 
-/* CPU feature bits (cpu.c detects them; a kernel lists what it needs). */
+/* CPU feature bits (cpu.c detects them; a kernel lists what it needs: every
+ * -m option of the static library its code is built in, meson.build). */
 enum ms_cpu_flag {
 	MS_CPU_AVX2 = 1u << 0,
 	MS_CPU_FMA = 1u << 1,
@@ -57,6 +59,11 @@ enum ms_cpu_flag {
 	MS_CPU_AMX_INT8 = 1u << 9,
 	MS_CPU_AMX_BF16 = 1u << 10,
 	MS_CPU_AVX512VBMI = 1u << 11,
+	/* Not a CPUID bit, never in ms_cpu_detect's flags: libdnnl multiplies
+	 * bf16 natively on this machine (ms_dense_onednn_usable). The backend
+	 * adds it for the choice table only, so that oneDNN's entry states
+	 * this condition as a flag like any other (and tests can set it). */
+	MS_CPU_ONEDNN_BF16 = 1u << 12,
 };
 
 /* A kernel is either a plain one (gemm on fp32 activations and the rows of
@@ -90,13 +97,45 @@ struct ms_kernel {
 	bool rounds_acts;
 };
 
-/* Kernel sets: lists in order of preference, several kernels per format
- * allowed, ended by an entry without a name. */
-/* Portable reference kernels, one per format in enum order: the definition
- * of correctness. */
+/* The kernels of each ISA build, ended by an entry without a name. Their
+ * order is not a preference: the choice table (kernel-table.c) orders
+ * them. It names each kernel by its row here, and the lists are
+ * initialised by these indices, so a row cannot move under the table. */
+enum ms_kernels_avx512_row {
+	MS_K_AVX512VBMI_Q8_MXFP4,
+	MS_K_AVX512VNNI_Q8_MXFP4,
+	MS_K_AVX512VNNI_Q8_INTQ,
+	MS_K_AVX512BF16_VNNI2,
+	MS_K_AVX512_F32,
+	MS_K_AVX512_F16,
+	MS_K_AVX512_BF16,
+	MS_K_AVX512_MXFP4,
+	MS_K_AVX512_INTQ,
+	MS_K_AVX512_FP8,
+	MS_K_AVX512_COUNT,
+};
+enum ms_kernels_avx2_row {
+	MS_K_AVX2_Q8_MXFP4,
+	MS_K_AVX2_Q8_INTQ,
+	MS_K_AVX2_F32,
+	MS_K_AVX2_F16,
+	MS_K_AVX2_BF16,
+	MS_K_AVX2_COUNT,
+};
+/* kernels-amx.c's two builds: real tiles, and the software tile model. */
+enum ms_kernels_amx_row {
+	MS_K_AMX_BF16,
+	MS_K_AMX_MXFP4,
+	MS_K_AMX_INTQ,
+	MS_K_AMX_COUNT,
+};
+/* Portable reference kernels, one per format, indexed by format: the
+ * definition of correctness. */
 extern const struct ms_kernel ms_kernels_ref[MS_WFMT_COUNT + 1];
-extern const struct ms_kernel ms_kernels_avx512[];
-extern const struct ms_kernel ms_kernels_avx2[];
+extern const struct ms_kernel ms_kernels_avx512[MS_K_AVX512_COUNT + 1];
+extern const struct ms_kernel ms_kernels_avx2[MS_K_AVX2_COUNT + 1];
+extern const struct ms_kernel ms_kernels_amx[MS_K_AMX_COUNT + 1];
+extern const struct ms_kernel ms_kernels_amx_sim[MS_K_AMX_COUNT + 1];
 
 /* FN(args..., NT) with NT the literal 1..4 equal to nt, for the fp32 ISA
  * kernels' token passes (up to 4 tokens per pass over a row): with a

@@ -220,7 +220,7 @@ static int cpu_attention(struct ms_backend *b, const struct ms_attn_desc *a, str
 		.window = a->window, .sinks = a->sinks, .pool = s->pool, .n = s->n, .pos = s->pos,
 		.pages = pages, .q = a->q, .out = a->out,
 	};
-	return ms_attn_run(be->attn_kernel, &be->pool, &aa, &be->attn_ws, err);
+	return ms_attn_run(be->attn, &be->pool, &aa, &be->attn_ws, err);
 }
 
 static int cpu_moe(struct ms_backend *b, const struct ms_moe_desc *d, struct ms_err *err)
@@ -284,7 +284,6 @@ struct ms_backend *ms_cpu_backend(struct ms_cpu *be)
 	b->dense_int8 = be->dense_int8;
 	b->threads = be->pool.n_threads;
 	b->pool = &be->pool;
-	be->attn_kernel = ms_attn_select(be->isa, be->cpu_flags);
 	return b;
 }
 
