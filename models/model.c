@@ -173,8 +173,18 @@ int ms_seq_init(struct ms_seq *s, struct ms_model *m, int64_t capacity, struct m
 				 m->cfg.n_kv_heads * m->cfg.head_dim, err);
 	if (!rc)
 		rc = ms_kv_seq_init(&s->kv, (int)m->cfg.n_layers, capacity, MS_KV_PAGE_TOKENS, err);
+	if (!rc) {
+		s->pos = malloc(MS_SEQ_CHUNK * sizeof(*s->pos));
+		s->rows = malloc(MS_SEQ_CHUNK * sizeof(*s->rows));
+		s->seq = calloc(MS_SEQ_CHUNK, sizeof(*s->seq));
+		if (!s->pos || !s->rows || !s->seq)
+			rc = ms_err_set(err, -ENOMEM, "sequence: out of memory");
+	}
 	if (rc) {
+		ms_kv_seq_free(&s->kv, &s->pool);
 		ms_kv_pool_free(&s->pool);
+		free(s->pos), free(s->rows), free(s->seq);
+		memset(s, 0, sizeof(*s));
 		return rc;
 	}
 	s->model = m;
@@ -188,6 +198,7 @@ void ms_seq_free(struct ms_seq *s)
 		return;
 	ms_kv_seq_free(&s->kv, &s->pool);
 	ms_kv_pool_free(&s->pool);
+	free(s->pos), free(s->rows), free(s->seq);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -206,11 +217,9 @@ int ms_seq_forward(struct ms_seq *s, const int32_t *tokens, int64_t n, float *lo
 			return ms_err_set(err, -EINVAL, "token id %d at index %lld is outside [0, %lld)",
 					  tokens[i], (long long)i, (long long)m->cfg.vocab);
 	int64_t C = n < MS_SEQ_CHUNK ? n : MS_SEQ_CHUNK;
-	int64_t *pos = malloc((size_t)C * sizeof(int64_t)), *rows = malloc((size_t)C * sizeof(int64_t));
-	int32_t *seq = calloc((size_t)C, sizeof(int32_t));
+	int64_t *pos = s->pos, *rows = s->rows;
+	int32_t *seq = s->seq;
 	int rc = 0;
-	if (!pos || !rows || !seq)
-		rc = ms_err_set(err, -ENOMEM, "out of memory");
 	struct ms_kv_seq *kv = &s->kv;
 	for (int64_t i = 0; !rc && i < n; i += C) {
 		int64_t cn = n - i < C ? n - i : C;
@@ -237,6 +246,5 @@ int ms_seq_forward(struct ms_seq *s, const int32_t *tokens, int64_t n, float *lo
 		kv->len = s->n_past;
 		ms_model_trim_kv(m, kv, &s->pool, s->n_past);
 	}
-	free(pos), free(rows), free(seq);
 	return rc;
 }

@@ -91,6 +91,8 @@ struct ms_seq {
 	struct ms_kv_seq kv;
 	int64_t n_past;    /* tokens already in the state */
 	int64_t capacity;  /* positions it may reach */
+	int64_t *pos, *rows; /* a chunk's positions and logit rows (MS_SEQ_CHUNK) */
+	int32_t *seq;        /* a chunk's sequence index: all 0 */
 };
 
 /* The longest run of tokens one forward pass of a single sequence takes

@@ -129,6 +129,7 @@ static int parse_tokens(const char *s, int32_t **out, int64_t *n)
 
 struct common_opts {
 	const char *model;
+	const char *backend;
 	const char *kernels;
 	long threads;
 	const char *numa;   /* auto, off, interleave */
@@ -136,7 +137,7 @@ struct common_opts {
 	bool dense_int8;    /* attention projections and lm_head requantized to int8 */
 };
 
-enum { OPT_KERNELS = 1000, OPT_THREADS, OPT_LOGITS, OPT_IGNORE_EOS, OPT_PROMPT, OPT_NUMA, OPT_EXACT,
+enum { OPT_KERNELS = 1000, OPT_BACKEND, OPT_THREADS, OPT_LOGITS, OPT_IGNORE_EOS, OPT_PROMPT, OPT_NUMA, OPT_EXACT,
        OPT_DENSE_INT8 };
 
 static int load(const struct common_opts *o, struct ms_backend **be, struct ms_model *m)
@@ -153,7 +154,7 @@ static int load(const struct common_opts *o, struct ms_backend **be, struct ms_m
 		return EX_USAGE;
 	}
 	struct ms_backend_opts bo = {
-		.backend = getenv("MOESERVE_BACKEND"),
+		.backend = o->backend ? o->backend : getenv("MOESERVE_BACKEND"),
 		.kernels = o->kernels ? o->kernels : getenv("MOESERVE_KERNELS"),
 		.threads = (int)o->threads,
 		.exact = o->exact || (ex && *ex && strcmp(ex, "0") && strcmp(ex, "false")),
@@ -195,6 +196,8 @@ static void generate_help(void)
 	       "  --logits-out FILE  write the logits of every prompt position as\n"
 	       "                     little-endian float32 [prompt tokens x vocab]\n"
 	       "  --threads N        worker threads (default: available CPUs)\n"
+	       "  --backend NAME     compute backend: %s (default the first,\n"
+	       "                     or $MOESERVE_BACKEND)\n"
 	       "  --kernels SET      kernel set: %s (default auto,\n"
 	       "                     or $MOESERVE_KERNELS)\n"
 	       "  --exact            only kernels that keep fp32 activations: logits match\n"
@@ -204,7 +207,7 @@ static void generate_help(void)
 	       "  --numa MODE        auto (interleave weights when there are several NUMA\n"
 	       "                     nodes), off, interleave (default auto, or $MOESERVE_NUMA)\n"
 	       "  -h, --help         this help\n",
-	       MS_DEFAULT_MODEL, ms_cpu_kernel_sets);
+	       MS_DEFAULT_MODEL, ms_backend_names(), ms_cpu_kernel_sets);
 }
 
 static bool is_eos(const struct ms_model_config *c, int32_t id)
@@ -244,6 +247,7 @@ static int generate_args(int argc, char **argv, struct gen_args *a)
 		{"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
 		{"logits-out", required_argument, NULL, OPT_LOGITS},
 		{"threads", required_argument, NULL, OPT_THREADS},
+		{"backend", required_argument, NULL, OPT_BACKEND},
 		{"kernels", required_argument, NULL, OPT_KERNELS},
 		{"numa", required_argument, NULL, OPT_NUMA},
 		{"exact", no_argument, NULL, OPT_EXACT},
@@ -251,7 +255,7 @@ static int generate_args(int argc, char **argv, struct gen_args *a)
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	*a = (struct gen_args){.co = {default_model(), NULL, 0, NULL, false, false}, .max_tokens = 16};
+	*a = (struct gen_args){.co = {.model = default_model()}, .max_tokens = 16};
 	int c;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "m:t:n:h", opts, NULL)) != -1) {
@@ -268,6 +272,7 @@ static int generate_args(int argc, char **argv, struct gen_args *a)
 			if (!parse_long(optarg, 1, 1024, &a->co.threads))
 				return usage_error("generate", "--threads: \"%s\" is not in [1, 1024]", optarg);
 			break;
+		case OPT_BACKEND: a->co.backend = optarg; break;
 		case OPT_KERNELS: a->co.kernels = optarg; break;
 		case OPT_NUMA: a->co.numa = optarg; break;
 		case OPT_EXACT: a->co.exact = true; break;
@@ -466,6 +471,7 @@ static int cmd_inspect(int argc, char **argv)
 	static const struct option opts[] = {
 		{"model", required_argument, NULL, 'm'},
 		{"threads", required_argument, NULL, OPT_THREADS},
+		{"backend", required_argument, NULL, OPT_BACKEND},
 		{"kernels", required_argument, NULL, OPT_KERNELS},
 		{"numa", required_argument, NULL, OPT_NUMA},
 		{"exact", no_argument, NULL, OPT_EXACT},
@@ -473,7 +479,7 @@ static int cmd_inspect(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	struct common_opts co = {default_model(), NULL, 0, NULL, false, false};
+	struct common_opts co = {.model = default_model()};
 	int c;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
@@ -486,6 +492,7 @@ static int cmd_inspect(int argc, char **argv)
 			if (!parse_long(optarg, 1, 1024, &co.threads))
 				return usage_error("inspect", "--threads: \"%s\" is not in [1, 1024]", optarg);
 			break;
+		case OPT_BACKEND: co.backend = optarg; break;
 		case OPT_KERNELS: co.kernels = optarg; break;
 		case 'h': inspect_help(); return EX_OK;
 		default: return usage_error("inspect", "%s", "invalid option");
@@ -571,11 +578,12 @@ static int cmd_dequant(int argc, char **argv)
 		{"model", required_argument, NULL, 'm'},
 		{"module", required_argument, NULL, 'M'},
 		{"out", required_argument, NULL, 'o'},
+		{"backend", required_argument, NULL, OPT_BACKEND},
 		{"kernels", required_argument, NULL, OPT_KERNELS},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	struct common_opts co = {default_model(), NULL, 1, NULL, false, false};
+	struct common_opts co = {.model = default_model(), .threads = 1};
 	const char *module = NULL, *out = NULL;
 	int c;
 	optind = 1;
@@ -584,6 +592,7 @@ static int cmd_dequant(int argc, char **argv)
 		case 'm': co.model = optarg; break;
 		case 'M': module = optarg; break;
 		case 'o': out = optarg; break;
+		case OPT_BACKEND: co.backend = optarg; break;
 		case OPT_KERNELS: co.kernels = optarg; break;
 		case 'h': dequant_help(); return EX_OK;
 		default: return usage_error("dequant", "%s", "invalid option");
@@ -948,6 +957,7 @@ static int cmd_bench(int argc, char **argv)
 	static const struct option opts[] = {
 		{"model", required_argument, NULL, 'm'},
 		{"threads", required_argument, NULL, OPT_THREADS},
+		{"backend", required_argument, NULL, OPT_BACKEND},
 		{"kernels", required_argument, NULL, OPT_KERNELS},
 		{"prompt-tokens", required_argument, NULL, 'p'},
 		{"numa", required_argument, NULL, OPT_NUMA},
@@ -960,7 +970,7 @@ static int cmd_bench(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	struct common_opts co = {default_model(), NULL, 0, NULL, false, false};
+	struct common_opts co = {.model = default_model()};
 	struct ms_bench_opts bo = {.prompt_tokens = 512, .decode_tokens = 32};
 	long v;
 	int c;
@@ -972,6 +982,7 @@ static int cmd_bench(int argc, char **argv)
 			if (!parse_long(optarg, 1, 1024, &co.threads))
 				return usage_error("bench", "--threads: \"%s\" is not in [1, 1024]", optarg);
 			break;
+		case OPT_BACKEND: co.backend = optarg; break;
 		case OPT_KERNELS: co.kernels = optarg; break;
 		case 'p':
 			if (!parse_long(optarg, 1, 1 << 20, &v))

@@ -1,10 +1,12 @@
 /*
- * cpu.h: the compute backend a model runs on, chosen once at start-up.
+ * cpu.h: the CPU backend's state and its own functions (the backend
+ * interface's instance over them is ops.c).
  *
- * It owns the worker pool and, for each weight format, the one kernel that
- * every matrix of that format will use. Kernel choice happens here, from the
- * CPU's features and the user's --kernels request, never in the hot path:
- * one ordered table (kernel-table.c) decides every choice below.
+ * It owns the worker pool and, for each weight format, the ordered kernel
+ * candidates a matrix of that format is bound to (the first that takes it).
+ * Kernel choice happens at start-up, from the CPU's features and the user's
+ * --kernels request, never in the hot path: one ordered table
+ * (kernel-table.c) decides every choice below.
  *
  * One backend runs one step at a time: its gemm, linear and MoE calls take
  * their working memory from the backend's scratch (scratch.h), and its pool
