@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "fastexp.h"
 #include "ms-hash.h"
 
 /* ---- RNG: xoshiro256** (Blackman & Vigna), seeded by splitmix64 ---------- */
@@ -167,30 +168,29 @@ static inline void v4f_store_tail(float *x, int64_t i, int64_t n, v4f v)
 }
 
 /*
- * exp(x) for x <= 0 (-inf included, NaN not): Cephes' expf. x = n ln2 + r
- * with n = round(x / ln2) (the 1.5 * 2^23 trick), ln2 split in two so that
- * n * ln2_hi is exact, a degree-7 polynomial on |r| <= ln2 / 2, then 2^n
- * through the exponent bits. Within 2 ulp of expf; exactly 1 at 0 and exactly
- * 2^-k at k * ln2 rounded to float, so the argmax weighs 1. Below -87 (where
- * float leaves its normal range) the result is 0.
+ * exp(x) for x <= 0 (-inf included, NaN not): the tree's one approximation
+ * (fastexp.h), four lanes at a time, 2^n through the exponent bits. Exactly
+ * 1 at 0 and exactly 2^-k at k * ln2 rounded to float, so the argmax weighs
+ * 1. Below -87 (where float leaves its normal range) the result is 0, so a
+ * token masked to -inf never has weight.
  */
 static inline v4f v4f_exp_neg(v4f x)
 {
-	const v4f magic = v4f_splat(12582912.0f);
+	const v4f magic = v4f_splat(MS_EXP_ROUND);
 	v4i dead = x < v4f_splat(-87.0f);
 	x = v4f_select(dead, v4f_splat(0.0f), x);
-	v4f t = x * v4f_splat(1.44269504088896341f) + magic;
+	v4f t = x * v4f_splat(MS_EXP_LOG2E) + magic;
 	v4f nf = t - magic;
 	v4i n = (v4i)t - (v4i)magic;
-	v4f r = x - nf * v4f_splat(0.693359375f);
-	r = r - nf * v4f_splat(-2.12194440e-4f);
-	v4f q = v4f_splat(1.9875691500e-4f);
-	q = q * r + v4f_splat(1.3981999507e-3f);
-	q = q * r + v4f_splat(8.3334519073e-3f);
-	q = q * r + v4f_splat(4.1665795894e-2f);
-	q = q * r + v4f_splat(1.6666665459e-1f);
-	q = q * r + v4f_splat(5.0000001201e-1f);
-	v4f y = q * r * r + r + v4f_splat(1.0f);
+	v4f r = x - nf * v4f_splat(MS_EXP_LN2_HI);
+	r = r - nf * v4f_splat(MS_EXP_LN2_LO);
+	v4f q = v4f_splat(MS_EXP_P0);
+	q = q * r + v4f_splat(MS_EXP_P1);
+	q = q * r + v4f_splat(MS_EXP_P2);
+	q = q * r + v4f_splat(MS_EXP_P3);
+	q = q * r + v4f_splat(MS_EXP_P4);
+	q = q * r + v4f_splat(MS_EXP_P5);
+	v4f y = q * (r * r) + (r + v4f_splat(1.0f));
 	y = y * (v4f)((n + 127) << 23);
 	return (v4f)((v4i)y & ~dead);
 }

@@ -15,28 +15,28 @@
 #include <string.h>
 
 #include "attention.h"
+#include "fastexp.h"
 
 #define TILE 16
 
-/* exp(x) = 2^n e^r, n = round(x log2 e), r = x - n ln 2 (ln 2 in two
- * parts, the first exact in few bits), e^r = 1 + r + r^2 P(r) with Cephes'
- * expf polynomial; 2^n by scalef, which also rounds into the subnormals
- * correctly. Below -104 the result rounds to 0 (as expf's does); NaN stays
- * NaN (max/min return their second operand on NaN). */
+/* The tree's one exp approximation (fastexp.h), 16 lanes with FMA; 2^n by
+ * scalef, which also rounds into the subnormals correctly. Below -104 the
+ * result rounds to 0 (as expf's does); NaN stays NaN (max/min return their
+ * second operand on NaN). */
 static inline __m512 exp512(__m512 x)
 {
 	x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);
 	x = _mm512_min_ps(_mm512_set1_ps(88.7f), x);
-	__m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+	__m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(MS_EXP_LOG2E)),
 					_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-	__m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-	__m512 p = _mm512_set1_ps(1.9875691500e-4f);
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+	__m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(MS_EXP_LN2_HI), x);
+	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(MS_EXP_LN2_LO), r);
+	__m512 p = _mm512_set1_ps(MS_EXP_P0);
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(MS_EXP_P1));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(MS_EXP_P2));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(MS_EXP_P3));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(MS_EXP_P4));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(MS_EXP_P5));
 	p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
 	return _mm512_scalef_ps(p, n);
 }

@@ -14,71 +14,10 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "fastexp.h"
 #include "linear.h"
 #include "ms-error.h"
 
-
-/* Float bits as a signed integer and back (the clamps below compare and
- * select on these: a floating-point compare would be kept as a branch and
- * stop the compiler from vectorizing the loops that use them). */
-static inline int32_t ms_f2i(float f)
-{
-	int32_t i;
-	memcpy(&i, &f, 4);
-	return i;
-}
-
-static inline float ms_i2f(int32_t i)
-{
-	float f;
-	memcpy(&f, &i, 4);
-	return f;
-}
-
-/* min(x, c) for c >= 0 by the bits (int order = float order for x >= 0;
- * a negative x is a negative int; above 0x7F800000 are the NaNs, which
- * stay NaN as with a float compare). */
-static inline float ms_min_pos(float x, float c)
-{
-	int32_t b = ms_f2i(x);
-	int32_t m = 0 - (int32_t)((b > ms_f2i(c)) & (b <= 0x7F800000));
-	return ms_i2f((ms_f2i(c) & m) | (b & ~m));
-}
-
-/* max(x, -c) for c >= 0, likewise. */
-static inline float ms_max_neg(float x, float c)
-{
-	int32_t b = ms_f2i(x), a = b & INT32_MAX, nc = ms_f2i(c) | INT32_MIN;
-	int32_t m = 0 - (int32_t)((b < 0) & (a > ms_f2i(c)) & (a <= 0x7F800000));
-	return ms_i2f((nc & m) | (b & ~m));
-}
-
-/* e^x within 3.1 ulp of the exact value on [-87, 88] (checked over every
- * float there in tests/test-model.c): x = n ln2 + r with |r| <= ln2/2
- * (Cody-Waite split of ln2), a degree-6 polynomial for e^r, 2^n built in
- * the exponent bits, n rounded by adding and subtracting 1.5 * 2^23.
- * Branch-free, so a loop that calls it vectorizes (glibc's expf is a
- * call). x is clamped to [-87, 88]: in gate / (1 + e^x) that changes
- * nothing above e^-87 and, past e^88, leaves |gate| / e^88 (below 1e-30
- * for any |gate| < 1e8) where the exact value underflows to 0. NaN gives 1
- * (the caller's gate carries the NaN on). */
-static inline float ms_exp_clamped(float x)
-{
-	x = ms_max_neg(ms_min_pos(x, 88.0f), 87.0f);
-	int32_t nan = 0 - (int32_t)((ms_f2i(x) & INT32_MAX) > 0x7F800000);
-	x = ms_i2f(ms_f2i(x) & ~nan); /* NaN -> 0: the conversion below needs a number */
-	float n = (x * 1.44269504089f + 12582912.0f) - 12582912.0f;
-	float r = x - n * 0.693145751953125f;
-	r = r - n * 1.428606765330187e-06f;
-	float p = 1.0f / 720.0f;
-	p = p * r + 1.0f / 120.0f;
-	p = p * r + 1.0f / 24.0f;
-	p = p * r + 1.0f / 6.0f;
-	p = p * r + 0.5f;
-	p = p * r + 1.0f;
-	p = p * r + 1.0f;
-	return p * ms_i2f(((int32_t)n + 127) << 23);
-}
 
 /* One gate/up pair -> activation: gate clamped above only, up on both
  * sides, (up + 1) * gate * sigmoid(alpha * gate). */
