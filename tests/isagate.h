@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "check-run.h"
 #include "cpu.h"
 
 struct isa_gate {
@@ -79,11 +80,7 @@ static inline int isa_run(int argc, char **argv, const char *name, void (*portab
 	} else {
 		portable(s);
 	}
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return ms_check_run(s);
 }
 
 #endif

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "check-run.h"
 #include "kv-cache.h"
 
 static struct ms_backend *open_cpu(void)
@@ -151,9 +152,5 @@ int main(void)
 	tcase_add_test(tc, buffers_zeroed_small_and_large);
 	tcase_add_test(tc, kv_pages_in_backend_memory);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return ms_check_run(s);
 }

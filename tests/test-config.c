@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "check-run.h"
 #include "model-config.h"
 #include "model.h"
 #include "ms-strbuf.h"
@@ -1190,10 +1191,7 @@ int main(void)
 		perror("mkdtemp");
 		return 1;
 	}
-	SRunner *sr = srunner_create(config_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	int failed = ms_check_run(config_suite());
 	nftw(g_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 	return failed ? 1 : 0;
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check-run.h"
 #include "cpu.h"
 #include "engine.h"
 #include "model.h"
@@ -660,9 +661,5 @@ int main(void)
 	tcase_add_test(tc, sliding_memory_is_bounded);
 	tcase_add_test(tc, stop_strings_in_the_engine);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return ms_check_run(s);
 }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check-run.h"
 #include "harmony.h"
 
 /* ============================================================ rendering */
@@ -853,9 +854,5 @@ int main(void)
 	tcase_add_test(tp, parse_malformed_more);
 	tcase_add_test(tp, parse_callback_abort);
 	suite_add_tcase(s, tp);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return ms_check_run(s);
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "attention.h"
+#include "check-run.h"
 #include "cpu.h"
 #include "kernel-table.h"
 #include "moe.h"
@@ -411,9 +412,5 @@ int main(void)
 	tcase_add_test(tc, candidates_fit);
 	tcase_add_test(tc, backend_keeps_the_choice);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return ms_check_run(s);
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "actq.h"
+#include "check-run.h"
 #include "cpu.h"
 #include "quant.h"
 
@@ -446,9 +447,5 @@ int main(void)
 	tcase_set_timeout(tb, 300);
 	tcase_add_test(tb, actq_fp8_bits);
 	suite_add_tcase(s, tb);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return ms_check_run(s);
 }

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "check-run.h"
 #include "safetensors.h"
 
 static char g_root[256];
@@ -1131,10 +1132,7 @@ int main(void)
 		perror("mkdtemp");
 		return 1;
 	}
-	SRunner *sr = srunner_create(safetensors_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	int failed = ms_check_run(safetensors_suite());
 	nftw(g_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 	return failed ? 1 : 0;
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "check-run.h"
 #include "sampler.h"
 #include "ms-clock.h"
 
@@ -1091,9 +1092,5 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, speed_201088);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return ms_check_run(s);
 }

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check-run.h"
 #include "json.h"
 #include "request.h"
 #include "sampler.h"
@@ -966,10 +967,7 @@ int main(void)
 	TCase *all[] = {tb, tc, th, tt};
 	for (int i = 0; i < 4; i++)
 		tcase_set_timeout(all[i], 60);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	int failed = ms_check_run(s);
 	ms_tokenizer_free(tok);
 	return failed ? 1 : 0;
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check-run.h"
 #include "metrics.h"
 #include "options.h"
 
@@ -950,9 +951,5 @@ int main(void)
 	tcase_add_test(to, options_help);
 	tcase_add_test(to, options_reentrant);
 	suite_add_tcase(s, to);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return ms_check_run(s);
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check-run.h"
 #include "tokenizer.h"
 
 static char tmpdir[] = "/tmp/ms-test-tok.XXXXXX";
@@ -420,10 +421,7 @@ int main(void)
 	tcase_add_test(tc, round_trip_random_utf8);
 	tcase_add_test(tc, long_pretoken);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	int failed = ms_check_run(s);
 	char path[128];
 	snprintf(path, sizeof(path), "%s/tokenizer.json", tmpdir);
 	unlink(path);
