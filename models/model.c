@@ -150,17 +150,6 @@ const struct ms_qlinear *ms_model_find_linear(const struct ms_model *m, const ch
 	return m->ops && m->ops->find_linear ? m->ops->find_linear(m, name) : NULL;
 }
 
-int64_t ms_model_seq_pages(const struct ms_model *m, int64_t capacity, int64_t chunk)
-{
-	return ms_kv_geom_seq_pages(&m->lm.kv, capacity, chunk);
-}
-
-void ms_model_trim_kv(const struct ms_model *m, struct ms_kv_seq *kv, struct ms_kv_pool *pool,
-		      int64_t next)
-{
-	ms_kv_geom_trim(&m->lm.kv, kv, pool, next);
-}
-
 int ms_seq_init(struct ms_seq *s, struct ms_model *m, int64_t capacity, struct ms_err *err)
 {
 	memset(s, 0, sizeof(*s));
@@ -168,7 +157,7 @@ int ms_seq_init(struct ms_seq *s, struct ms_model *m, int64_t capacity, struct m
 		return ms_err_set(err, -EINVAL,
 				  "context of %lld tokens is outside [1, max_position_embeddings = %lld]",
 				  (long long)capacity, (long long)m->cfg.max_pos);
-	int64_t pages = ms_model_seq_pages(m, capacity, MS_SEQ_CHUNK);
+	int64_t pages = ms_kv_geom_seq_pages(&m->lm.kv, capacity, MS_SEQ_CHUNK);
 	int rc = ms_kv_pool_init(&s->pool, m->be, (int32_t)pages, MS_KV_PAGE_TOKENS,
 				 m->cfg.n_kv_heads * m->cfg.head_dim, err);
 	if (!rc)
@@ -244,7 +233,7 @@ int ms_seq_forward(struct ms_seq *s, const int32_t *tokens, int64_t n, float *lo
 			break;
 		s->n_past += cn;
 		kv->len = s->n_past;
-		ms_model_trim_kv(m, kv, &s->pool, s->n_past);
+		ms_kv_geom_trim(&m->lm.kv, kv, &s->pool, s->n_past);
 	}
 	return rc;
 }

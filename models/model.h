@@ -100,15 +100,6 @@ struct ms_seq {
  * pages stay bounded). Positions per page: MS_KV_PAGE_TOKENS (kv-cache.h). */
 #define MS_SEQ_CHUNK 256
 
-/* Pages a sequence of `capacity` positions needs at most, all layers, when
- * sliding layers give back what leaves their window (chunks of `chunk`). */
-int64_t ms_model_seq_pages(const struct ms_model *m, int64_t capacity, int64_t chunk);
-
-/* Give back the pages of sliding layers that position `next` and later
- * no longer see. */
-void ms_model_trim_kv(const struct ms_model *m, struct ms_kv_seq *kv, struct ms_kv_pool *pool,
-		      int64_t next);
-
 int ms_seq_init(struct ms_seq *s, struct ms_model *m, int64_t capacity, struct ms_err *err);
 void ms_seq_free(struct ms_seq *s);
 

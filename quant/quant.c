@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "ms-file.h"
+#include "ms-map.h"
 
 /* The registry. To add a method: one line here, one file beside this one. */
 static const struct ms_quant_method *const methods[] = {
@@ -305,8 +306,6 @@ void ms_qlinear_drop_pack(struct ms_qlinear *l)
 
 /* ---- scheme buffers (ms_quant_buf_alloc) ---- */
 
-#define BUF_HDR 64 /* the mapping's length, before the data (alignment kept) */
-
 /* Freed buffers kept for reuse while a bind pass is open: process-wide, as
  * buffers outlive the pass that made them (a kernel that reads rows in
  * place keeps them as its weights); exact sizes only, as each layer asks
@@ -315,7 +314,7 @@ static struct {
 	pthread_mutex_t mu;
 	int open;         /* bind passes open */
 	bool keep;        /* keep what is freed (not in a pass's last flush) */
-	void **bufs;      /* mapping starts */
+	void **bufs;      /* buffers (ms_map_alloc) */
 	size_t n, cap;
 } recycle = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -336,42 +335,29 @@ static void recycle_drain(void)
 {
 }
 #else
-static size_t buf_len(void *base)
-{
-	size_t len;
-	memcpy(&len, base, sizeof(len));
-	return len;
-}
-
 void *ms_quant_buf_alloc(size_t n, bool zero)
 {
-	size_t len = n + BUF_HDR;
-	void *base = NULL;
+	void *p = NULL;
 	pthread_mutex_lock(&recycle.mu);
 	for (size_t i = recycle.n; i-- > 0;)
-		if (buf_len(recycle.bufs[i]) == len) {
-			base = recycle.bufs[i];
+		if (ms_map_size(recycle.bufs[i]) == n) {
+			p = recycle.bufs[i];
 			recycle.bufs[i] = recycle.bufs[--recycle.n];
 			break;
 		}
 	pthread_mutex_unlock(&recycle.mu);
-	if (base) {
+	if (p) {
 		if (zero)
-			memset((uint8_t *)base + BUF_HDR, 0, n);
-		return (uint8_t *)base + BUF_HDR;
+			memset(p, 0, n);
+		return p;
 	}
-	base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (base == MAP_FAILED)
-		return NULL;
-	memcpy(base, &len, sizeof(len)); /* fresh pages are zero already */
-	return (uint8_t *)base + BUF_HDR;
+	return ms_map_alloc(n); /* fresh pages are zero already */
 }
 
 void ms_quant_buf_free(void *p)
 {
 	if (!p)
 		return;
-	void *base = (uint8_t *)p - BUF_HDR;
 	pthread_mutex_lock(&recycle.mu);
 	bool keep = recycle.open && recycle.keep;
 	if (keep && recycle.n == recycle.cap) {
@@ -382,10 +368,10 @@ void ms_quant_buf_free(void *p)
 	}
 	bool kept = keep && recycle.n < recycle.cap;
 	if (kept)
-		recycle.bufs[recycle.n++] = base;
+		recycle.bufs[recycle.n++] = p;
 	pthread_mutex_unlock(&recycle.mu);
 	if (!kept)
-		munmap(base, buf_len(base));
+		ms_map_free(p);
 }
 
 /* Unmap the kept buffers (a pass ends, or no more layers of those shapes). */
@@ -393,7 +379,7 @@ static void recycle_drain(void)
 {
 	pthread_mutex_lock(&recycle.mu);
 	for (size_t i = 0; i < recycle.n; i++)
-		munmap(recycle.bufs[i], buf_len(recycle.bufs[i]));
+		ms_map_free(recycle.bufs[i]);
 	recycle.n = 0;
 	if (!recycle.open) {
 		free(recycle.bufs);

@@ -14,12 +14,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "attention.h"
 #include "backend.h"
 #include "cpu.h"
 #include "moe.h"
+#include "ms-map.h"
 #include "pool.h"
 #include "rowops.h"
 #include "scratch.h"
@@ -31,46 +31,20 @@ static struct ms_cpu *cpu_of(struct ms_backend *b)
 
 /* ---- memory ---- */
 
-/* Large buffers (the KV pages, the arena) are their own mappings: zero
- * pages until touched, so a pool sized for the worst case costs only what
- * is used, and returned to the OS on free. Small ones come from the heap.
- * Either way a 64-byte header before the data says which, and how big. */
-#define BUF_HDR 64
-#define BUF_MMAP_MIN (1u << 20)
-
+/* Host memory as mappings of their own (ms-map.h): zero pages until
+ * touched, so a KV pool sized for the worst case costs only what is used,
+ * and given back to the OS on free. The backend allocates few buffers (the
+ * KV pool, the arena as it grows), so a page each is no waste. */
 static void *cpu_buf_alloc(struct ms_backend *b, size_t bytes)
 {
 	(void)b;
-	size_t total = bytes + BUF_HDR;
-	char *p;
-	if (total < bytes)
-		return NULL;
-	if (total >= BUF_MMAP_MIN) {
-		p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (p == MAP_FAILED)
-			return NULL;
-	} else {
-		p = aligned_alloc(64, (total + 63) & ~(size_t)63);
-		if (!p)
-			return NULL;
-		memset(p, 0, total);
-	}
-	memcpy(p, &total, sizeof(total));
-	return p + BUF_HDR;
+	return ms_map_alloc(bytes);
 }
 
 static void cpu_buf_free(struct ms_backend *b, void *ptr)
 {
 	(void)b;
-	if (!ptr)
-		return;
-	char *p = (char *)ptr - BUF_HDR;
-	size_t total;
-	memcpy(&total, p, sizeof(total));
-	if (total >= BUF_MMAP_MIN)
-		munmap(p, total);
-	else
-		free(p);
+	ms_map_free(ptr);
 }
 
 static void cpu_copy(struct ms_backend *b, void *dst, const void *src, size_t bytes)
