@@ -1,0 +1,252 @@
+/* hip-sim.c: see hip-sim.h. */
+#include "hip-sim.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+
+#define STACK_BYTES (64 * 1024)
+#define MAX_BLOCK 1024
+
+enum fstate { F_RUN, F_BARRIER, F_XLANE, F_DONE };
+enum xop { X_SHFL, X_XOR, X_DOWN, X_BALLOT };
+
+struct fiber {
+	ucontext_t ctx;
+	void *stack;
+	enum fstate st;
+	/* a cross-lane operation in flight */
+	enum xop op;
+	float in, out;
+	int arg, width;
+	uint64_t bits;
+};
+
+struct block {
+	struct ms_sim_dim grid, dim, idx;
+	int wave, n;
+	void *shared;
+	size_t shared_bytes;
+	struct fiber *f;
+	int cur;
+	ucontext_t sched;
+	ms_sim_kernel kernel;
+	void *args;
+};
+
+/* The block being run on this OS thread. */
+static _Thread_local struct block *g;
+
+static void fiber_main(void)
+{
+	g->kernel(g->args);
+	g->f[g->cur].st = F_DONE; /* uc_link returns to the scheduler */
+}
+
+static void yield_as(enum fstate st)
+{
+	struct fiber *me = &g->f[g->cur];
+	me->st = st;
+	swapcontext(&me->ctx, &g->sched);
+}
+
+struct ms_sim_dim ms_sim_thread_idx(void)
+{
+	unsigned t = (unsigned)g->cur, x = g->dim.x, y = g->dim.y;
+	return (struct ms_sim_dim){t % x, t / x % y, t / (x * y)};
+}
+
+struct ms_sim_dim ms_sim_block_idx(void) { return g->idx; }
+struct ms_sim_dim ms_sim_block_dim(void) { return g->dim; }
+struct ms_sim_dim ms_sim_grid_dim(void) { return g->grid; }
+int ms_sim_wave_size(void) { return g->wave; }
+void *ms_sim_shared(void) { return g->shared; }
+void ms_sim_syncthreads(void) { yield_as(F_BARRIER); }
+
+static float xlane(enum xop op, float v, int arg, int width, uint64_t bits)
+{
+	struct fiber *me = &g->f[g->cur];
+	me->op = op, me->in = v, me->arg = arg, me->width = width, me->bits = bits;
+	yield_as(F_XLANE);
+	return me->out;
+}
+
+float ms_sim_shfl_f(float v, int src, int width) { return xlane(X_SHFL, v, src, width, 0); }
+float ms_sim_shfl_xor_f(float v, int mask, int width) { return xlane(X_XOR, v, mask, width, 0); }
+float ms_sim_shfl_down_f(float v, unsigned delta, int width)
+{
+	return xlane(X_DOWN, v, (int)delta, width, 0);
+}
+
+uint64_t ms_sim_ballot(int pred)
+{
+	xlane(X_BALLOT, 0, 0, 0, pred != 0);
+	return g->f[g->cur].bits;
+}
+
+/* ---- the scheduler ---- */
+
+/* The source lane of lane l's operation within its width segment, or -1
+ * (outside: the lane keeps its own value). */
+static int src_lane(const struct fiber *f, int l)
+{
+	int w = f->width, base = l / w * w, s;
+	switch (f->op) {
+	case X_SHFL: s = base + ((f->arg % w) + w) % w; break;
+	case X_XOR: s = l ^ f->arg; break;
+	case X_DOWN: s = l + f->arg; break;
+	default: return -1;
+	}
+	return s >= base && s < base + w ? s : -1;
+}
+
+/* Complete the cross-lane operation of wavefront [w0, w1) if every live
+ * lane waits at the same one: 1 done, 0 not ready, -1 divergence. */
+static int resolve_wave(struct block *b, int w0, int w1, struct ms_err *err)
+{
+	int n_x = 0, n_live = 0;
+	enum xop op = X_SHFL;
+	int arg = 0, width = 0;
+	for (int l = w0; l < w1; l++) {
+		struct fiber *f = &b->f[l];
+		if (f->st == F_DONE)
+			continue;
+		n_live++;
+		if (f->st != F_XLANE)
+			continue;
+		if (n_x++ == 0)
+			op = f->op, arg = f->arg, width = f->width;
+		else if (f->op != op || f->width != width || (op == X_XOR && f->arg != arg))
+			return ms_err_set(err, -EDEADLK, "sim: lanes of wavefront %d wait at different "
+					  "cross-lane operations", w0 / b->wave), -1;
+	}
+	if (!n_x)
+		return 0;
+	if (n_x != n_live)
+		return ms_err_set(err, -EDEADLK, "sim: wavefront %d: %d lanes at a cross-lane "
+				  "operation, %d elsewhere (divergence)", w0 / b->wave, n_x,
+				  n_live - n_x), -1;
+	if (op != X_BALLOT && (width < 1 || width > b->wave || (width & (width - 1))))
+		return ms_err_set(err, -EINVAL, "sim: shuffle width %d (a power of two <= %d)", width,
+				  b->wave), -1;
+	uint64_t bits = 0;
+	for (int l = w0; l < w1; l++)
+		if (b->f[l].st == F_XLANE && b->f[l].bits)
+			bits |= 1ull << (l - w0);
+	for (int l = w0; l < w1; l++) {
+		struct fiber *f = &b->f[l];
+		if (f->st != F_XLANE)
+			continue;
+		if (op == X_BALLOT) {
+			f->bits = bits;
+		} else {
+			int s = src_lane(f, l - w0);
+			const struct fiber *from = s >= 0 && w0 + s < w1 ? &b->f[w0 + s] : NULL;
+			f->out = from && from->st == F_XLANE ? from->in : f->in;
+		}
+		f->st = F_RUN;
+	}
+	return 1;
+}
+
+/* After every fiber stopped: release what can go on. 1 something runs
+ * again, 0 all done, -1 divergence or deadlock. */
+static int release(struct block *b, struct ms_err *err)
+{
+	int done = 0, barrier = 0, resolved = 0;
+	for (int w0 = 0; w0 < b->n; w0 += b->wave) {
+		int w1 = w0 + b->wave < b->n ? w0 + b->wave : b->n;
+		int r = resolve_wave(b, w0, w1, err);
+		if (r < 0)
+			return -1;
+		resolved += r;
+	}
+	if (resolved)
+		return 1;
+	for (int i = 0; i < b->n; i++)
+		done += b->f[i].st == F_DONE, barrier += b->f[i].st == F_BARRIER;
+	if (done == b->n)
+		return 0;
+	if (done)
+		return ms_err_set(err, -EDEADLK, "sim: %d threads wait at __syncthreads while %d "
+				  "have returned (divergence)", barrier, done), -1;
+	for (int i = 0; i < b->n; i++)
+		b->f[i].st = F_RUN;
+	return 1;
+}
+
+/* A fiber at the start of the kernel (getcontext returns once here:
+ * nothing resumes this context, makecontext replaces it). */
+static void fiber_start(struct block *b, struct fiber *f)
+{
+	getcontext(&f->ctx);
+	f->ctx.uc_stack.ss_sp = f->stack;
+	f->ctx.uc_stack.ss_size = STACK_BYTES;
+	f->ctx.uc_link = &b->sched;
+	makecontext(&f->ctx, fiber_main, 0);
+	f->st = F_RUN;
+}
+
+static int run_block(struct block *b, struct ms_err *err)
+{
+	memset(b->shared, 0, b->shared_bytes);
+	for (int i = 0; i < b->n; i++)
+		fiber_start(b, &b->f[i]);
+	for (;;) {
+		for (int i = 0; i < b->n; i++)
+			if (b->f[i].st == F_RUN) {
+				b->cur = i;
+				swapcontext(&b->sched, &b->f[i].ctx);
+			}
+		int r = release(b, err);
+		if (r <= 0)
+			return r;
+	}
+}
+
+static void block_free(struct block *b)
+{
+	for (int i = 0; b->f && i < b->n; i++)
+		free(b->f[i].stack);
+	free(b->f);
+	free(b->shared);
+}
+
+int ms_sim_launch(struct ms_sim_dim grid, struct ms_sim_dim block, size_t shared_bytes,
+		  int wave, ms_sim_kernel kernel, void *args, struct ms_err *err)
+{
+	uint64_t n = (uint64_t)block.x * block.y * block.z;
+	if (wave != 32 && wave != 64)
+		return ms_err_set(err, -EINVAL, "sim: wavefront of %d lanes (32 or 64)", wave);
+	if (!n || n > MAX_BLOCK || !grid.x || !grid.y || !grid.z)
+		return ms_err_set(err, -EINVAL, "sim: block of %llu threads, grid %ux%ux%u",
+				  (unsigned long long)n, grid.x, grid.y, grid.z);
+	struct block b = {.grid = grid, .dim = block, .wave = wave, .n = (int)n,
+			  .shared_bytes = shared_bytes, .kernel = kernel, .args = args};
+	b.shared = calloc(1, shared_bytes ? shared_bytes : 1);
+	b.f = calloc(n, sizeof(*b.f));
+	bool ok = b.shared && b.f;
+	for (uint64_t i = 0; ok && i < n; i++)
+		ok = (b.f[i].stack = malloc(STACK_BYTES)) != NULL;
+	if (!ok) {
+		block_free(&b);
+		return ms_err_set(err, -ENOMEM, "sim: out of memory for a block of %llu threads",
+				  (unsigned long long)n);
+	}
+	struct block *saved = g;
+	g = &b;
+	int rc = 0;
+	for (unsigned z = 0; !rc && z < grid.z; z++)
+		for (unsigned y = 0; !rc && y < grid.y; y++)
+			for (unsigned x = 0; !rc && x < grid.x; x++) {
+				b.idx = (struct ms_sim_dim){x, y, z};
+				rc = run_block(&b, err) < 0 ? -EDEADLK : 0;
+			}
+	g = saved;
+	if (rc && err && !err->msg[0])
+		ms_err_set(err, rc, "sim: kernel failed");
+	block_free(&b);
+	return rc ? (err ? err->code : rc) : 0;
+}
