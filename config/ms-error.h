@@ -15,6 +15,10 @@
 #include <errno.h>
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" { /* the ROCm backend's kernel sources are C++ to hipcc and nvcc */
+#endif
+
 #define MS_ERR_MSG_MAX 1024
 
 struct ms_err {
@@ -33,5 +37,9 @@ int ms_err_prefix(struct ms_err *err, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
 void ms_err_clear(struct ms_err *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

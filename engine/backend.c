@@ -12,6 +12,8 @@
 /* The backends this build has, in order: the first is the default. */
 static const struct ms_backend_reg *const registry[] = {
 	&ms_backend_reg_cpu,
+	&ms_backend_reg_rocm,
+	&ms_backend_reg_rocm_sim,
 };
 #define N_REG (sizeof(registry) / sizeof(registry[0]))
 

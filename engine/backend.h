@@ -110,6 +110,11 @@ struct ms_backend_ops {
 	int (*bind)(struct ms_backend *be, struct ms_linear *l, enum ms_bind_mode mode, char *why,
 		    size_t why_len, struct ms_err *err);
 
+	/* Before loading: the checkpoint holds bytes of tensors. A backend
+	 * with memory of its own refuses here, naming both sizes, when they
+	 * cannot fit (optional). */
+	int (*weights_fit)(struct ms_backend *be, uint64_t bytes, struct ms_err *err);
+
 	/* Around loading a model's weights (optional). The CPU spreads what
 	 * the loader allocates, and then the mapped checkpoint files (maps,
 	 * sizes: n of them; none after a failed load), over its NUMA nodes. */
@@ -202,6 +207,7 @@ struct ms_backend_opts {
 	bool exact;            /* skip kernels that round activations */
 	bool dense_int8;       /* attention projections and lm_head to int8 at load */
 	enum ms_numa_mode numa;
+	int device;            /* which GPU, on a device backend (--device) */
 };
 
 /* One registry entry: a backend by name and how to start it. */
@@ -240,5 +246,7 @@ void ms_backend_release(struct ms_backend *be, void *p);
 
 /* The registry's entries, in engine/backend.c's table. */
 extern const struct ms_backend_reg ms_backend_reg_cpu;
+extern const struct ms_backend_reg ms_backend_reg_rocm;
+extern const struct ms_backend_reg ms_backend_reg_rocm_sim;
 
 #endif

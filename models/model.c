@@ -70,6 +70,16 @@ static void lm_init(struct ms_model *m)
 	};
 }
 
+/* The checkpoint's size against the backend's own memory, before any of it
+ * is allocated. */
+static int weights_fit(const struct ms_model *m, struct ms_backend *be, struct ms_err *err)
+{
+	uint64_t bytes = 0;
+	for (int i = 0; i < m->ck.n_files; i++)
+		bytes += m->ck.files[i].size;
+	return be->ops->weights_fit ? be->ops->weights_fit(be, bytes, err) : 0;
+}
+
 int ms_model_load(struct ms_model *m, const char *dir, struct ms_backend *be,
 		  struct ms_err *err)
 {
@@ -112,7 +122,8 @@ int ms_model_load(struct ms_model *m, const char *dir, struct ms_backend *be,
 	lm_init(m);
 	if (be->ops->weights_begin)
 		be->ops->weights_begin(be);
-	if ((rc = ms_checkpoint_open(&m->ck, dir, err)) || (rc = m->ops->load(m, err))) {
+	if ((rc = ms_checkpoint_open(&m->ck, dir, err)) || (rc = weights_fit(m, be, err)) ||
+	    (rc = m->ops->load(m, err))) {
 		if (be->ops->weights_end)
 			be->ops->weights_end(be, NULL, NULL, 0);
 		ms_model_free(m);

@@ -8,6 +8,7 @@ PKGS=(
   libcjson-dev libmicrohttpd-dev libdnnl-dev libnuma-dev check libpcre2-dev
   ocl-icd-opencl-dev   # dnnl-config.cmake requires OpenCL; only a Recommends of libdnnl-dev
   python3 python3-numpy python3-yaml wrk            # tools/ and the golden tests; yaml: tests/deploy_check.py; wrk: tests/load.sh
+  hipcc libamdhip64-dev   # the rocm backend's GPU kernels (Debian's HIP 5.2: compiles for gfx90a/gfx940 without a GPU)
 )
 
 missing=()

@@ -42,7 +42,8 @@ static int exit_code_for(int rc)
 	case -ENOENT: return EX_NOINPUT;
 	case -EINVAL:
 	case -EBADMSG: return EX_DATAERR;
-	case -ENOTSUP: return EX_UNAVAILABLE;
+	case -ENOTSUP:
+	case -ENODEV: return EX_UNAVAILABLE;
 	case -ENOMEM: return EX_OSERR;
 	case -EIO: return EX_IOERR;
 	default: return rc < 0 ? EX_SOFTWARE : EX_OK;
@@ -133,12 +134,13 @@ struct common_opts {
 	const char *kernels;
 	long threads;
 	const char *numa;   /* auto, off, interleave */
+	const char *device; /* which GPU, on a device backend (a number) */
 	bool exact;         /* kernels keep fp32 activations */
 	bool dense_int8;    /* attention projections and lm_head requantized to int8 */
 };
 
 enum { OPT_KERNELS = 1000, OPT_BACKEND, OPT_THREADS, OPT_LOGITS, OPT_IGNORE_EOS, OPT_PROMPT, OPT_NUMA, OPT_EXACT,
-       OPT_DENSE_INT8 };
+       OPT_DENSE_INT8, OPT_DEVICE };
 
 static int load(const struct common_opts *o, struct ms_backend **be, struct ms_model *m)
 {
@@ -153,7 +155,14 @@ static int load(const struct common_opts *o, struct ms_backend **be, struct ms_m
 		fprintf(stderr, "moeserve: error: --numa \"%s\" (use auto, off or interleave)\n", numa);
 		return EX_USAGE;
 	}
+	const char *dev = o->device ? o->device : getenv("MOESERVE_DEVICE");
+	long device = 0;
+	if (dev && !parse_long(dev, 0, 255, &device)) {
+		fprintf(stderr, "moeserve: error: --device \"%s\" (a GPU number, 0 to 255)\n", dev);
+		return EX_USAGE;
+	}
 	struct ms_backend_opts bo = {
+		.device = (int)device,
 		.backend = o->backend ? o->backend : getenv("MOESERVE_BACKEND"),
 		.kernels = o->kernels ? o->kernels : getenv("MOESERVE_KERNELS"),
 		.threads = (int)o->threads,
@@ -198,6 +207,8 @@ static void generate_help(void)
 	       "  --threads N        worker threads (default: available CPUs)\n"
 	       "  --backend NAME     compute backend: %s (default the first,\n"
 	       "                     or $MOESERVE_BACKEND)\n"
+	       "  --device N         which GPU, with --backend rocm (default 0, or\n"
+	       "                     $MOESERVE_DEVICE)\n"
 	       "  --kernels SET      kernel set: %s (default auto,\n"
 	       "                     or $MOESERVE_KERNELS)\n"
 	       "  --exact            only kernels that keep fp32 activations: logits match\n"
@@ -248,6 +259,7 @@ static int generate_args(int argc, char **argv, struct gen_args *a)
 		{"logits-out", required_argument, NULL, OPT_LOGITS},
 		{"threads", required_argument, NULL, OPT_THREADS},
 		{"backend", required_argument, NULL, OPT_BACKEND},
+		{"device", required_argument, NULL, OPT_DEVICE},
 		{"kernels", required_argument, NULL, OPT_KERNELS},
 		{"numa", required_argument, NULL, OPT_NUMA},
 		{"exact", no_argument, NULL, OPT_EXACT},
@@ -273,6 +285,7 @@ static int generate_args(int argc, char **argv, struct gen_args *a)
 				return usage_error("generate", "--threads: \"%s\" is not in [1, 1024]", optarg);
 			break;
 		case OPT_BACKEND: a->co.backend = optarg; break;
+		case OPT_DEVICE: a->co.device = optarg; break;
 		case OPT_KERNELS: a->co.kernels = optarg; break;
 		case OPT_NUMA: a->co.numa = optarg; break;
 		case OPT_EXACT: a->co.exact = true; break;
@@ -450,8 +463,8 @@ static int cmd_generate(int argc, char **argv)
 
 static void inspect_help(void)
 {
-	printf("Usage: moeserve inspect [--model DIR] [--kernels SET] [--threads N]\n"
-	       "                        [--exact] [--dense-int8]\n"
+	printf("Usage: moeserve inspect [--model DIR] [--backend NAME] [--device N] [--kernels SET]\n"
+	       "                        [--threads N] [--exact] [--dense-int8]\n"
 	       "Load a checkpoint and describe it: architecture and sizes, the quantization\n"
 	       "scheme of each tensor group, the kernel chosen for each, and the weight bytes.\n");
 }
@@ -472,6 +485,7 @@ static int cmd_inspect(int argc, char **argv)
 		{"model", required_argument, NULL, 'm'},
 		{"threads", required_argument, NULL, OPT_THREADS},
 		{"backend", required_argument, NULL, OPT_BACKEND},
+		{"device", required_argument, NULL, OPT_DEVICE},
 		{"kernels", required_argument, NULL, OPT_KERNELS},
 		{"numa", required_argument, NULL, OPT_NUMA},
 		{"exact", no_argument, NULL, OPT_EXACT},
@@ -493,6 +507,7 @@ static int cmd_inspect(int argc, char **argv)
 				return usage_error("inspect", "--threads: \"%s\" is not in [1, 1024]", optarg);
 			break;
 		case OPT_BACKEND: co.backend = optarg; break;
+		case OPT_DEVICE: co.device = optarg; break;
 		case OPT_KERNELS: co.kernels = optarg; break;
 		case 'h': inspect_help(); return EX_OK;
 		default: return usage_error("inspect", "%s", "invalid option");
@@ -579,6 +594,7 @@ static int cmd_dequant(int argc, char **argv)
 		{"module", required_argument, NULL, 'M'},
 		{"out", required_argument, NULL, 'o'},
 		{"backend", required_argument, NULL, OPT_BACKEND},
+		{"device", required_argument, NULL, OPT_DEVICE},
 		{"kernels", required_argument, NULL, OPT_KERNELS},
 		{"help", no_argument, NULL, 'h'},
 		{0},
@@ -593,6 +609,7 @@ static int cmd_dequant(int argc, char **argv)
 		case 'M': module = optarg; break;
 		case 'o': out = optarg; break;
 		case OPT_BACKEND: co.backend = optarg; break;
+		case OPT_DEVICE: co.device = optarg; break;
 		case OPT_KERNELS: co.kernels = optarg; break;
 		case 'h': dequant_help(); return EX_OK;
 		default: return usage_error("dequant", "%s", "invalid option");
@@ -632,7 +649,7 @@ static int cmd_dequant(int argc, char **argv)
 	if (l && ex == EX_OK) {
 		fprintf(stderr, "moeserve: %s: scheme %s, format %s, activations %s, kernel %s\n", module,
 			l->scheme, ms_wfmt_name(l->lin.w.fmt), ms_actq_name(l->lin.act.kind),
-			l->lin.kernel->name);
+			l->lin.kernel_name ? l->lin.kernel_name : "none");
 		printf("%lld %lld\n", (long long)l->lin.w.rows, (long long)l->lin.w.cols);
 	}
 	ms_model_free(&m);
@@ -958,6 +975,7 @@ static int cmd_bench(int argc, char **argv)
 		{"model", required_argument, NULL, 'm'},
 		{"threads", required_argument, NULL, OPT_THREADS},
 		{"backend", required_argument, NULL, OPT_BACKEND},
+		{"device", required_argument, NULL, OPT_DEVICE},
 		{"kernels", required_argument, NULL, OPT_KERNELS},
 		{"prompt-tokens", required_argument, NULL, 'p'},
 		{"numa", required_argument, NULL, OPT_NUMA},
@@ -983,6 +1001,7 @@ static int cmd_bench(int argc, char **argv)
 				return usage_error("bench", "--threads: \"%s\" is not in [1, 1024]", optarg);
 			break;
 		case OPT_BACKEND: co.backend = optarg; break;
+		case OPT_DEVICE: co.device = optarg; break;
 		case OPT_KERNELS: co.kernels = optarg; break;
 		case 'p':
 			if (!parse_long(optarg, 1, 1 << 20, &v))

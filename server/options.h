@@ -59,6 +59,7 @@ struct ms_serve_options {
 	enum ms_log_level log_level;    /* info */
 	/* the backend */
 	char *backend;             /* registry name (ms_backend_names); "cpu" */
+	int device;                /* which GPU on a device backend */
 	int threads;               /* worker threads; 0: one per available CPU */
 	char *kernels;             /* kernel set, "auto" (one of ms_cpu_kernel_sets; whether
 	                              this CPU runs it is ms_cpu_init's to say) */

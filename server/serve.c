@@ -32,17 +32,24 @@ struct served {
 	bool have_m;
 };
 
-/* Backend, model, tokenizer (optional: without one, prompts are ids and
- * chat is off), engine. */
-static int serve_load(const struct ms_serve_options *o, const char *model_dir, struct served *sv,
-		      struct ms_err *err)
+/* The backend, before the server listens: a machine without the device
+ * asked for is not going to get one by waiting, so the daemon exits (69)
+ * rather than report it on /health forever. */
+static int serve_backend(const struct ms_serve_options *o, struct served *sv, struct ms_err *err)
 {
 	struct ms_backend_opts bo = {.backend = o->backend, .kernels = o->kernels,
 				     .threads = o->threads, .exact = o->exact,
-				     .dense_int8 = o->dense_int8, .numa = o->numa};
-	int rc = ms_backend_open(&bo, &sv->be, err);
-	if (rc)
-		return rc;
+				     .dense_int8 = o->dense_int8, .numa = o->numa,
+				     .device = o->device};
+	return ms_backend_open(&bo, &sv->be, err);
+}
+
+/* Model, tokenizer (optional: without one, prompts are ids and chat is
+ * off), engine, on the open backend. */
+static int serve_load(const struct ms_serve_options *o, const char *model_dir, struct served *sv,
+		      struct ms_err *err)
+{
+	int rc;
 	if ((rc = ms_model_load(&sv->m, model_dir, sv->be, err)))
 		return rc;
 	sv->have_m = true;
@@ -143,9 +150,17 @@ int ms_cmd_serve(int argc, char **argv, const char *default_model)
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
+	struct served sv = {0};
+	if ((rc = serve_backend(&o, &sv, &err))) {
+		fprintf(stderr, "moeserve: error: %s\n", err.msg);
+		ms_serve_options_free(&o);
+		return rc == -EINVAL ? EX_USAGE : (rc == -ENODEV || rc == -ENOTSUP ? EX_UNAVAILABLE
+										   : EX_SOFTWARE);
+	}
 	struct ms_metrics *metrics = NULL;
 	if ((rc = ms_metrics_init(&metrics, name, &err))) {
 		fprintf(stderr, "moeserve: error: %s\n", err.msg);
+		ms_backend_close(sv.be);
 		ms_serve_options_free(&o);
 		return EX_SOFTWARE;
 	}
@@ -159,11 +174,11 @@ int ms_cmd_serve(int argc, char **argv, const char *default_model)
 	if ((rc = ms_server_start(&srv, &sc, metrics, &err))) {
 		fprintf(stderr, "moeserve: error: %s\n", err.msg);
 		ms_metrics_free(metrics);
+		ms_backend_close(sv.be);
 		ms_serve_options_free(&o);
 		return EX_UNAVAILABLE;
 	}
 	fprintf(stderr, "moeserve: listening on http://%s:%d (model %s loading)\n", o.host, o.port, name);
-	struct served sv = {0};
 	int ex = serve_model(&o, model_dir, name, &srv, &sv);
 	int sig = 0;
 	sigwait(&sigs, &sig);

@@ -8,7 +8,7 @@ rooms below it, never of one above:
 
     config < engine < quant < models < server
 
-A backend (engine/cpu; the next one beside it) sits on config and engine and
+A backend (engine/cpu, engine/rocm) sits on config and engine and
 only server/ may include it: quant/ and models/ reach it through engine's
 interface (engine/backend.h), so they run on any backend. engine/ names a
 backend only by its registry entry, declared in engine/backend.h.
@@ -26,8 +26,10 @@ import os
 import re
 import sys
 
-ROOMS = ["config", "engine", "engine/cpu", "quant", "models", "server"]
-BACKENDS = ("engine/cpu",)
+ROOMS = ["config", "engine", "engine/cpu", "engine/rocm", "quant", "models", "server"]
+BACKENDS = ("engine/cpu", "engine/rocm")
+# headers meson writes into the build tree, and the room they belong to
+GENERATED = {"rocm-config.h": "engine/rocm/rocm-config.h"}
 FREE = ("tests", "tools")
 
 # room -> the rooms it may include
@@ -66,7 +68,7 @@ def sources(src):
         for dirpath, dirnames, files in os.walk(base):
             dirnames[:] = [d for d in dirnames if d not in ("node_modules", "default")]
             for f in files:
-                if f.endswith((".c", ".h")):
+                if f.endswith((".c", ".h", ".cu")):
                     yield os.path.relpath(os.path.join(dirpath, f), src)
 
 
@@ -77,8 +79,11 @@ def main():
     files = sorted(set(sources(args.src)))
     headers = {}
     for rel in files:
-        if rel.endswith(".h"):
+        # a .cu is included whole by the host model's build (engine/rocm/sim)
+        if rel.endswith((".h", ".cu")):
             headers.setdefault(os.path.basename(rel), []).append(rel)
+    for name, rel in GENERATED.items():
+        headers.setdefault(name, []).append(rel)
     bad, seen, n_inc = [], set(), 0
     for name, where in headers.items():
         if len(where) > 1 and any(room_of(w) not in FREE for w in where):

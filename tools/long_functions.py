@@ -136,7 +136,7 @@ def sources(src):
         for dirpath, dirnames, files in os.walk(base):
             dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS]
             for f in files:
-                if f.endswith((".c", ".h")):
+                if f.endswith((".c", ".h", ".cu")):
                     yield os.path.relpath(os.path.join(dirpath, f), src)
 
 

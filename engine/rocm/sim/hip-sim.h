@@ -13,8 +13,6 @@
  * that ends while others wait at a barrier, or lanes of one wavefront that
  * wait at different operations, is divergence: undefined on hardware, an
  * error here (the launch fails and says which).
- *
- * Work in progress for issue 20 (branch rocm-wip): not yet built by meson.
  */
 #ifndef MS_HIP_SIM_H
 #define MS_HIP_SIM_H
@@ -51,13 +49,75 @@ void *ms_sim_shared(void);
 void ms_sim_syncthreads(void);
 
 /* Cross-lane, within segments of `width` lanes (a power of two <= the
- * wavefront): HIP's __shfl, __shfl_xor, __shfl_down (a source lane outside
- * the segment or beyond the live lanes gives the caller's own value, as
- * HIP's do), and __ballot (bit i: lane i's predicate). */
-float ms_sim_shfl_f(float v, int src, int width);
-float ms_sim_shfl_xor_f(float v, int mask, int width);
-float ms_sim_shfl_down_f(float v, unsigned delta, int width);
+ * wavefront): HIP's __shfl, __shfl_xor, __shfl_down on a value's bits (a
+ * source lane outside the segment or beyond the live lanes gives the
+ * caller's own value, as HIP's do), and __ballot (bit i: lane i's
+ * predicate). The typed forms below are what kernels call. */
+uint64_t ms_sim_shfl_u64(uint64_t v, int src, int width);
+uint64_t ms_sim_shfl_xor_u64(uint64_t v, int mask, int width);
+uint64_t ms_sim_shfl_down_u64(uint64_t v, unsigned delta, int width);
 uint64_t ms_sim_ballot(int pred);
+
+static inline uint64_t ms_sim_f2u(float v)
+{
+	union { float f; uint32_t u; } c = {.f = v};
+	return c.u;
+}
+
+static inline float ms_sim_u2f(uint64_t v)
+{
+	union { float f; uint32_t u; } c = {.u = (uint32_t)v};
+	return c.f;
+}
+
+static inline float ms_sim_shfl_f(float v, int src, int width)
+{
+	return ms_sim_u2f(ms_sim_shfl_u64(ms_sim_f2u(v), src, width));
+}
+
+static inline float ms_sim_shfl_xor_f(float v, int mask, int width)
+{
+	return ms_sim_u2f(ms_sim_shfl_xor_u64(ms_sim_f2u(v), mask, width));
+}
+
+static inline float ms_sim_shfl_down_f(float v, unsigned delta, int width)
+{
+	return ms_sim_u2f(ms_sim_shfl_down_u64(ms_sim_f2u(v), delta, width));
+}
+
+static inline int ms_sim_shfl_i(int v, int src, int width)
+{
+	return (int)(uint32_t)ms_sim_shfl_u64((uint32_t)v, src, width);
+}
+
+static inline int ms_sim_shfl_xor_i(int v, int mask, int width)
+{
+	return (int)(uint32_t)ms_sim_shfl_xor_u64((uint32_t)v, mask, width);
+}
+
+/* Atomics: fibers of a launch switch only at barriers and cross-lane
+ * operations, and blocks run one at a time, so a read-modify-write is
+ * already indivisible; these return the old value as HIP's do. */
+static inline float ms_sim_atomic_add_f(float *p, float v)
+{
+	float old = *p;
+	*p = old + v;
+	return old;
+}
+
+static inline int ms_sim_atomic_add_i(int *p, int v)
+{
+	int old = *p;
+	*p = old + v;
+	return old;
+}
+
+static inline int ms_sim_atomic_max_i(int *p, int v)
+{
+	int old = *p;
+	*p = old > v ? old : v;
+	return old;
+}
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,171 @@
+/*
+ * gpu-formats.h: the weight and activation formats on the device, the same
+ * definitions as engine/wmat.c and engine/actq.c (tests/test-rocm.c checks
+ * them against those, bit for bit, on every code). Included by kernel
+ * sources only, after gpu-compat.h.
+ */
+#ifndef MS_GPU_FORMATS_H
+#define MS_GPU_FORMATS_H
+
+#include <string.h>
+
+#include "gpu.h"
+#include "wmat.h"
+
+GPU_DEV uint32_t gpu_f2u(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+GPU_DEV float gpu_u2f(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+GPU_DEV float gpu_bf16(uint16_t h)
+{
+	return gpu_u2f((uint32_t)h << 16);
+}
+
+GPU_DEV float gpu_f16(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 0x1F, m = h & 0x3FF;
+	if (e == 0x1F)
+		return gpu_u2f(sign | 0x7F800000u | (m << 13));
+	if (e == 0) {
+		float f = (float)m * 0x1p-24f; /* exact: m < 2^10 */
+		return sign ? -f : f;
+	}
+	return gpu_u2f(sign | ((e + 112) << 23) | (m << 13));
+}
+
+/* 2^(e - 127); 0xFF gives 2^128 (infinity in fp32), as ms_e8m0_to_f32. */
+GPU_DEV float gpu_e8m0(uint8_t e)
+{
+	if (e == 0)
+		return gpu_u2f(0x00400000u); /* 2^-127, subnormal */
+	if (e == 0xFF)
+		return gpu_u2f(0x7F800000u);
+	return gpu_u2f((uint32_t)e << 23);
+}
+
+GPU_DEV float gpu_e2m1(unsigned code)
+{
+	/* the 8 magnitudes times 2, as integers: 0 1 2 3 4 6 8 12 */
+	unsigned m = code & 7;
+	float v = (float)(m < 4 ? m : (m == 4 ? 4u : (m == 5 ? 6u : (m == 6 ? 8u : 12u)))) * 0.5f;
+	return code & 8 ? -v : v;
+}
+
+GPU_DEV float gpu_fp8(uint8_t b)
+{
+	int e = (b >> 3) & 0xF, m = b & 7;
+	float v;
+	if (e == 0xF && m == 7)
+		return gpu_u2f(0x7FC00000u);
+	if (e == 0)
+		v = (float)m * 0x1p-9f;
+	else
+		v = gpu_u2f((uint32_t)(e - 7 + 127) << 23) * (1.0f + (float)m / 8.0f);
+	return b & 0x80 ? -v : v;
+}
+
+/* Nearest e4m3 value of v, saturated at +-448, ties to even (actq.c's
+ * fp8_round, on the bits). */
+GPU_DEV float gpu_fp8_round(float v)
+{
+	uint32_t b = gpu_f2u(v), a = b & 0x7FFFFFFFu;
+	if (a > 0x7F800000u)
+		return v;
+	if (a > 0x43E00000u)
+		a = 0x43E00000u;
+	uint32_t r;
+	if (a < 0x3C800000u) {
+		float fa = gpu_u2f(a);
+		r = gpu_f2u((fa + 0x1p14f) - 0x1p14f);
+	} else {
+		r = (a + 0x7FFFFu + ((a >> 20) & 1u)) & 0xFFF00000u;
+	}
+	return gpu_u2f(r | (b & 0x80000000u));
+}
+
+/* e2m1 nearest-even of v (saturating at +-6), as actq.c's e2m1_round. */
+GPU_DEV float gpu_e2m1_round(float v)
+{
+	float a = fabsf(v), r;
+	if (a >= 6.0f)
+		r = 6.0f;
+	else if (a < 2.0f)
+		r = rintf(a * 2.0f) / 2.0f;
+	else if (a < 4.0f)
+		r = rintf(a);
+	else
+		r = rintf(a / 2.0f) * 2.0f;
+	return copysignf(r, v);
+}
+
+/* The power of two an MXFP4 group of amax is scaled by (Quark's "even"
+ * rule, ms_actq_mxfp4_group). */
+GPU_DEV int gpu_mx_exp(float amax)
+{
+	uint32_t bits = (gpu_f2u(amax) + 0x200000u) & 0x7F800000u;
+	int e = (int)(bits >> 23) - 127 - 2;
+	return e < -127 ? -127 : (e > 127 ? 127 : e);
+}
+
+/* Columns [k0, k0 + n) of row r of m, n <= 32, into w[0 .. n). */
+GPU_DEV void gpu_decode(const struct ms_gpu_mat *m, int64_t r, int64_t k0, int n, float *w)
+{
+	const uint8_t *row = m->w + r * m->row_bytes;
+	switch (m->fmt) {
+	case MS_WFMT_F32:
+		for (int i = 0; i < n; i++)
+			w[i] = ((const float *)row)[k0 + i];
+		break;
+	case MS_WFMT_F16:
+		for (int i = 0; i < n; i++)
+			w[i] = gpu_f16(((const uint16_t *)row)[k0 + i]);
+		break;
+	case MS_WFMT_BF16:
+		for (int i = 0; i < n; i++)
+			w[i] = gpu_bf16(((const uint16_t *)row)[k0 + i]);
+		break;
+	case MS_WFMT_MXFP4: {
+		/* k0 is a multiple of 32: one scale for the chunk */
+		float s = gpu_e8m0(m->scales[r * m->scale_row_bytes + k0 / 32]);
+		for (int i = 0; i < n; i++) {
+			uint8_t b = row[(k0 + i) / 2];
+			w[i] = gpu_e2m1((k0 + i) & 1 ? b >> 4 : b & 0xF) * s;
+		}
+		break;
+	}
+	case MS_WFMT_INTQ: {
+		int sb = m->bits == 3 ? 4 : m->bits;
+		unsigned mask = (1u << m->bits) - 1;
+		const float *s = m->fscale + r * m->n_groups, *z = m->fzero + r * m->n_groups;
+		const int32_t *gi = m->g_idx ? m->g_idx + (int64_t)m->row_gmap[r] * m->cols : NULL;
+		for (int i = 0; i < n; i++) {
+			int64_t k = k0 + i, bit = k * sb;
+			unsigned q = (row[bit / 8] >> (bit % 8)) & mask;
+			int64_t g = gi ? gi[k] : k / m->group_size;
+			w[i] = s[g] * ((float)q - z[g]);
+		}
+		break;
+	}
+	case MS_WFMT_FP8: {
+		float s = m->fscale[r];
+		for (int i = 0; i < n; i++)
+			w[i] = gpu_fp8(row[k0 + i]) * s;
+		break;
+	}
+	default:
+		for (int i = 0; i < n; i++)
+			w[i] = 0;
+	}
+}
+
+#endif

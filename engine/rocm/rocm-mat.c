@@ -1,0 +1,255 @@
+/*
+ * rocm-mat.c: matrices onto the device. A matrix goes up as its scheme left
+ * it (struct ms_wmat's rows are already contiguous and self-describing in
+ * every format), in one allocation: the descriptor the kernels read, then
+ * the rows, the MXFP4 scales, the INTQ scales, zeros and group maps, and
+ * the bias. A layer's experts get their descriptors side by side once, so
+ * that one launch covers every expert.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rocm.h"
+
+static size_t up64(size_t b)
+{
+	return (b + 63) & ~(size_t)63;
+}
+
+/* The distinct group maps of an INTQ matrix (rows share them: all of a
+ * matrix, or gate rows and up rows after splicing), and each row's. */
+static int gmaps(const struct ms_wmat *w, const int32_t **maps, int *n_maps, uint8_t *row_map,
+		 struct ms_err *err)
+{
+	*n_maps = 0;
+	for (int64_t r = 0; r < w->rows; r++) {
+		int i = 0;
+		while (i < *n_maps && maps[i] != w->row_g_idx[r])
+			i++;
+		if (i == *n_maps) {
+			if (i == 255)
+				return ms_err_set(err, -ENOTSUP, "INTQ matrix with more than 255 "
+						  "distinct g_idx maps: not on the rocm backend");
+			maps[(*n_maps)++] = w->row_g_idx[r];
+		}
+		row_map[r] = (uint8_t)i;
+	}
+	return 0;
+}
+
+struct upload {
+	size_t at[8];      /* offsets: desc, w, scales, fscale, fzero, g_idx, row_gmap, bias */
+	size_t total;
+	const int32_t *maps[255];
+	int n_maps;
+	uint8_t *row_map;
+};
+
+static void plan(const struct ms_linear *l, struct upload *u)
+{
+	const struct ms_wmat *w = &l->w;
+	size_t ng = w->fmt == MS_WFMT_INTQ ? (size_t)w->n_groups : (w->fmt == MS_WFMT_FP8 ? 1 : 0);
+	size_t sizes[8] = {
+		sizeof(struct ms_gpu_mat),
+		(size_t)w->rows * w->row_bytes,
+		w->scales ? (size_t)w->rows * w->scale_row_bytes : 0,
+		w->fscale ? (size_t)w->rows * ng * sizeof(float) : 0,
+		w->fzero ? (size_t)w->rows * ng * sizeof(float) : 0,
+		(size_t)u->n_maps * (size_t)w->cols * sizeof(int32_t),
+		u->n_maps ? (size_t)w->rows : 0,
+		l->bias ? (size_t)w->rows * sizeof(float) : 0,
+	};
+	u->total = 0;
+	for (int i = 0; i < 8; i++) {
+		u->at[i] = u->total;
+		u->total += up64(sizes[i]);
+	}
+}
+
+static int fill(struct ms_rocm *be, const struct ms_linear *l, struct ms_rocm_mat *rm,
+		const struct upload *u, struct ms_err *err)
+{
+	const struct ms_wmat *w = &l->w;
+	char *d = rm->alloc;
+	struct ms_gpu_mat *g = &rm->m;
+	size_t ng = w->fmt == MS_WFMT_INTQ ? (size_t)w->n_groups : 1;
+	*g = (struct ms_gpu_mat){
+		.fmt = (int32_t)w->fmt, .bits = w->bits, .rows = w->rows, .cols = w->cols,
+		.w = (const uint8_t *)(d + u->at[1]), .row_bytes = (int64_t)w->row_bytes,
+		.scales = w->scales ? (const uint8_t *)(d + u->at[2]) : NULL,
+		.scale_row_bytes = (int64_t)w->scale_row_bytes, .group_size = w->group_size,
+		.n_groups = w->n_groups, .fscale = w->fscale ? (const float *)(d + u->at[3]) : NULL,
+		.fzero = w->fzero ? (const float *)(d + u->at[4]) : NULL,
+		.g_idx = u->n_maps ? (const int32_t *)(d + u->at[5]) : NULL,
+		.row_gmap = u->n_maps ? (const uint8_t *)(d + u->at[6]) : NULL,
+		.bias = l->bias ? (const float *)(d + u->at[7]) : NULL,
+		.act = (int32_t)l->act.kind, .act_scale = l->act.scale,
+	};
+	rm->dev = (const struct ms_gpu_mat *)d;
+	struct ms_gpu_ctx cc = be->ctx; /* uploads run on several threads: own messages */
+	cc.err = err;
+	const struct ms_gpu_ctx *c = &cc;
+	int rc = be->rt->h2d(c, d, g, sizeof(*g));
+	rc = rc ? rc : be->rt->h2d(c, d + u->at[1], w->w, (size_t)w->rows * w->row_bytes);
+	if (!rc && w->scales)
+		rc = be->rt->h2d(c, d + u->at[2], w->scales, (size_t)w->rows * w->scale_row_bytes);
+	if (!rc && w->fscale)
+		rc = be->rt->h2d(c, d + u->at[3], w->fscale, (size_t)w->rows * ng * sizeof(float));
+	if (!rc && w->fzero)
+		rc = be->rt->h2d(c, d + u->at[4], w->fzero, (size_t)w->rows * ng * sizeof(float));
+	for (int i = 0; !rc && i < u->n_maps; i++)
+		rc = be->rt->h2d(c, d + u->at[5] + (size_t)i * (size_t)w->cols * 4, u->maps[i],
+				 (size_t)w->cols * 4);
+	if (!rc && u->n_maps)
+		rc = be->rt->h2d(c, d + u->at[6], u->row_map, (size_t)w->rows);
+	if (!rc && l->bias)
+		rc = be->rt->h2d(c, d + u->at[7], l->bias, (size_t)w->rows * sizeof(float));
+	return rc;
+}
+
+static void mat_free(void *p)
+{
+	struct ms_rocm_mat *rm = p;
+	rm->be->rt->free(rm->alloc);
+	__atomic_add_fetch(&rm->be->gen, 1, __ATOMIC_RELAXED);
+	free(rm);
+}
+
+static int check_fits(struct ms_rocm *be, size_t bytes, struct ms_err *err)
+{
+	size_t fr = 0, tot = 0;
+	if (be->rt->mem_info(&fr, &tot) == 0 && bytes > fr)
+		return ms_err_set(err, -ENOMEM, "needs %zu MiB on the device, %zu MiB free of %zu",
+				  (bytes >> 20) + 1, fr >> 20, tot >> 20);
+	return 0;
+}
+
+/* What inspect says of a matrix on the device. */
+static void why_of(const struct ms_linear *l, char *why, size_t len)
+{
+	const struct ms_wmat *w = &l->w;
+	const char *how = "fp32 accumulate";
+	char buf[96];
+	switch (w->fmt) {
+	case MS_WFMT_MXFP4: how = "e2m1 + E8M0 decoded in registers, 16 B per lane"; break;
+	case MS_WFMT_INTQ:
+		snprintf(buf, sizeof(buf), "%d-bit codes, group scales/zeros%s, decoded in registers",
+			 w->bits, w->row_g_idx ? " + g_idx" : "");
+		how = buf;
+		break;
+	case MS_WFMT_FP8: how = "e4m3 + row scale decoded in registers"; break;
+	default: break;
+	}
+	snprintf(why, len, "device copy as stored; wavefront-per-row GEMV (%s)%s%s", how,
+		 l->act.kind != MS_ACTQ_NONE ? "; input quantized on the device: " : "",
+		 l->act.kind != MS_ACTQ_NONE ? ms_actq_name(l->act.kind) : "");
+}
+
+int ms_rocm_mat_upload(struct ms_rocm *be, struct ms_linear *l, char *why, size_t len,
+		       struct ms_err *err)
+{
+	const struct ms_wmat *w = &l->w;
+	if (!w->w)
+		return ms_err_set(err, -ENOTSUP, "%s matrix without its rows (released after "
+				  "packing): not on the rocm backend", ms_wfmt_name(w->fmt));
+	struct upload u = {0};
+	struct ms_rocm_mat *rm = calloc(1, sizeof(*rm));
+	u.row_map = w->row_g_idx ? malloc((size_t)w->rows) : NULL;
+	int rc = !rm || (w->row_g_idx && !u.row_map) ? ms_err_set(err, -ENOMEM, "out of memory") : 0;
+	if (!rc && w->row_g_idx)
+		rc = gmaps(w, u.maps, &u.n_maps, u.row_map, err);
+	if (!rc) {
+		plan(l, &u);
+		rc = check_fits(be, u.total, err);
+	}
+	if (!rc && !(rm->alloc = be->rt->alloc(u.total)))
+		rc = ms_err_set(err, -ENOMEM, "no device memory for %zu MiB of weights",
+				(u.total >> 20) + 1);
+	if (!rc) {
+		rm->be = be;
+		rm->bytes = u.total;
+		if ((rc = fill(be, l, rm, &u, err)))
+			ms_err_prefix(err, "uploading a %s matrix: ", ms_wfmt_name(w->fmt));
+	}
+	free(u.row_map);
+	if (rc) {
+		if (rm && rm->alloc)
+			be->rt->free(rm->alloc);
+		free(rm);
+		return rc;
+	}
+	l->bound = rm;
+	l->owned = rm;
+	l->owned_free = mat_free;
+	why_of(l, why, len);
+	return 0;
+}
+
+/* ---- a layer's experts ---- */
+
+static int layer_build(struct ms_rocm *be, const struct ms_moe_w *w, struct ms_rocm_layer *L,
+		       struct ms_err *err)
+{
+	int64_t E = w->n_experts;
+	struct ms_gpu_mat *host = malloc((size_t)(2 * E) * sizeof(*host));
+	if (!host)
+		return ms_err_set(err, -ENOMEM, "out of memory");
+	L->act_gu = L->act_dn = false;
+	for (int64_t e = 0; e < E; e++) {
+		const struct ms_rocm_mat *gu = w->gate_up[e]->bound, *dn = w->down[e]->bound;
+		if (!gu || !dn) {
+			free(host);
+			return ms_err_set(err, -EINVAL, "moe: expert %lld is not on the device",
+					  (long long)e);
+		}
+		host[e] = gu->m;
+		host[E + e] = dn->m;
+		L->act_gu |= gu->m.act != MS_GPU_ACT_NONE;
+		L->act_dn |= dn->m.act != MS_GPU_ACT_NONE;
+	}
+	if (L->gate_up)
+		be->rt->free(L->gate_up);
+	L->gate_up = be->rt->alloc((size_t)(2 * E) * sizeof(*host));
+	int rc = L->gate_up ? be->rt->h2d(&be->ctx, L->gate_up, host, (size_t)(2 * E) * sizeof(*host))
+			    : ms_err_set(err, -ENOMEM, "moe: no device memory for descriptors");
+	free(host);
+	if (rc)
+		return rc;
+	L->down = L->gate_up + E;
+	L->key = w;
+	L->gen = __atomic_load_n(&be->gen, __ATOMIC_RELAXED);
+	return 0;
+}
+
+const struct ms_rocm_layer *ms_rocm_layer(struct ms_rocm *be, const struct ms_moe_w *w,
+					  struct ms_err *err)
+{
+	uint64_t gen = __atomic_load_n(&be->gen, __ATOMIC_RELAXED);
+	struct ms_rocm_layer *L = NULL;
+	for (int i = 0; i < be->n_layer_cache && !L; i++)
+		if (be->layers[i].key == w)
+			L = &be->layers[i];
+	if (L && L->gen == gen)
+		return L;
+	if (!L) {
+		struct ms_rocm_layer *n = realloc(be->layers, (size_t)(be->n_layer_cache + 1) * sizeof(*n));
+		if (!n)
+			return ms_err_set(err, -ENOMEM, "out of memory"), NULL;
+		be->layers = n;
+		L = &n[be->n_layer_cache++];
+		memset(L, 0, sizeof(*L));
+	}
+	return layer_build(be, w, L, err) ? NULL : L;
+}
+
+void ms_rocm_layers_free(struct ms_rocm *be)
+{
+	for (int i = 0; i < be->n_layer_cache; i++)
+		if (be->layers[i].gate_up)
+			be->rt->free(be->layers[i].gate_up);
+	free(be->layers);
+	be->layers = NULL;
+	be->n_layer_cache = 0;
+}

@@ -1,0 +1,219 @@
+/*
+ * rocm.c: the ROCm backend (backend.h's interface on a GPU through HIP),
+ * and rocm-sim, the same host code and the same kernel sources run on the
+ * host model of the HIP execution model (sim/). Two registry entries, one
+ * struct: only the runtime and kernel tables (gpu.h) differ.
+ *
+ * Memory is the device's (host = false): the model reaches it only through
+ * these operations. Weights go up once at bind (rocm-mat.c); a step's
+ * tables once in step_begin (rocm-ops.c).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rocm-config.h"
+#include "rocm.h"
+
+/* ---- scratch ---- */
+
+int ms_rocm_reserve(struct ms_rocm *be, enum ms_rocm_buf b, size_t bytes, struct ms_err *err)
+{
+	struct ms_dbuf *d = &be->buf[b];
+	if (bytes <= d->cap)
+		return 0;
+	size_t want = bytes + bytes / 2 + 64;
+	void *p = be->rt->alloc(want);
+	if (!p)
+		return ms_err_set(err, -ENOMEM, "rocm: no device memory for %zu MiB of scratch",
+				  (want >> 20) + 1);
+	be->rt->free(d->p);
+	d->p = p;
+	d->cap = want;
+	return 0;
+}
+
+void *ms_rocm_host_stage(struct ms_rocm *be, size_t bytes)
+{
+	if (bytes > be->host_stage_cap) {
+		size_t want = bytes + bytes / 2 + 64;
+		void *p = realloc(be->host_stage, want);
+		if (!p)
+			return NULL;
+		be->host_stage = p;
+		be->host_stage_cap = want;
+	}
+	return be->host_stage;
+}
+
+void ms_rocm_fail(struct ms_rocm *be, int rc)
+{
+	if (rc && !be->kerr.code) {
+		be->kerr.code = rc;
+		if (!be->kerr.msg[0])
+			snprintf(be->kerr.msg, sizeof(be->kerr.msg), "a device operation failed (%d)", rc);
+	}
+}
+
+/* ---- memory ---- */
+
+static void *r_buf_alloc(struct ms_backend *b, size_t bytes)
+{
+	return ms_rocm_of(b)->rt->alloc(bytes);
+}
+
+static void r_buf_free(struct ms_backend *b, void *p)
+{
+	if (p)
+		ms_rocm_of(b)->rt->free(p);
+}
+
+static void r_copy(struct ms_backend *b, void *dst, const void *src, size_t bytes)
+{
+	struct ms_rocm *be = ms_rocm_of(b);
+	ms_rocm_fail(be, be->rt->d2d(&be->ctx, dst, src, bytes));
+}
+
+static void r_to_host(struct ms_backend *b, void *host, const void *src, size_t bytes)
+{
+	struct ms_rocm *be = ms_rocm_of(b);
+	ms_rocm_fail(be, be->rt->d2h(&be->ctx, host, src, bytes));
+}
+
+static void r_from_host(struct ms_backend *b, void *dst, const void *host, size_t bytes)
+{
+	struct ms_rocm *be = ms_rocm_of(b);
+	ms_rocm_fail(be, be->rt->h2d(&be->ctx, dst, host, bytes));
+}
+
+/* ---- weights ---- */
+
+/* Every format a scheme produces runs here; an unknown one is refused. A
+ * device has no "in place": its kernels read device memory only, so both
+ * modes upload the rows as they are (no device repacking yet). */
+static int r_bind(struct ms_backend *b, struct ms_linear *l, enum ms_bind_mode mode, char *why,
+		  size_t len, struct ms_err *err)
+{
+	(void)mode;
+	struct ms_rocm *be = ms_rocm_of(b);
+	ms_linear_unbind(l);
+	if (l->w.fmt < 0 || l->w.fmt >= MS_WFMT_COUNT)
+		return ms_err_set(err, -ENOTSUP, "%s backend: no kernel computes format %d",
+				  b->name, (int)l->w.fmt);
+	if (l->w.fmt == MS_WFMT_INTQ && (l->w.bits < 2 || l->w.bits > 8 || l->w.bits == 5 ||
+					 l->w.bits == 6 || l->w.bits == 7))
+		return ms_err_set(err, -ENOTSUP, "%s backend: %d-bit INTQ weights (bits: 2, 3, 4 "
+				  "or 8)", b->name, l->w.bits);
+	int rc = ms_rocm_mat_upload(be, l, why, len, err);
+	if (!rc)
+		l->kernel_name = "gemv";
+	return rc;
+}
+
+static int r_weights_fit(struct ms_backend *b, uint64_t bytes, struct ms_err *err)
+{
+	struct ms_rocm *be = ms_rocm_of(b);
+	size_t fr = 0, tot = 0;
+	if (be->rt->mem_info(&fr, &tot))
+		return 0;
+	if (bytes > fr)
+		return ms_err_set(err, -ENOMEM, "the model's weights take %llu MiB, %s has %zu MiB "
+				  "free (of %zu MiB)", (unsigned long long)(bytes >> 20) + 1,
+				  be->info.name, fr >> 20, tot >> 20);
+	return 0;
+}
+
+/* ---- the instance ---- */
+
+static void r_free(struct ms_backend *b)
+{
+	struct ms_rocm *be = ms_rocm_of(b);
+	ms_rocm_layers_free(be);
+	ms_backend_arena_free(b);
+	for (int i = 0; i < RB_COUNT; i++)
+		be->rt->free(be->buf[i].p);
+	free(be->host_stage);
+	be->rt->close(&be->ctx);
+	ms_pool_free(&be->pool);
+	free(be);
+}
+
+#define ROCM_OPS(NAME)                                                                \
+	{                                                                             \
+		.name = NAME, .free = r_free, .buf_alloc = r_buf_alloc,               \
+		.buf_free = r_buf_free, .copy = r_copy, .to_host = r_to_host,         \
+		.from_host = r_from_host, .bind = r_bind, .weights_fit = r_weights_fit, \
+		.step_begin = ms_rocm_step_begin, .embed = ms_rocm_embed,             \
+		.linear = ms_rocm_linear, .rmsnorm = ms_rocm_rmsnorm,                 \
+		.rope_table = ms_rocm_rope_table, .rope = ms_rocm_rope,               \
+		.add = ms_rocm_add, .kv_write = ms_rocm_kv_write,                     \
+		.attention = ms_rocm_attention, .moe = ms_rocm_moe,                   \
+	}
+
+const struct ms_backend_ops ms_rocm_ops_dev = ROCM_OPS("rocm");
+const struct ms_backend_ops ms_rocm_ops_sim = ROCM_OPS("rocm-sim");
+
+static int rocm_open_with(const struct ms_backend_opts *o, const struct ms_backend_ops *ops,
+			  const struct ms_gpu_rt *rt, const struct ms_gpu_kern *k,
+			  struct ms_backend **out, struct ms_err *err)
+{
+	if (o->dense_int8)
+		return ms_err_set(err, -ENOTSUP, "--dense-int8: not on the %s backend (its kernels "
+				  "keep fp32 activations)", ops->name);
+	if (o->kernels && *o->kernels && strcmp(o->kernels, "auto"))
+		return ms_err_set(err, -EINVAL, "--kernels %s: the %s backend has one kernel set "
+				  "(auto)", o->kernels, ops->name);
+	struct ms_rocm *be = calloc(1, sizeof(*be));
+	if (!be)
+		return ms_err_set(err, -ENOMEM, "%s backend: out of memory", ops->name);
+	be->rt = rt;
+	be->k = k;
+	int rc = rt->open(o->device, &be->ctx, &be->info, err);
+	if (!rc && (rc = ms_pool_init(&be->pool, o->threads > 0 ? o->threads : 4, false, err)))
+		rt->close(&be->ctx);
+	if (rc) {
+		free(be);
+		return rc;
+	}
+	be->ctx.err = &be->kerr;
+	snprintf(be->kernels, sizeof(be->kernels), "%s gemv (%s, wave%d)", k->name, be->info.arch,
+		 be->info.wave);
+	struct ms_backend *b = &be->base;
+	*b = (struct ms_backend){.ops = ops, .name = ops->name, .kernels = be->kernels,
+				 .host = false, .exact = true, .threads = be->pool.n_threads,
+				 .pool = &be->pool};
+	*out = b;
+	return 0;
+}
+
+static int sim_open(const struct ms_backend_opts *o, struct ms_backend **out, struct ms_err *err)
+{
+	return rocm_open_with(o, &ms_rocm_ops_sim, ms_gsim_rt(), ms_gsim_kern(), out, err);
+}
+
+const struct ms_backend_reg ms_backend_reg_rocm_sim = {
+	.name = "rocm-sim",
+	.about = "the ROCm kernels on a host model of the GPU (tests; tiny models only)",
+	.open = sim_open,
+};
+
+static int dev_open(const struct ms_backend_opts *o, struct ms_backend **out, struct ms_err *err)
+{
+#if defined(MS_HAVE_HIP)
+	return rocm_open_with(o, &ms_rocm_ops_dev, ms_ghip_rt(), ms_ghip_kern(), out, err);
+#elif defined(MS_HAVE_CUDA)
+	return rocm_open_with(o, &ms_rocm_ops_dev, ms_gcuda_rt(), ms_gcuda_kern(), out, err);
+#else
+	(void)o;
+	(void)out;
+	return ms_err_set(err, -ENODEV, "no ROCm/HIP device: this moeserve was built without HIP "
+			  "(meson -Drocm=enabled, with hipcc)");
+#endif
+}
+
+const struct ms_backend_reg ms_backend_reg_rocm = {
+	.name = "rocm",
+	.about = "an AMD Instinct GPU through HIP (--device N)",
+	.open = dev_open,
+};

@@ -1,0 +1,115 @@
+/*
+ * rt-sim.c: the device runtime of the host model (gpu.h's ms_gpu_rt_sim):
+ * "device" memory is host memory that only the backend's operations touch,
+ * copies are memcpy, and launches run on sim/hip-sim.h's fibers at the
+ * wavefront width MOESERVE_SIM_WAVE says (64 by default, as on CDNA).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpu.h"
+#include "hip-sim.h"
+
+#define MS_GPU_SIM 1
+#include "gpu-compat.h"
+
+static int sim_wave;
+
+void ms_gpu_sim_set_wave(int wave)
+{
+	sim_wave = wave;
+}
+
+static int sim_open(int device, struct ms_gpu_ctx *ctx, struct ms_gpu_info *info,
+		    struct ms_err *err)
+{
+	if (device != 0)
+		return ms_err_set(err, -ENODEV, "no ROCm/HIP device %d (the host model has one, 0)",
+				  device);
+	int wave = sim_wave;
+	const char *env = getenv("MOESERVE_SIM_WAVE");
+	if (!wave && env)
+		wave = atoi(env);
+	if (!wave)
+		wave = 64;
+	if (wave != 32 && wave != 64)
+		return ms_err_set(err, -EINVAL, "MOESERVE_SIM_WAVE=%s: 32 or 64", env ? env : "?");
+	memset(ctx, 0, sizeof(*ctx));
+	ctx->wave = wave;
+	ctx->n_cu = 1;
+	memset(info, 0, sizeof(*info));
+	snprintf(info->name, sizeof(info->name), "host model of the HIP execution model");
+	snprintf(info->arch, sizeof(info->arch), "sim-wave%d", wave);
+	info->wave = wave;
+	info->n_cu = 1;
+	long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
+	long pg = sysconf(_SC_PAGESIZE);
+	info->mem_total = pages > 0 ? (size_t)pages * (size_t)pg : 0;
+	info->mem_free = avail > 0 ? (size_t)avail * (size_t)pg : 0;
+	return 0;
+}
+
+static void sim_close(struct ms_gpu_ctx *ctx)
+{
+	(void)ctx;
+}
+
+static void *sim_alloc(size_t bytes)
+{
+	size_t n = (bytes + 63) & ~(size_t)63;
+	void *p = aligned_alloc(64, n ? n : 64);
+	if (p)
+		memset(p, 0, n ? n : 64);
+	return p;
+}
+
+static void sim_free(void *p)
+{
+	free(p);
+}
+
+static int sim_copy(const struct ms_gpu_ctx *c, void *dst, const void *src, size_t bytes)
+{
+	(void)c;
+	if (bytes)
+		memmove(dst, src, bytes);
+	return 0;
+}
+
+static int sim_mem_info(size_t *free_b, size_t *total_b)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
+	long pg = sysconf(_SC_PAGESIZE);
+	*total_b = pages > 0 ? (size_t)pages * (size_t)pg : 0;
+	*free_b = avail > 0 ? (size_t)avail * (size_t)pg : 0;
+	return 0;
+}
+
+const struct ms_gpu_rt *ms_gsim_rt(void)
+{
+	static const struct ms_gpu_rt t = {
+		.name = "sim",
+		.open = sim_open,
+		.close = sim_close,
+		.alloc = sim_alloc,
+		.free = sim_free,
+		.h2d = sim_copy,
+		.d2d = sim_copy,
+		.d2h = sim_copy,
+		.mem_info = sim_mem_info,
+	};
+	return &t;
+}
+
+int ms_gsim_launch(const struct ms_gpu_ctx *c, gpu_dim grid, gpu_dim block, size_t shared,
+		   void (*kernel)(void *), const void *args, const char *what)
+{
+	struct ms_err e = {0};
+	int rc = ms_sim_launch(grid, block, shared, c->wave, kernel, (void *)args, &e);
+	if (rc)
+		return ms_err_set(c->err, rc, "%s: %s", what, e.msg);
+	return 0;
+}

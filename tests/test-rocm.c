@@ -1,0 +1,523 @@
+/*
+ * test-rocm.c: the ROCm backend's kernels, run on the host model of the
+ * HIP execution model (rocm-sim), at wavefront widths 64 and 32, against
+ * the CPU: the formats' decoders bit for bit on every code; every weight
+ * format and activation quantization through `linear` against a double
+ * product of the CPU's own decode and quantizer (1e-5 of the sum's
+ * magnitude); the experts (W4A8 with per-expert scales, MXFP4, INTQ;
+ * experts left without tokens, tied router logits) and paged attention
+ * (GQA, sinks, windows, several splits) against the CPU backend's
+ * reference kernels (1e-4 of the output's scale: different summation
+ * order and exp); and batch invariance: a token's outputs are the same
+ * bits alone and in a batch of 16.
+ */
+#include <check.h>
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "check-run.h"
+#include "kv-cache.h"
+
+#define TESTUTIL_SEED 20261202u
+#include "testutil.h"
+#include "testmats.h"
+
+#define MS_GPU_SIM 1
+#include "gpu-compat.h"
+#include "gpu-formats.h"
+
+static struct ms_backend *open_be(const char *name, int wave)
+{
+	ms_gpu_sim_set_wave(wave);
+	struct ms_backend_opts o = {.backend = name, .kernels = !strcmp(name, "cpu") ? "ref" : NULL,
+				    .threads = 1, .exact = true};
+	struct ms_backend *be = NULL;
+	struct ms_err err = {0};
+	ck_assert_msg(ms_backend_open(&o, &be, &err) == 0, "%s: %s", name, err.msg);
+	return be;
+}
+
+static int wave_of(int i)
+{
+	return i ? 32 : 64;
+}
+
+/* Host floats into a new buffer of be. */
+static float *up(struct ms_backend *be, const float *h, int64_t n)
+{
+	float *d = be->ops->buf_alloc(be, (size_t)n * sizeof(float));
+	ck_assert_ptr_nonnull(d);
+	be->ops->from_host(be, d, h, (size_t)n * sizeof(float));
+	return d;
+}
+
+static float *down(struct ms_backend *be, const float *d, int64_t n)
+{
+	float *h = malloc((size_t)n * sizeof(float));
+	be->ops->to_host(be, h, d, (size_t)n * sizeof(float));
+	return h;
+}
+
+static float *rand_vec(int64_t n, float scale)
+{
+	float *v = malloc((size_t)n * sizeof(float));
+	for (int64_t i = 0; i < n; i++)
+		v[i] = scale * frand();
+	return v;
+}
+
+static uint32_t bits_of(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+/* ---- formats ---- */
+
+START_TEST(formats_bit_exact)
+{
+	for (uint32_t h = 0; h < 65536; h++) {
+		float a = gpu_f16((uint16_t)h), b = ms_f16_to_f32((uint16_t)h);
+		ck_assert_msg(bits_of(a) == bits_of(b) || (isnan(a) && isnan(b)), "f16 %04x", h);
+		ck_assert_uint_eq(bits_of(gpu_bf16((uint16_t)h)), bits_of(ms_bf16_to_f32((uint16_t)h)));
+	}
+	for (uint32_t e = 0; e < 256; e++) {
+		ck_assert_uint_eq(bits_of(gpu_e8m0((uint8_t)e)), bits_of(ms_e8m0_to_f32((uint8_t)e)));
+		float a = gpu_fp8((uint8_t)e), b = ms_fp8_e4m3_to_f32((uint8_t)e);
+		ck_assert_msg(bits_of(a) == bits_of(b) || (isnan(a) && isnan(b)), "fp8 %02x", e);
+	}
+	for (unsigned c = 0; c < 16; c++)
+		ck_assert_uint_eq(bits_of(gpu_e2m1(c)), bits_of(ms_e2m1_lut[c]));
+	/* rounding to e4m3: every exponent, ties, saturation, subnormals */
+	for (int i = 0; i < 200000; i++) {
+		float v = ldexpf(frand(), (int)(rnd() % 40) - 20);
+		if (i % 7 == 0)
+			v = (float)(int)(rnd() % 1024) / 64.0f; /* many exact ties */
+		if (i % 11 == 0)
+			v = 440.0f + (float)(rnd() % 100);
+		float want = ms_fp8_e4m3_to_f32(ms_f32_to_fp8_e4m3(v));
+		ck_assert_msg(bits_of(gpu_fp8_round(v)) == bits_of(want), "fp8 round %.9g", v);
+	}
+}
+END_TEST
+
+/* ---- linear ---- */
+
+struct lin_case {
+	struct mat_buf mb;
+	struct ms_linear l;
+	float *bias;
+};
+
+static void lin_init(struct lin_case *c, struct mat_buf mb, enum ms_actq_kind act, float scale)
+{
+	c->mb = mb;
+	c->bias = rand_vec(mb.m.rows, 0.5f);
+	c->l = (struct ms_linear){.w = mb.m, .bias = c->bias, .act = {act, scale}};
+}
+
+static void lin_free(struct lin_case *c)
+{
+	free_mat(&c->mb);
+	free(c->bias);
+}
+
+/* y = act(x) W^T * row_scale + bias in double, from the CPU's decode and
+ * quantizer; mag gets the sum of |terms| per output. */
+static void lin_ref(const struct ms_linear *l, const float *x, int64_t n, double *y, double *mag)
+{
+	int64_t R = l->w.rows, K = l->w.cols;
+	float *xq = malloc((size_t)(n * K) * sizeof(float)), *rs = malloc((size_t)n * sizeof(float));
+	float *row = malloc((size_t)K * sizeof(float));
+	ms_actq_apply(&l->act, x, K, n, K, xq, rs);
+	for (int64_t r = 0; r < R; r++) {
+		ms_wmat_row_f32(&l->w, r, row);
+		for (int64_t t = 0; t < n; t++) {
+			double s = 0, m = 0;
+			for (int64_t k = 0; k < K; k++) {
+				s += (double)row[k] * xq[t * K + k];
+				m += fabs((double)row[k] * xq[t * K + k]);
+			}
+			y[t * R + r] = s * rs[t] + (l->bias ? l->bias[r] : 0);
+			mag[t * R + r] = m * rs[t] + 1.0;
+		}
+	}
+	free(xq), free(rs), free(row);
+}
+
+/* linear on be over x [n][K]: the result on the host. */
+static float *lin_run(struct ms_backend *be, const struct ms_linear *l, const float *x, int64_t n)
+{
+	int64_t R = l->w.rows, K = l->w.cols;
+	struct ms_err err = {0};
+	float *dx = up(be, x, n * K), *dy = be->ops->buf_alloc(be, (size_t)(n * R) * sizeof(float));
+	float *ys[1] = {dy};
+	ck_assert_msg(be->ops->linear(be, 1, &l, dx, n, ys, &err) == 0, "%s", err.msg);
+	float *y = down(be, dy, n * R);
+	be->ops->buf_free(be, dx);
+	be->ops->buf_free(be, dy);
+	return y;
+}
+
+static void check_linear(struct ms_backend *be, struct lin_case *c, int64_t n)
+{
+	struct ms_err err = {0};
+	char why[256];
+	ck_assert_msg(be->ops->bind(be, &c->l, MS_BIND_FULL, why, sizeof(why), &err) == 0, "%s",
+		      err.msg);
+	int64_t R = c->l.w.rows, K = c->l.w.cols;
+	float *x = rand_vec(16 * K, 1.0f);
+	double *want = malloc((size_t)(n * R) * sizeof(double)), *mag = malloc((size_t)(n * R) * 8);
+	lin_ref(&c->l, x, n, want, mag);
+	float *y = lin_run(be, &c->l, x, n);
+	for (int64_t i = 0; i < n * R; i++)
+		ck_assert_msg(fabs(y[i] - want[i]) <= 1e-5 * mag[i],
+			      "%s act %s %lldx%lld n=%lld: [%lld][%lld] got %.9g want %.9g",
+			      ms_wfmt_name(c->l.w.fmt), ms_actq_name(c->l.act.kind), (long long)R,
+			      (long long)K, (long long)n, (long long)(i / R), (long long)(i % R),
+			      y[i], want[i]);
+	/* batch invariance: row 3 of a batch of 16 is row 0 of a batch of 1 */
+	float *y16 = lin_run(be, &c->l, x, 16), *y1 = lin_run(be, &c->l, x + 3 * K, 1);
+	ck_assert_mem_eq(y16 + 3 * R, y1, (size_t)R * sizeof(float));
+	free(y16), free(y1), free(x), free(want), free(mag), free(y);
+	ms_linear_unbind(&c->l);
+}
+
+START_TEST(linear_every_format)
+{
+	struct ms_backend *be = open_be("rocm-sim", wave_of(_i));
+	static const struct {
+		enum ms_wfmt fmt;
+		int bits;
+		int64_t rows, cols, n;
+		enum ms_actq_kind act;
+	} cases[] = {
+		{MS_WFMT_F32, 0, 37, 80, 3, MS_ACTQ_NONE},
+		{MS_WFMT_F16, 0, 5, 100, 9, MS_ACTQ_NONE},
+		{MS_WFMT_BF16, 0, 37, 2880, 2, MS_ACTQ_NONE},
+		{MS_WFMT_BF16, 0, 64, 48, 1, MS_ACTQ_FP8_DYNAMIC},
+		{MS_WFMT_MXFP4, 0, 29, 2880, 4, MS_ACTQ_NONE},
+		{MS_WFMT_MXFP4, 0, 37, 96, 7, MS_ACTQ_FP8_STATIC},
+		{MS_WFMT_MXFP4, 0, 33, 80, 5, MS_ACTQ_MXFP4_DYNAMIC},
+		{MS_WFMT_FP8, 0, 41, 72, 6, MS_ACTQ_FP8_DYNAMIC},
+		{MS_WFMT_FP8, 0, 17, 64, 8, MS_ACTQ_FP8_STATIC},
+		{MS_WFMT_INTQ, 4, 37, 80, 9, MS_ACTQ_NONE},
+		{MS_WFMT_INTQ, 8, 19, 96, 2, MS_ACTQ_NONE},
+		{MS_WFMT_INTQ, 3, 23, 64, 3, MS_ACTQ_NONE},
+		{MS_WFMT_INTQ, 2, 11, 48, 4, MS_ACTQ_NONE},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct lin_case c;
+		struct mat_buf mb = cases[i].fmt == MS_WFMT_INTQ
+			? make_intq(cases[i].bits, cases[i].rows, cases[i].cols, 32, i % 2 == 1)
+			: make_mat(cases[i].fmt, cases[i].rows, cases[i].cols);
+		lin_init(&c, mb, cases[i].act, 0.004f);
+		check_linear(be, &c, cases[i].n);
+		lin_free(&c);
+	}
+	ms_backend_close(be);
+}
+END_TEST
+
+/* ---- a step: KV pools and sequences on two backends ---- */
+
+#define N_SEQ 2
+struct kv_world {
+	struct ms_backend *be;
+	struct ms_kv_pool pool;
+	struct ms_kv_seq seq[N_SEQ];
+	struct ms_kv_seq *seqs[N_SEQ];
+};
+
+static void world_init(struct kv_world *w, struct ms_backend *be, int layers, int64_t kvd,
+		       const int64_t *lens)
+{
+	struct ms_err err = {0};
+	w->be = be;
+	ck_assert_int_eq(ms_kv_pool_init(&w->pool, be, 256, MS_KV_PAGE_TOKENS, kvd, &err), 0);
+	for (int s = 0; s < N_SEQ; s++) {
+		ck_assert_int_eq(ms_kv_seq_init(&w->seq[s], layers, 4096, MS_KV_PAGE_TOKENS, &err), 0);
+		ck_assert_int_eq(ms_kv_seq_reserve(&w->seq[s], &w->pool, lens[s]), 0);
+		w->seq[s].len = lens[s];
+		w->seqs[s] = &w->seq[s];
+	}
+}
+
+static void world_free(struct kv_world *w)
+{
+	for (int s = 0; s < N_SEQ; s++)
+		ms_kv_seq_free(&w->seq[s], &w->pool);
+	ms_kv_pool_free(&w->pool);
+}
+
+static void world_step(struct kv_world *w, struct ms_step *st, int64_t n, const int32_t *tok,
+		       const int64_t *pos, const int32_t *seq)
+{
+	struct ms_err err = {0};
+	*st = (struct ms_step){.n = n, .tokens = tok, .pos = pos, .seq = seq, .kv = w->seqs,
+			       .pool = &w->pool};
+	ck_assert_msg(w->be->ops->step_begin(w->be, st, &err) == 0, "%s", err.msg);
+}
+
+/* ---- experts ---- */
+
+struct moe_case {
+	int64_t E, H, I, k;
+	struct lin_case *gu, *dn;
+	const struct ms_linear **gup, **dnp;
+	struct ms_moe_w w;
+};
+
+static void moe_init(struct moe_case *m, enum ms_wfmt fmt, enum ms_actq_kind act)
+{
+	int64_t E = m->E;
+	m->gu = calloc((size_t)E, sizeof(*m->gu));
+	m->dn = calloc((size_t)E, sizeof(*m->dn));
+	m->gup = calloc((size_t)E, sizeof(*m->gup));
+	m->dnp = calloc((size_t)E, sizeof(*m->dnp));
+	for (int64_t e = 0; e < E; e++) {
+		struct mat_buf a = fmt == MS_WFMT_INTQ ? make_intq(4, 2 * m->I, m->H, 32, e % 2)
+						       : make_mat(fmt, 2 * m->I, m->H);
+		struct mat_buf b = fmt == MS_WFMT_INTQ ? make_intq(4, m->H, m->I, 16, false)
+						       : make_mat(fmt, m->H, m->I);
+		/* each expert its own input scale, as Quark's W4A8 */
+		lin_init(&m->gu[e], a, act, 0.003f * (float)(e + 1));
+		lin_init(&m->dn[e], b, act, 0.01f / (float)(e + 1));
+		m->gup[e] = &m->gu[e].l;
+		m->dnp[e] = &m->dn[e].l;
+	}
+	m->w = (struct ms_moe_w){E, m->H, m->I, m->gup, m->dnp};
+}
+
+static void moe_bind(struct ms_backend *be, struct moe_case *m)
+{
+	struct ms_err err = {0};
+	char why[256];
+	for (int64_t e = 0; e < m->E; e++) {
+		ck_assert_msg(be->ops->bind(be, &m->gu[e].l, MS_BIND_FULL, why, 256, &err) == 0, "%s",
+			      err.msg);
+		ck_assert_msg(be->ops->bind(be, &m->dn[e].l, MS_BIND_FULL, why, 256, &err) == 0, "%s",
+			      err.msg);
+	}
+}
+
+static void moe_unbind(struct moe_case *m)
+{
+	for (int64_t e = 0; e < m->E; e++) {
+		ms_linear_unbind(&m->gu[e].l);
+		ms_linear_unbind(&m->dn[e].l);
+	}
+}
+
+static void moe_free(struct moe_case *m)
+{
+	for (int64_t e = 0; e < m->E; e++) {
+		lin_free(&m->gu[e]);
+		lin_free(&m->dn[e]);
+	}
+	free(m->gu), free(m->dn), free(m->gup), free(m->dnp);
+}
+
+/* x + moe(h) for the n tokens on be: the result on the host. */
+static float *moe_run(struct kv_world *w, struct moe_case *m, const float *logits, const float *h,
+		      const float *x, int64_t n)
+{
+	struct ms_backend *be = w->be;
+	int32_t tok[16] = {0}, seq[16] = {0};
+	int64_t pos[16];
+	for (int64_t t = 0; t < n; t++)
+		pos[t] = t;
+	struct ms_step st;
+	world_step(w, &st, n, tok, pos, seq);
+	float *dl = up(be, logits, n * m->E), *dh = up(be, h, n * m->H), *dx = up(be, x, n * m->H);
+	struct ms_moe_desc d = {.w = &m->w, .act = {7.0f, 1.702f}, .top_k = m->k,
+				.router_logits = dl, .h = dh, .x = dx};
+	struct ms_err err = {0};
+	ck_assert_msg(be->ops->moe(be, &d, &err) == 0, "%s", err.msg);
+	float *out = down(be, dx, n * m->H);
+	be->ops->buf_free(be, dl), be->ops->buf_free(be, dh), be->ops->buf_free(be, dx);
+	return out;
+}
+
+static void check_moe(int wave, enum ms_wfmt fmt, enum ms_actq_kind act)
+{
+	struct moe_case m = {.E = 6, .H = 80, .I = 48, .k = 2};
+	moe_init(&m, fmt, act);
+	const int64_t n = 16, lens[N_SEQ] = {16, 1};
+	float *logits = rand_vec(n * m.E, 2.0f), *h = rand_vec(n * m.H, 1.0f);
+	float *x = rand_vec(n * m.H, 1.0f);
+	for (int64_t t = 0; t < n; t++) {
+		logits[t * m.E + 5] = -50.0f;  /* expert 5: no tokens at all */
+		if (t % 4 == 1)                /* ties go to the lower index */
+			logits[t * m.E + 2] = logits[t * m.E + 3] = 9.0f;
+	}
+	struct kv_world wc, wr;
+	world_init(&wc, open_be("cpu", 64), 1, 8, lens);
+	world_init(&wr, open_be("rocm-sim", wave), 1, 8, lens);
+	moe_bind(wc.be, &m);
+	struct moe_case mr = m; /* the same matrices, bound to the device */
+	float *want[3];
+	int64_t ns[3] = {1, 4, 9};
+	for (int i = 0; i < 3; i++)
+		want[i] = moe_run(&wc, &m, logits, h, x, ns[i]);
+	float *want16 = moe_run(&wc, &m, logits, h, x, n);
+	moe_unbind(&m);
+	moe_bind(wr.be, &mr);
+	for (int i = 0; i < 3; i++) {
+		float *got = moe_run(&wr, &mr, logits, h, x, ns[i]);
+		for (int64_t j = 0; j < ns[i] * m.H; j++)
+			ck_assert_msg(fabsf(got[j] - want[i][j]) <= 1e-4f * (1.0f + fabsf(want[i][j])),
+				      "%s/%s wave %d n=%lld [%lld]: %.9g vs cpu %.9g", ms_wfmt_name(fmt),
+				      ms_actq_name(act), wave, (long long)ns[i], (long long)j, got[j],
+				      want[i][j]);
+		free(got), free(want[i]);
+	}
+	/* batch invariance: token 3 of 16 is token 0 of 1 */
+	float *g16 = moe_run(&wr, &mr, logits, h, x, n);
+	float *g1 = moe_run(&wr, &mr, logits + 3 * m.E, h + 3 * m.H, x + 3 * m.H, 1);
+	ck_assert_mem_eq(g16 + 3 * m.H, g1, (size_t)m.H * sizeof(float));
+	for (int64_t j = 0; j < n * m.H; j++)
+		ck_assert(fabsf(g16[j] - want16[j]) <= 1e-4f * (1.0f + fabsf(want16[j])));
+	free(g16), free(g1), free(want16);
+	moe_unbind(&mr);
+	world_free(&wc), world_free(&wr);
+	ms_backend_close(wc.be), ms_backend_close(wr.be);
+	free(logits), free(h), free(x);
+	moe_free(&m);
+}
+
+START_TEST(moe_matches_cpu)
+{
+	check_moe(wave_of(_i), MS_WFMT_MXFP4, MS_ACTQ_FP8_STATIC);  /* Quark W4A8 */
+	check_moe(wave_of(_i), MS_WFMT_MXFP4, MS_ACTQ_NONE);        /* native MXFP4 */
+	check_moe(wave_of(_i), MS_WFMT_INTQ, MS_ACTQ_NONE);         /* GPTQ / AWQ */
+	check_moe(wave_of(_i), MS_WFMT_BF16, MS_ACTQ_MXFP4_DYNAMIC); /* W4A4-style input */
+}
+END_TEST
+
+/* ---- attention ---- */
+
+struct attn_shape {
+	int64_t heads, kv_heads, d, window;
+	bool sinks;
+};
+
+/* Fill both worlds' KV for every position of both sequences (one step per
+ * sequence), then attend for the query tokens; the results on the host. */
+static float *attn_run(struct kv_world *w, const struct attn_shape *a, const float *kv_k,
+		       const float *kv_v, const int64_t *lens, const float *q, int64_t nq,
+		       const int64_t *qpos, const int32_t *qseq, const float *sinks)
+{
+	struct ms_backend *be = w->be;
+	int64_t kvd = a->kv_heads * a->d, qd = a->heads * a->d;
+	struct ms_step st;
+	const float *kk = kv_k, *vv = kv_v;
+	for (int s = 0; s < N_SEQ; s++) {
+		int64_t L = lens[s];
+		int32_t *tok = calloc((size_t)L, 4), *sq = malloc((size_t)L * 4);
+		int64_t *pos = malloc((size_t)L * 8);
+		for (int64_t t = 0; t < L; t++)
+			pos[t] = t, sq[t] = s;
+		world_step(w, &st, L, tok, pos, sq);
+		float *dk = up(be, kk, L * kvd), *dv = up(be, vv, L * kvd);
+		be->ops->kv_write(be, 0, dk, dv);
+		be->ops->buf_free(be, dk), be->ops->buf_free(be, dv);
+		kk += L * kvd, vv += L * kvd;
+		free(tok), free(sq), free(pos);
+	}
+	int32_t tok[16] = {0};
+	world_step(w, &st, nq, tok, qpos, qseq);
+	float *dq = up(be, q, nq * qd), *dout = be->ops->buf_alloc(be, (size_t)(nq * qd) * 4);
+	float *dsink = sinks ? up(be, sinks, a->heads) : NULL;
+	struct ms_attn_desc ad = {.layer = 0, .n_heads = a->heads, .n_kv_heads = a->kv_heads,
+				  .head_dim = a->d, .window = a->window, .sinks = dsink, .q = dq,
+				  .out = dout};
+	struct ms_err err = {0};
+	ck_assert_msg(be->ops->attention(be, &ad, &err) == 0, "%s", err.msg);
+	float *out = down(be, dout, nq * qd);
+	be->ops->buf_free(be, dq), be->ops->buf_free(be, dout);
+	if (dsink)
+		be->ops->buf_free(be, dsink);
+	return out;
+}
+
+static void check_attention(int wave, const struct attn_shape *a)
+{
+	const int64_t lens[N_SEQ] = {600, 40};
+	int64_t kvd = a->kv_heads * a->d, qd = a->heads * a->d, nq = 6;
+	float *kk = rand_vec((lens[0] + lens[1]) * kvd, 1.0f);
+	float *vv = rand_vec((lens[0] + lens[1]) * kvd, 1.0f);
+	float *q = rand_vec(16 * qd, 1.0f), *sinks = rand_vec(a->heads, 2.0f);
+	const int64_t qpos[6] = {0, 255, 256, 599, 17, 39};
+	const int32_t qseq[6] = {0, 0, 0, 0, 1, 1};
+	struct kv_world wc, wr;
+	world_init(&wc, open_be("cpu", 64), 1, kvd, lens);
+	world_init(&wr, open_be("rocm-sim", wave), 1, kvd, lens);
+	float *want = attn_run(&wc, a, kk, vv, lens, q, nq, qpos, qseq, a->sinks ? sinks : NULL);
+	float *got = attn_run(&wr, a, kk, vv, lens, q, nq, qpos, qseq, a->sinks ? sinks : NULL);
+	for (int64_t i = 0; i < nq * qd; i++)
+		ck_assert_msg(fabsf(got[i] - want[i]) <= 1e-4f * (1.0f + fabsf(want[i])),
+			      "wave %d heads %lld/%lld d %lld window %lld: [%lld] %.9g vs cpu %.9g",
+			      wave, (long long)a->heads, (long long)a->kv_heads, (long long)a->d,
+			      (long long)a->window, (long long)i, got[i], want[i]);
+	/* batch invariance: the query at 599 alone */
+	float *one = attn_run(&wr, a, kk, vv, lens, q + 3 * qd, 1, qpos + 3, qseq + 3,
+			      a->sinks ? sinks : NULL);
+	ck_assert_mem_eq(one, got + 3 * qd, (size_t)qd * sizeof(float));
+	free(one), free(want), free(got), free(kk), free(vv), free(q), free(sinks);
+	world_free(&wc), world_free(&wr);
+	ms_backend_close(wc.be), ms_backend_close(wr.be);
+}
+
+START_TEST(attention_matches_cpu)
+{
+	static const struct attn_shape shapes[] = {
+		{6, 2, 20, 0, true},    /* GQA, ragged head_dim, three splits */
+		{4, 4, 64, 128, true},  /* sliding window */
+		{3, 1, 10, 0, false},   /* no sinks */
+	};
+	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+		check_attention(wave_of(_i), &shapes[i]);
+}
+END_TEST
+
+/* ---- the device itself ---- */
+
+START_TEST(rocm_without_device_says_so)
+{
+	struct ms_backend_opts o = {.backend = "rocm", .threads = 1};
+	struct ms_backend *be = NULL;
+	struct ms_err err = {0};
+	int rc = ms_backend_open(&o, &be, &err);
+	if (rc == 0) { /* a machine with a GPU (the lent one): nothing to check here */
+		ms_backend_close(be);
+		return;
+	}
+	ck_assert_int_eq(rc, -ENODEV);
+	ck_assert_ptr_nonnull(strstr(err.msg, "no ROCm/HIP device"));
+	ck_assert_ptr_null(be);
+	o.backend = "rocm-sim";
+	o.dense_int8 = true;
+	ck_assert_int_eq(ms_backend_open(&o, &be, &err), -ENOTSUP);
+	ck_assert_ptr_nonnull(strstr(err.msg, "--dense-int8"));
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("rocm");
+	TCase *tc = tcase_create("rocm-sim");
+	tcase_set_timeout(tc, 600);
+	tcase_add_test(tc, formats_bit_exact);
+	tcase_add_test(tc, rocm_without_device_says_so);
+	tcase_add_loop_test(tc, linear_every_format, 0, 2);
+	tcase_add_loop_test(tc, moe_matches_cpu, 0, 2);
+	tcase_add_loop_test(tc, attention_matches_cpu, 0, 2);
+	suite_add_tcase(s, tc);
+	return ms_check_run(s);
+}
