@@ -7,6 +7,7 @@
  * that one launch covers every expert.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,6 +127,48 @@ static int check_fits(struct ms_rocm *be, size_t bytes, struct ms_err *err)
 	return 0;
 }
 
+/* Row r decoded from the device copy (the host's rows are released after
+ * upload): its bytes, scales, zeros and group map come back and are
+ * decoded by the formats' own host code. For dequant and audits, not the
+ * forward pass. */
+static void mat_row(const void *pack, int64_t r, float *out)
+{
+	const struct ms_rocm_mat *rm = pack;
+	const struct ms_gpu_mat *g = &rm->m;
+	const struct ms_gpu_rt *rt = rm->be->rt;
+	const struct ms_gpu_ctx *c = &rm->be->ctx;
+	int64_t ng = g->fmt == MS_WFMT_INTQ ? g->n_groups : 1;
+	uint8_t *row = malloc((size_t)g->row_bytes + (size_t)g->scale_row_bytes + 1);
+	float *sz = malloc((size_t)(2 * ng) * sizeof(float));
+	int32_t *gi = g->g_idx ? malloc((size_t)g->cols * sizeof(int32_t)) : NULL;
+	bool ok = row && sz && (!g->g_idx || gi);
+	uint8_t map = 0;
+	ok = ok && !rt->d2h(c, row, g->w + r * g->row_bytes, (size_t)g->row_bytes);
+	if (ok && g->scales)
+		ok = !rt->d2h(c, row + g->row_bytes, g->scales + r * g->scale_row_bytes,
+			      (size_t)g->scale_row_bytes);
+	if (ok && g->fscale)
+		ok = !rt->d2h(c, sz, g->fscale + r * ng, (size_t)ng * sizeof(float));
+	if (ok && g->fzero)
+		ok = !rt->d2h(c, sz + ng, g->fzero + r * ng, (size_t)ng * sizeof(float));
+	if (ok && g->g_idx)
+		ok = !rt->d2h(c, &map, g->row_gmap + r, 1) &&
+		     !rt->d2h(c, gi, g->g_idx + (int64_t)map * g->cols, (size_t)g->cols * 4);
+	const int32_t *rows_g[1] = {gi};
+	struct ms_wmat w = {
+		.fmt = (enum ms_wfmt)g->fmt, .rows = 1, .cols = g->cols, .w = row,
+		.row_bytes = (size_t)g->row_bytes, .scales = g->scales ? row + g->row_bytes : NULL,
+		.scale_row_bytes = (size_t)g->scale_row_bytes, .bits = g->bits,
+		.group_size = g->group_size, .n_groups = g->n_groups, .fscale = sz, .fzero = sz + ng,
+		.row_g_idx = gi ? rows_g : NULL,
+	};
+	if (ok)
+		ms_wmat_row_range_f32(&w, 0, 0, g->cols, out);
+	else
+		memset(out, 0, (size_t)g->cols * sizeof(float));
+	free(row), free(sz), free(gi);
+}
+
 /* What inspect says of a matrix on the device. */
 static void why_of(const struct ms_linear *l, char *why, size_t len)
 {
@@ -183,6 +226,13 @@ int ms_rocm_mat_upload(struct ms_rocm *be, struct ms_linear *l, char *why, size_
 	l->bound = rm;
 	l->owned = rm;
 	l->owned_free = mat_free;
+	/* the device copy is what runs: the scheme's host rows may go (its
+	 * repacked copies freed, checkpoint pages dropped), rows read back
+	 * from the device when asked */
+	l->w.pack = rm;
+	l->w.pack_bytes = u.total - up64(sizeof(struct ms_gpu_mat));
+	l->w.pack_row = mat_row;
+	l->rows_free = true;
 	why_of(l, why, len);
 	return 0;
 }
