@@ -108,6 +108,29 @@ def main():
     expect("unknown kernel set", run(b, "inspect", "--model", base, "--kernels", "sse9"), EX_USAGE, "sse9", "ref")
     expect("stray argument", run(b, "inspect", "--model", base, "extra"), EX_USAGE, "extra")
 
+    # --- the rocm backend: no GPU here (the lent machine has one: skipped there) ---
+    r = run(b, "generate", "--model", base, "--tokens", "1", "--backend", "rocm")
+    if "no ROCm/HIP device" in r.stderr or r.returncode != 0:
+        expect("--backend rocm without a GPU exits 69 and says so", r, EX_UNAVAILABLE,
+               "no ROCm/HIP device")
+        expect("serve --backend rocm without a GPU exits 69 before listening",
+               run(b, "serve", "--model", base, "--backend", "rocm", "--port", "18089"),
+               EX_UNAVAILABLE, "no ROCm/HIP device")
+    expect("bad --device", run(b, "generate", "--model", base, "--tokens", "1", "--device", "x"),
+           EX_USAGE, "--device")
+    expect("--device past the model's one device", run(b, "generate", "--model", base, "--tokens", "1",
+                                                      "--backend", "rocm-sim", "--device", "1"),
+           EX_UNAVAILABLE, "device 1")
+    r = run(b, "generate", "--model", base, "--tokens", "1", "--backend", "rocm-sim",
+            env={"MOESERVE_SIM_MEMORY": "1000"})
+    case("a model larger than the device's free memory is refused before loading, both sizes named",
+         r.returncode != 0 and "MiB free" in r.stderr and "weights take" in r.stderr, r.stderr)
+    r1 = run(b, "generate", "--model", mx, "--tokens", "3,1,4", "--max-tokens", "4", "--ignore-eos")
+    r2 = run(b, "generate", "--model", mx, "--tokens", "3,1,4", "--max-tokens", "4", "--ignore-eos",
+             "--backend", "rocm-sim")
+    case("rocm-sim generates what the CPU generates", r1.returncode == 0 and r1.stdout == r2.stdout,
+         f"{r1.stdout!r} vs {r2.stdout!r}\n{r2.stderr}")
+
     # --- generate contract ---
     lp = os.path.join(a.workdir, "logits.f32")
     r = run(b, "generate", "--model", base, "--tokens", "3,1,4,1,5", "--max-tokens", "7", "--ignore-eos",

@@ -12,29 +12,32 @@
 #include <unistd.h>
 
 #include "check-run.h"
-#include "cpu.h"
+#include "backend.h"
 #include "engine.h"
 #include "model.h"
 #include "tokenizer.h"
 
 struct fixture {
-	struct ms_cpu be;
+	struct ms_backend *be;
 	struct ms_model m;
 };
 
+/* The model on MS_TEST_BACKEND (default the CPU's best kernels): the
+ * "any backend" case runs on rocm-sim too (tests/meson.build). */
 static void load(struct fixture *f, const char *env)
 {
 	struct ms_err err = {0};
 	const char *dir = getenv(env);
 	ck_assert_msg(dir != NULL, "%s not set", env);
-	ck_assert_int_eq(ms_cpu_init(&f->be, "auto", 2, &err), 0);
-	ck_assert_msg(ms_model_load(&f->m, dir, ms_cpu_backend(&f->be), &err) == 0, "%s", err.msg);
+	struct ms_backend_opts o = {.backend = getenv("MS_TEST_BACKEND"), .threads = 2};
+	ck_assert_msg(ms_backend_open(&o, &f->be, &err) == 0, "%s", err.msg);
+	ck_assert_msg(ms_model_load(&f->m, dir, f->be, &err) == 0, "%s", err.msg);
 }
 
 static void unload(struct fixture *f)
 {
 	ms_model_free(&f->m);
-	ms_cpu_free(&f->be);
+	ms_backend_close(f->be);
 }
 
 /* What a callback saw of one request. */
@@ -165,6 +168,54 @@ START_TEST(batch_invariance)
 	}
 	for (int i = 0; i < 15; i++)
 		ck_assert(others[i].finished && others[i].why == MS_FINISH_LENGTH);
+	unload(&f);
+}
+END_TEST
+
+/* On any backend (MS_TEST_BACKEND; small, so that the GPU's host model
+ * runs it): a greedy request's tokens and logprobs are the same alone and
+ * as one of 16 requests that start together, bit for bit on a device
+ * backend (its kernels sum in an order that ignores the batch). */
+START_TEST(batch_of_16_any_backend)
+{
+	struct fixture f;
+	load(&f, "MS_FIXTURE_RANDOM");
+	bool exact = getenv("MS_TEST_BACKEND") != NULL;
+	struct ms_err err = {0};
+	struct ms_engine_config cfg = {.no_prefix_cache = true};
+	struct ms_engine *e;
+	int32_t prompt[8];
+	random_prompt(prompt, 8, f.m.cfg.vocab, 21);
+	static struct seen alone, together, others[15];
+	memset(&alone, 0, sizeof(alone));
+	memset(&together, 0, sizeof(together));
+	struct ms_request_params g = greedy(5);
+	ck_assert_int_eq(ms_engine_init(&e, &f.m.lm, NULL, &cfg, &err), 0);
+	ck_assert_int_eq(ms_engine_submit(e, prompt, 8, &g, on_event, &alone, NULL, &err), 0);
+	run_until_idle(e);
+	ms_engine_free(e);
+	ck_assert_int_eq(ms_engine_init(&e, &f.m.lm, NULL, &cfg, &err), 0);
+	for (int i = 0; i < 15; i++) {
+		int32_t op[20];
+		memset(&others[i], 0, sizeof(others[i]));
+		random_prompt(op, 3 + i, f.m.cfg.vocab, 200 + (uint32_t)i);
+		struct ms_request_params q = greedy(3 + i % 4);
+		ck_assert_int_eq(ms_engine_submit(e, op, 3 + i, &q, on_event, &others[i], NULL, &err), 0);
+		if (i == 6)
+			ck_assert_int_eq(ms_engine_submit(e, prompt, 8, &g, on_event, &together, NULL, &err), 0);
+	}
+	run_until_idle(e);
+	ms_engine_free(e);
+	ck_assert(alone.finished && together.finished);
+	ck_assert_int_eq(together.n, alone.n);
+	for (int i = 0; i < alone.n; i++) {
+		ck_assert_int_eq(together.tokens[i], alone.tokens[i]);
+		for (int j = 0; j < 6; j++) {
+			float a = alone.lps[i][j], b = together.lps[i][j];
+			ck_assert_msg(exact ? memcmp(&a, &b, sizeof(a)) == 0 : fabsf(a - b) <= 1e-5f,
+				      "step %d lp %d: %.9g alone, %.9g in the batch", i, j, a, b);
+		}
+	}
 	unload(&f);
 }
 END_TEST
@@ -648,6 +699,11 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("engine");
+	/* what holds on any backend (MS_TEST_BACKEND) */
+	TCase *any = tcase_create("any-backend");
+	tcase_set_timeout(any, 900);
+	tcase_add_test(any, batch_of_16_any_backend);
+	suite_add_tcase(s, any);
 	TCase *tc = tcase_create("engine");
 	tcase_set_timeout(tc, 600);
 	tcase_add_test(tc, batch_invariance);

@@ -117,9 +117,79 @@ GPU_DEV int gpu_mx_exp(float amax)
 	return e < -127 ? -127 : (e > 127 ? 127 : e);
 }
 
+/* 16 bytes from a 16-byte aligned address, as one vector load
+ * (global_load_dwordx4 / ld.global.v4) on the device. */
+GPU_DEV void gpu_ld16(const uint8_t *p, uint32_t q[4])
+{
+#if defined(MS_GPU_SIM)
+	memcpy(q, p, 16);
+#else
+	uint4 v = *(const uint4 *)p;
+	q[0] = v.x, q[1] = v.y, q[2] = v.z, q[3] = v.w;
+#endif
+}
+
+GPU_DEV bool gpu_aligned16(const void *p)
+{
+	return ((uintptr_t)p & 15) == 0;
+}
+
+/* A whole 32-column chunk whose bytes are 16-byte aligned, through vector
+ * loads: the common case (every MXFP4 row; bf16/fp8/4- and 8-bit rows whose
+ * width is a multiple of 32). 0 when it does not apply. */
+GPU_DEV int gpu_decode32(const struct ms_gpu_mat *m, int64_t r, int64_t k0, float *w)
+{
+	const uint8_t *row = m->w + r * m->row_bytes;
+	uint32_t q[4];
+	if (m->fmt == MS_WFMT_MXFP4 && gpu_aligned16(row + k0 / 2)) {
+		float s = gpu_e8m0(m->scales[r * m->scale_row_bytes + k0 / 32]);
+		gpu_ld16(row + k0 / 2, q);
+		for (int i = 0; i < 32; i++)
+			w[i] = gpu_e2m1((q[i / 8] >> (4 * (i % 8))) & 0xF) * s;
+		return 1;
+	}
+	if (m->fmt == MS_WFMT_BF16 && gpu_aligned16(row + 2 * k0)) {
+		for (int v = 0; v < 4; v++) {
+			gpu_ld16(row + 2 * k0 + 16 * v, q);
+			for (int i = 0; i < 8; i++)
+				w[8 * v + i] = gpu_bf16((uint16_t)(q[i / 2] >> (16 * (i % 2))));
+		}
+		return 1;
+	}
+	if (m->fmt == MS_WFMT_FP8 && gpu_aligned16(row + k0)) {
+		float s = m->fscale[r];
+		for (int v = 0; v < 2; v++) {
+			gpu_ld16(row + k0 + 16 * v, q);
+			for (int i = 0; i < 16; i++)
+				w[16 * v + i] = gpu_fp8((uint8_t)(q[i / 4] >> (8 * (i % 4)))) * s;
+		}
+		return 1;
+	}
+	if (m->fmt == MS_WFMT_INTQ && (m->bits == 4 || m->bits == 8) &&
+	    gpu_aligned16(row + k0 * m->bits / 8)) {
+		const float *s = m->fscale + r * m->n_groups, *z = m->fzero + r * m->n_groups;
+		const int32_t *gi = m->g_idx ? m->g_idx + (int64_t)m->row_gmap[r] * m->cols : NULL;
+		int per = 32 / m->bits; /* codes per 32-bit word */
+		unsigned mask = (1u << m->bits) - 1;
+		for (int v = 0; v < m->bits / 4; v++) {
+			gpu_ld16(row + k0 * m->bits / 8 + 16 * v, q);
+			for (int i = 0; i < 4 * per; i++) {
+				int64_t k = k0 + 4 * per * v + i;
+				unsigned c = (q[i / per] >> (m->bits * (i % per))) & mask;
+				int64_t g = gi ? gi[k] : k / m->group_size;
+				w[4 * per * v + i] = s[g] * ((float)c - z[g]);
+			}
+		}
+		return 1;
+	}
+	return 0;
+}
+
 /* Columns [k0, k0 + n) of row r of m, n <= 32, into w[0 .. n). */
 GPU_DEV void gpu_decode(const struct ms_gpu_mat *m, int64_t r, int64_t k0, int n, float *w)
 {
+	if (n == 32 && gpu_decode32(m, r, k0, w))
+		return;
 	const uint8_t *row = m->w + r * m->row_bytes;
 	switch (m->fmt) {
 	case MS_WFMT_F32:

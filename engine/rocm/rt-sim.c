@@ -18,6 +18,21 @@
 
 static int sim_wave;
 
+/* The model's "device memory": the host's available memory, or
+ * MOESERVE_SIM_MEMORY bytes (tests of the size check). */
+static void sim_memory(size_t *free_b, size_t *total_b)
+{
+	const char *env = getenv("MOESERVE_SIM_MEMORY");
+	if (env && *env) {
+		*free_b = *total_b = (size_t)strtoull(env, NULL, 10);
+		return;
+	}
+	long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
+	long pg = sysconf(_SC_PAGESIZE);
+	*total_b = pages > 0 ? (size_t)pages * (size_t)pg : 0;
+	*free_b = avail > 0 ? (size_t)avail * (size_t)pg : 0;
+}
+
 void ms_gpu_sim_set_wave(int wave)
 {
 	sim_wave = wave;
@@ -45,10 +60,7 @@ static int sim_open(int device, struct ms_gpu_ctx *ctx, struct ms_gpu_info *info
 	snprintf(info->arch, sizeof(info->arch), "sim-wave%d", wave);
 	info->wave = wave;
 	info->n_cu = 1;
-	long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
-	long pg = sysconf(_SC_PAGESIZE);
-	info->mem_total = pages > 0 ? (size_t)pages * (size_t)pg : 0;
-	info->mem_free = avail > 0 ? (size_t)avail * (size_t)pg : 0;
+	sim_memory(&info->mem_free, &info->mem_total);
 	return 0;
 }
 
@@ -81,10 +93,7 @@ static int sim_copy(const struct ms_gpu_ctx *c, void *dst, const void *src, size
 
 static int sim_mem_info(size_t *free_b, size_t *total_b)
 {
-	long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
-	long pg = sysconf(_SC_PAGESIZE);
-	*total_b = pages > 0 ? (size_t)pages * (size_t)pg : 0;
-	*free_b = avail > 0 ? (size_t)avail * (size_t)pg : 0;
+	sim_memory(free_b, total_b);
 	return 0;
 }
 

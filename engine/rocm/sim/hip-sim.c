@@ -2,6 +2,7 @@
 #include "hip-sim.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -318,10 +319,49 @@ static int run_block(struct block *b, struct ms_err *err)
 	}
 }
 
+/* Fiber stacks outlive a launch: a forward pass launches thousands of
+ * blocks, and mapping 256 stacks each time cost more than the kernels.
+ * One list for every thread (a launch takes what it needs and gives it
+ * back), so the stacks stay reachable and are never reported as leaks. */
+static struct {
+	pthread_mutex_t mu;
+	void **free;
+	int n, cap;
+} stacks = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void *stack_get(void)
+{
+	void *p = NULL;
+	pthread_mutex_lock(&stacks.mu);
+	if (stacks.n)
+		p = stacks.free[--stacks.n];
+	pthread_mutex_unlock(&stacks.mu);
+	return p ? p : malloc(STACK_BYTES);
+}
+
+static void stack_put(void *p)
+{
+	pthread_mutex_lock(&stacks.mu);
+	if (stacks.n == stacks.cap) {
+		int cap = stacks.cap ? 2 * stacks.cap : 1024;
+		void **f = realloc(stacks.free, (size_t)cap * sizeof(*f));
+		if (!f) {
+			pthread_mutex_unlock(&stacks.mu);
+			free(p);
+			return;
+		}
+		stacks.free = f;
+		stacks.cap = cap;
+	}
+	stacks.free[stacks.n++] = p;
+	pthread_mutex_unlock(&stacks.mu);
+}
+
 static void block_free(struct block *b)
 {
 	for (int i = 0; b->f && i < b->n; i++)
-		free(b->f[i].stack);
+		if (b->f[i].stack)
+			stack_put(b->f[i].stack);
 	free(b->f);
 	free(b->shared);
 }
@@ -341,7 +381,7 @@ int ms_sim_launch(struct ms_sim_dim grid, struct ms_sim_dim block, size_t shared
 	b.f = calloc(n, sizeof(*b.f));
 	bool ok = b.shared && b.f;
 	for (uint64_t i = 0; ok && i < n; i++)
-		ok = (b.f[i].stack = malloc(STACK_BYTES)) != NULL;
+		ok = (b.f[i].stack = stack_get()) != NULL;
 	if (!ok) {
 		block_free(&b);
 		return ms_err_set(err, -ENOMEM, "sim: out of memory for a block of %llu threads",
