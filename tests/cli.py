@@ -76,6 +76,39 @@ def edit_config(d, **changes):
         json.dump(c, f)
 
 
+def serve_on_rocm_sim(b, model):
+    """serve --backend rocm-sim answers a completion as the CPU does."""
+    import time
+    import urllib.request
+    texts = {}
+    for backend, port in (("cpu", 18091), ("rocm-sim", 18092)):
+        p = subprocess.Popen([b, "serve", "--model", model, "--backend", backend, "--port", str(port)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            for _ in range(300):
+                try:
+                    with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    time.sleep(0.1)
+            body = json.dumps({"prompt": [3, 1, 4, 1, 5], "max_tokens": 6, "temperature": 0,
+                               "logprobs": 2}).encode()
+            req = urllib.request.Request(url + "/v1/completions", body,
+                                         {"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=120) as r:
+                out = json.load(r)["choices"][0]
+            texts[backend] = (out["text"], out["logprobs"]["tokens"])
+        except OSError as e:
+            texts[backend] = f"error: {e}"
+        finally:
+            p.terminate()
+            p.wait(timeout=60)
+    case("serve --backend rocm-sim answers /v1/completions as the CPU does",
+         texts["cpu"] == texts["rocm-sim"] and not isinstance(texts["cpu"], str), repr(texts))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--moeserve", required=True)
@@ -130,6 +163,8 @@ def main():
              "--backend", "rocm-sim")
     case("rocm-sim generates what the CPU generates", r1.returncode == 0 and r1.stdout == r2.stdout,
          f"{r1.stdout!r} vs {r2.stdout!r}\n{r2.stderr}")
+
+    serve_on_rocm_sim(b, mx)
 
     # --- generate contract ---
     lp = os.path.join(a.workdir, "logits.f32")
