@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # tests/container.sh: build the Dockerfile's image, run it on a small checkpoint
 # mounted read-only at /models, and check it from the host: /health, /live, one
-# completion, the HEALTHCHECK, a non-root user, a graceful stop.
+# completion, the HEALTHCHECK, a non-root user, a graceful stop. Then the ROCm
+# variant (--build-arg BACKEND=rocm): it builds, links the HIP runtime, starts,
+# runs the CPU backend, and without a GPU (none here: no /dev/kfd in the
+# container) `serve --backend rocm` exits 69 with "no ROCm/HIP device".
 #
-#   tests/container.sh [--src DIR] [--python PY] [--image NAME] [--keep-image]
+#   tests/container.sh [--src DIR] [--python PY] [--image NAME] [--keep-image] [--no-rocm]
 #
 # The container engine comes from ../shared/tools/container-env.sh (podman with
 # the flags this kind of machine needs, and a local debian:bookworm-slim built
@@ -18,15 +21,18 @@ SRC=$(cd "$here/.." && pwd)
 PY=/usr/bin/python3
 IMAGE=localhost/moeserve:container-test
 KEEP_IMAGE=0
+ROCM=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --src) SRC=$2; shift 2 ;;
     --python) PY=$2; shift 2 ;;
     --image) IMAGE=$2; shift 2 ;;
     --keep-image) KEEP_IMAGE=1; shift ;;
-    *) echo "usage: $0 [--src DIR] [--python PY] [--image NAME] [--keep-image]" >&2; exit 2 ;;
+    --no-rocm) ROCM=0; shift ;;
+    *) echo "usage: $0 [--src DIR] [--python PY] [--image NAME] [--keep-image] [--no-rocm]" >&2; exit 2 ;;
   esac
 done
+ROCM_IMAGE=$IMAGE-rocm
 
 skip() { echo "container: SKIPPED: $*"; exit 77; }
 
@@ -86,7 +92,10 @@ work=$(mktemp -d /tmp/moeserve-container.XXXXXX)
 cname="moeserve-test-$$"
 cleanup() {
   $PODMAN rm -f -t 0 "$cname" >/dev/null 2>&1 || $PODMAN rm -f "$cname" >/dev/null 2>&1 || true
-  [ "$KEEP_IMAGE" = 1 ] || $PODMAN rmi "$IMAGE" >/dev/null 2>&1 || true
+  if [ "$KEEP_IMAGE" != 1 ]; then
+    $PODMAN rmi "$IMAGE" >/dev/null 2>&1 || true
+    $PODMAN rmi "$ROCM_IMAGE" >/dev/null 2>&1 || true
+  fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -94,6 +103,9 @@ trap cleanup EXIT
 # ---- build ---------------------------------------------------------------------
 fmt=""
 [ "$is_podman" = 1 ] && fmt="--format docker"   # OCI images drop HEALTHCHECK
+# podman schedules HEALTHCHECKs with systemd timers; without systemd, run them by hand
+hc_flags=""
+[ "$is_podman" = 1 ] && hc_flags="--health-interval=disable"
 echo "container: building $IMAGE from $SRC (log: build.log, tail on failure)"
 t0=$(date +%s)
 # shellcheck disable=SC2086
@@ -108,9 +120,12 @@ size=$($PODMAN image inspect --format '{{.Size}}' "$IMAGE" 2>/dev/null || echo 0
 echo "container: image size $size bytes ($((size / 1000000)) MB)"
 
 # ---- the image's configuration ---------------------------------------------------------
-$PODMAN image inspect "$IMAGE" >"$work/image.json" 2>/dev/null
-"$PY" - "$work/image.json" >"$work/image-checks" 2>&1 <<'EOF'
+# image_checks IMAGE BACKEND: its configuration, one ok/FAIL line per property
+image_checks() {
+$PODMAN image inspect "$1" >"$work/image.json" 2>/dev/null
+"$PY" - "$work/image.json" "$2" >"$work/image-checks" 2>&1 <<'EOF'
 import json, sys
+backend = sys.argv[2]
 img = json.load(open(sys.argv[1]))
 img = img[0] if isinstance(img, list) else img
 cfg = img.get("Config") or {}
@@ -127,16 +142,52 @@ say("8080/tcp" in (cfg.get("ExposedPorts") or {}), f"image EXPOSEs 8080: {sorted
 say(cfg.get("Entrypoint") == ["moeserve"], f"ENTRYPOINT [\"moeserve\"]: {cfg.get('Entrypoint')}")
 say(cfg.get("Cmd") == ["serve"], f"CMD [\"serve\"]: {cfg.get('Cmd')}")
 env = dict(e.split("=", 1) for e in cfg.get("Env") or [])
-for k, v in (("MOESERVE_HOST", "0.0.0.0"), ("MOESERVE_PORT", "8080"), ("MOESERVE_MODEL", "/models")):
+for k, v in (("MOESERVE_HOST", "0.0.0.0"), ("MOESERVE_PORT", "8080"), ("MOESERVE_MODEL", "/models"),
+             ("MOESERVE_BACKEND", backend)):
     say(env.get(k) == v, f"ENV {k}={v}: {env.get(k)!r}")
+desc = (cfg.get("Labels") or {}).get("org.opencontainers.image.description") or ""
+say(f"(backend: {backend})" in desc, f"description names the backend {backend}: {desc!r}")
 EOF
 while read -r line; do
   case "$line" in
-    "ok   "*) ok "${line#ok   }" ;;
-    "FAIL "*) bad "${line#FAIL }" ;;
-    *) bad "image inspect: $line" ;;
+    "ok   "*) ok "$2 image: ${line#ok   }" ;;
+    "FAIL "*) bad "$2 image: ${line#FAIL }" ;;
+    *) bad "$2 image inspect: $line" ;;
   esac
 done <"$work/image-checks"
+}
+image_checks "$IMAGE" cpu
+
+# in_image OUT ARG...: `$PODMAN run ARG...` once, hardened as deploy/ runs it
+# and with no device passed (so no GPU); its output in $work/OUT, its status
+in_image() {
+  local out=$1; shift
+  # shellcheck disable=SC2086
+  $PODMAN run ${PODMAN_RUN_FLAGS:-} --rm $hc_flags --read-only --cap-drop=ALL \
+    --security-opt=no-new-privileges "$@" >"$work/$out" 2>&1 </dev/null
+}
+# said OUT: the last line the run printed (podman without systemd adds
+# `time=... level=error msg="unable to get systemd connection ..."` lines about
+# its HEALTHCHECK timer to the output, even with the interval disabled)
+said() { grep -v '^time=".*level=' "$work/$1" | tail -1; }
+# no_device IMAGE VARIANT WANT: `serve` and `generate` on the rocm backend exit
+# 69 (EX_UNAVAILABLE) before listening and say why (WANT, for grep -E)
+no_device() {
+  local img=$1 v=$2 want=$3 rc
+  in_image rocm-serve.log "$img" serve --backend rocm; rc=$?
+  check "$v image: serve --backend rocm without a GPU exits 69 ($rc): $(said rocm-serve.log)" \
+    eval '[ "$rc" = 69 ] && grep -qE "$want" "$work/rocm-serve.log"'
+  in_image rocm-gen.log "$img" generate --backend rocm --tokens 1,2 --max-tokens 1; rc=$?
+  check "$v image: generate --backend rocm exits 69 ($rc): $(said rocm-gen.log)" \
+    eval '[ "$rc" = 69 ] && grep -qE "$want" "$work/rocm-gen.log"'
+}
+# The CPU image is built with -Drocm=disabled: no HIP runtime in it
+if in_image ldd.log --entrypoint ldd "$IMAGE" /usr/local/bin/moeserve; then
+  check "cpu image: the binary does not link the HIP runtime" eval '! grep -q libamdhip64 "$work/ldd.log"'
+else
+  cat "$work/ldd.log"; bad "cpu image: ldd /usr/local/bin/moeserve"
+fi
+no_device "$IMAGE" cpu 'no ROCm/HIP device: this moeserve was built without HIP'
 
 # ---- a small checkpoint, mounted read-only ---------------------------------------------
 # vocab 4200 (the embedded default model has 4096): a prompt id above 4095 is
@@ -151,11 +202,8 @@ chmod 755 "$work" "$model"; chmod 644 "$model"/*   # the container user (uid 100
 
 port=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 base="http://127.0.0.1:$port"
-hc_flags=""
 publish="-p $port:$port"
 case " ${PODMAN_RUN_FLAGS:-} " in *" --network host "*|*" --network=host "*) publish="" ;; esac
-# podman schedules HEALTHCHECKs with systemd timers; without systemd, run them by hand
-[ "$is_podman" = 1 ] && hc_flags="--health-interval=disable"
 # hardened as in deploy/kubernetes.yaml: read-only root, no capabilities
 # shellcheck disable=SC2086
 if $PODMAN run ${PODMAN_RUN_FLAGS:-} -d --name "$cname" $hc_flags \
@@ -264,5 +312,54 @@ else
   cat "$work/run.log"; bad "container without a mount starts"
 fi
 
+# ---- the ROCm variant ------------------------------------------------------------------
+# Built from the same sources with BACKEND=rocm (a larger toolchain, and hipcc
+# compiles the GPU kernels for two targets: ~1 min more). No GPU here, so it is
+# checked up to the device: it starts, links the HIP runtime from Debian's
+# packages (and has comgr, which that runtime dlopens: ldd cannot see it),
+# runs the CPU backend when asked, and refuses the GPU backend with exit 69,
+# by default too (ENV MOESERVE_BACKEND=rocm).
+# (the CPU image's last container is done with: its cores go to the build)
+$PODMAN rm -f -t 0 "$cname" >/dev/null 2>&1 || $PODMAN rm -f "$cname" >/dev/null 2>&1 || true
+if [ "$ROCM" = 1 ]; then
+  echo "container: building $ROCM_IMAGE (BACKEND=rocm; log: build-rocm.log, tail on failure)"
+  t0=$(date +%s)
+  # shellcheck disable=SC2086
+  if $PODMAN build ${PODMAN_BUILD_FLAGS:-} $fmt --build-arg BACKEND=rocm -t "$ROCM_IMAGE" \
+       -f "$SRC/Dockerfile" "$SRC" >"$work/build-rocm.log" 2>&1; then
+    ok "rocm image builds ($(( $(date +%s) - t0 )) s)"
+  else
+    tail -40 "$work/build-rocm.log"
+    bad "rocm image builds"
+    finish
+  fi
+  size=$($PODMAN image inspect --format '{{.Size}}' "$ROCM_IMAGE" 2>/dev/null || echo 0)
+  echo "container: rocm image size $size bytes ($((size / 1000000)) MB)"
+  image_checks "$ROCM_IMAGE" rocm
+
+  in_image version.log "$ROCM_IMAGE" --version; rc=$?
+  check "rocm image: moeserve --version starts ($rc): $(said version.log)" \
+    eval '[ "$rc" = 0 ] && grep -q "^moeserve " "$work/version.log"'
+  in_image help.log "$ROCM_IMAGE" serve --help; rc=$?
+  check "rocm image: serve --help ($rc) lists --backend and --device" \
+    eval '[ "$rc" = 0 ] && grep -q -- "--backend" "$work/help.log" && grep -q -- "--device" "$work/help.log"'
+  if in_image ldd.log --entrypoint ldd "$ROCM_IMAGE" /usr/local/bin/moeserve; then
+    check "rocm image: the binary links libamdhip64.so.5, every library resolved" \
+      eval 'grep -q "libamdhip64.so.5 => /" "$work/ldd.log" && ! grep -q "not found" "$work/ldd.log"'
+  else
+    cat "$work/ldd.log"; bad "rocm image: ldd /usr/local/bin/moeserve"
+  fi
+  in_image comgr.log --entrypoint bash "$ROCM_IMAGE" -c 'ls /usr/lib/x86_64-linux-gnu/libamd_comgr.so.2'
+  check "rocm image: libamd_comgr.so.2 (dlopened by the HIP runtime) is installed" \
+    grep -q libamd_comgr "$work/comgr.log"
+  in_image cpu-gen.log "$ROCM_IMAGE" generate --backend cpu --tokens 1,2,3 --max-tokens 2; rc=$?
+  check "rocm image: generate --backend cpu on the embedded model ($rc): $(said cpu-gen.log)" \
+    eval '[ "$rc" = 0 ]'
+  no_device "$ROCM_IMAGE" rocm 'no ROCm/HIP device \(hip: hipErrorNoDevice\)'
+  # the image's default command: `serve`, on MOESERVE_BACKEND=rocm
+  in_image rocm-default.log "$ROCM_IMAGE"; rc=$?
+  check "rocm image: its default command exits 69 without a GPU ($rc): $(said rocm-default.log)" \
+    eval '[ "$rc" = 69 ] && grep -q "no ROCm/HIP device" "$work/rocm-default.log"'
+fi
 
 finish

@@ -1,16 +1,22 @@
 #!/usr/bin/python3
-"""tests/deploy_check.py: static checks of the Kubernetes example in deploy/.
+"""tests/deploy_check.py: static checks of the Kubernetes examples in deploy/.
 
     /usr/bin/python3 tests/deploy_check.py [--deploy DIR] [--dockerfile FILE]
 
 Parses every YAML document of every *.yaml / *.yml file in deploy/ (PyYAML,
-Debian's python3-yaml) and checks what the example promises: a Deployment
+Debian's python3-yaml) and checks what each example promises: a Deployment
 with replicas behind a ClusterIP Service; readiness and startup probes on
 /health and liveness on /live, all on the container's port; resource requests
 (and limits); the model on a read-only volume mounted read-only at /models,
 which MOESERVE_MODEL names; a non-root, read-only-root security context whose
 user matches the Dockerfile's numeric USER and whose port matches its EXPOSE;
-the Service's selector picking the pods and its targetPort the container port.
+the Service's selector picking its file's pods (and no other file's) and its
+targetPort the container port. Across files: no two objects of one kind share
+a name, so the examples can share a namespace.
+The GPU example (kubernetes-rocm.yaml, required): one amd.com/gpu per pod in
+limits, the rocm image and backend, device 0 (the pod's only GPU), groups for
+the device nodes; the Dockerfile builds the rocm variant (ARG BACKEND). A CPU
+Deployment neither asks for a GPU nor runs the rocm backend.
 Prints one line per check and "deploy: N passed, M failed"; exit 1 on a failure.
 """
 import argparse
@@ -71,12 +77,21 @@ def port_matches(ref, container):
     return None
 
 
+GPU = "amd.com/gpu"  # AMD's device plugin's resource
+
+
+def dockerfile_text(path):
+    try:
+        return open(path, encoding="utf-8").read()
+    except OSError:
+        return ""
+
+
 def dockerfile_facts(path):
     """The runtime stage's numeric USER and EXPOSEd ports."""
     user, ports = None, set()
-    try:
-        text = open(path, encoding="utf-8").read()
-    except OSError:
+    text = dockerfile_text(path)
+    if not text:
         return None, set()
     stage = text.split("\nFROM ")[-1]  # the last stage is the runtime
     for line in stage.splitlines():
@@ -87,6 +102,55 @@ def dockerfile_facts(path):
         if m:
             ports |= {int(p.split("/")[0]) for p in m.group(1).split()}
     return user, ports
+
+
+def check_dockerfile_backends(path):
+    """The Dockerfile builds both variants: ARG BACKEND (default cpu), rocm
+    installing hipcc and building with -Drocm=enabled, and the runtime stage
+    defaulting MOESERVE_BACKEND to the one built."""
+    text = dockerfile_text(path)
+    code = "\n".join(l for l in text.splitlines() if not l.lstrip().startswith("#"))
+    check(re.search(r"^ARG BACKEND=cpu\s*$", code, re.M) is not None,
+          "Dockerfile: ARG BACKEND=cpu (the CPU image is the default)")
+    check("hipcc" in code and "libamdhip64-dev" in code and "-Drocm=" in code,
+          "Dockerfile: BACKEND=rocm installs hipcc and libamdhip64-dev and sets -Drocm")
+    runtime = code.split("\nFROM ")[-1]
+    check(re.search(r"MOESERVE_BACKEND=\$\{?BACKEND\}?", runtime) is not None,
+          "Dockerfile: the runtime stage sets MOESERVE_BACKEND=${BACKEND}")
+
+
+def container_backend(c, env):
+    """The backend the container runs: --backend in args, else MOESERVE_BACKEND,
+    else the image's own default (None: not said here)."""
+    args = [str(a) for a in c.get("args") or []]
+    for i, a in enumerate(args):
+        if a == "--backend" and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith("--backend="):
+            return a.split("=", 1)[1]
+    return env.get("MOESERVE_BACKEND")
+
+
+def check_gpu(cname, c, env, pod, lim, req):
+    """A Deployment on AMD GPUs: one GPU per pod, the rocm image and backend."""
+    try:
+        n = int(lim.get(GPU))
+    except (TypeError, ValueError):
+        n = None
+    check(n == 1, f"{cname}: limits {GPU}: 1, one daemon per GPU ({lim.get(GPU)!r})")
+    if GPU in req:
+        check(str(req[GPU]) == str(lim[GPU]),
+              f"{cname}: requests {GPU} equals its limit ({req[GPU]!r} vs {lim[GPU]!r})")
+    image = c.get("image") or ""
+    check(image.rsplit("/", 1)[-1].split(":", 1)[-1].startswith("rocm"),
+          f"{cname}: the rocm image (moeserve:rocm): {image}")
+    backend = container_backend(c, env)
+    check(backend == "rocm", f"{cname}: the rocm backend (--backend or MOESERVE_BACKEND): {backend!r}")
+    dev = env.get("MOESERVE_DEVICE")
+    check(dev in (None, "0"), f"{cname}: device 0, the pod's only GPU (MOESERVE_DEVICE {dev!r})")
+    groups = (pod.get("securityContext") or {}).get("supplementalGroups") or []
+    check(bool(groups) and all(isinstance(g, int) and g > 0 for g in groups),
+          f"{cname}: supplementalGroups for the GPU's device nodes: {groups}")
 
 
 def check_deployment(f, d, df_user, df_ports):
@@ -104,7 +168,7 @@ def check_deployment(f, d, df_user, df_ports):
     c = next((c for c in containers if "moeserve" in (c.get("image") or "")), None)
     if not check(c is not None, f"Deployment {name}: a container runs a moeserve image"):
         return labels, None
-    cname = c.get("name")
+    cname = f"{f}: {c.get('name')}"   # container names repeat across files
     ports = [p.get("containerPort") for p in c.get("ports") or []]
     check(bool(ports), f"{cname}: declares its port(s) {ports}")
     env = {e.get("name"): e.get("value") for e in c.get("env") or []}
@@ -134,6 +198,14 @@ def check_deployment(f, d, df_user, df_ports):
     req, lim = res.get("requests") or {}, res.get("limits") or {}
     check("cpu" in req and "memory" in req, f"{cname}: resource requests cpu and memory: {req}")
     check("memory" in lim, f"{cname}: a memory limit: {lim}")
+    args = c.get("args")
+    check(args is None or (args and args[0] == "serve"), f"{cname}: args run `serve`: {args}")
+    if GPU in lim or GPU in req:
+        check_gpu(cname, c, env, pod, lim, req)
+    else:
+        backend = container_backend(c, env)
+        check(backend in (None, "cpu"),
+              f"{cname}: no GPU asked for, so not the rocm backend (it would exit 69): {backend!r}")
 
     # the model: a read-only volume at /models, which MOESERVE_MODEL names
     mounts = {m.get("mountPath"): m for m in c.get("volumeMounts") or []}
@@ -181,17 +253,45 @@ def main():
     df_user, df_ports = dockerfile_facts(a.dockerfile)
     check(df_user is not None and df_user.isdigit() and df_user != "0",
           f"Dockerfile: a numeric non-root USER ({df_user})")
+    check_dockerfile_backends(a.dockerfile)
 
-    kinds = [d["kind"] for _, d in docs]
-    check("Deployment" in kinds and "Service" in kinds, f"kinds include Deployment and Service: {kinds}")
+    files = sorted({f for f, _ in docs})
+    for f in files:
+        kinds = [d["kind"] for g, d in docs if g == f]
+        check("Deployment" in kinds and "Service" in kinds, f"{f}: kinds include Deployment and Service: {kinds}")
     known = {"Deployment", "Service", "PersistentVolumeClaim", "PersistentVolume", "Secret",
              "ConfigMap", "PodDisruptionBudget", "HorizontalPodAutoscaler", "Namespace"}
+    kinds = [d["kind"] for _, d in docs]
     check(set(kinds) <= known, f"no unexpected kinds: {sorted(set(kinds) - known)}")
+    # the examples can be applied side by side: one namespace, no clashes
+    seen = {}
+    for f, d in docs:
+        key = (d["kind"], d["metadata"]["name"])
+        seen.setdefault(key, []).append(f)
+    dup = {f"{k}/{n}": fs for (k, n), fs in seen.items() if len(fs) > 1}
+    check(not dup, f"no two objects of one kind share a name across deploy/: {dup}")
 
-    pods = []
+    pods = []   # (file, Deployment name, pod labels, container)
     for f, d in docs:
         if d["kind"] == "Deployment":
-            pods.append(check_deployment(f, d, df_user, df_ports))
+            labels, c = check_deployment(f, d, df_user, df_ports)
+            pods.append((f, d["metadata"]["name"], labels, c))
+    gpu = [(f, n) for f, n, _, c in pods
+           if c and GPU in (((c.get("resources") or {}).get("limits")) or {})]
+    check(any(f == "kubernetes-rocm.yaml" for f, _ in gpu),
+          f"kubernetes-rocm.yaml has a Deployment on {GPU}: {gpu}")
+
+    def picks(sel, labels):
+        return bool(sel) and all(labels.get(k) == v for k, v in sel.items())
+    for f, d in docs:
+        if d["kind"] != "Deployment":
+            continue
+        sel = (d.get("spec") or {}).get("selector", {}).get("matchLabels") or {}
+        other = [f"{g}: {n}" for g, n, labels, _ in pods
+                 if (g, n) != (f, d["metadata"]["name"]) and picks(sel, labels)]
+        check(not other, f"{f}: Deployment {d['metadata']['name']}: selector {sel} picks no other "
+              f"Deployment's pods: {other}")
+
     claims = {d["metadata"]["name"]: d for _, d in docs if d["kind"] == "PersistentVolumeClaim"}
     for _, d in docs:
         if d["kind"] == "Deployment":
@@ -208,8 +308,12 @@ def main():
         spec = d.get("spec") or {}
         check(spec.get("type", "ClusterIP") == "ClusterIP", f"Service {name}: ClusterIP ({spec.get('type')})")
         sel = spec.get("selector") or {}
-        match = [c for labels, c in pods if c and sel and all(labels.get(k) == v for k, v in sel.items())]
-        check(bool(match), f"Service {name}: selector {sel} picks the Deployment's pods")
+        mine = [(n, c) for g, n, labels, c in pods if g == f and c and picks(sel, labels)]
+        others = [n for g, n, labels, _ in pods if g != f and picks(sel, labels)]
+        check(bool(mine), f"{f}: Service {name}: selector {sel} picks its file's Deployment's pods")
+        # a CPU and a GPU pod behind one Service would answer at very different speeds
+        check(not others, f"{f}: Service {name}: selector picks no other file's pods: {others}")
+        match = [c for _, c in mine]
         for p in spec.get("ports") or []:
             tp = p.get("targetPort", p.get("port"))
             ok = any(port_matches(tp, c) for c in match)
