@@ -8,8 +8,11 @@
  * experts left without tokens, tied router logits) and paged attention
  * (GQA, sinks, windows, several splits) against the CPU backend's
  * reference kernels (1e-4 of the output's scale: different summation
- * order and exp); and batch invariance: a token's outputs are the same
- * bits alone and in a batch of 16.
+ * order and exp); the two product kernels (gemv, gemm) launched straight
+ * on the model over ragged shapes in every format: the same bits as each
+ * other, and the CPU's double product; and batch invariance: a token's
+ * outputs are the same bits alone (gemv) and in a batch (gemm for 16
+ * projection inputs, 8 per expert).
  */
 #include <check.h>
 #include <errno.h>
@@ -29,6 +32,8 @@
 #define MS_GPU_SIM 1
 #include "gpu-compat.h"
 #include "gpu-formats.h"
+#include "gpu-prod.h"
+#include "rocm.h"
 
 static struct ms_backend *open_be(const char *name, int wave)
 {
@@ -224,6 +229,203 @@ START_TEST(linear_every_format)
 }
 END_TEST
 
+/* ---- the two product kernels, straight on the model ---- */
+
+/* One launch's worth: n_mats matrices of one format, matrix e over
+ * counts[e] inputs (0: an expert without any), at ids scattered over the
+ * batch (a random list), input id reading row id / xdiv of x; dense: one
+ * matrix, no off / list (a projection). */
+struct prod_case {
+	enum ms_wfmt fmt;
+	int bits;                    /* INTQ */
+	int64_t rows, cols;
+	int n_mats;
+	int32_t counts[4];
+	int xdiv;
+	bool xs, glu, dense;
+};
+
+struct prod_run {
+	struct ms_backend *be;
+	struct ms_gpu_ctx c;
+	struct ms_err err;
+	struct lin_case lc[4];
+	struct ms_gpu_mat mats[4];
+	int32_t off[5], *list;
+	float *x, *xs;
+	struct ms_gpu_gemv g;
+};
+
+/* The matrices on the model (bound through the backend: its upload), the
+ * inputs, and the launch's description; y left for the caller. */
+static void prod_init(struct prod_run *p, const struct prod_case *pc, int wave)
+{
+	memset(p, 0, sizeof(*p));
+	p->be = open_be("rocm-sim", wave);
+	p->c = (struct ms_gpu_ctx){.wave = wave, .n_cu = 1, .err = &p->err};
+	int64_t n = 0, K = pc->cols;
+	for (int e = 0; e < pc->n_mats; e++) {
+		struct mat_buf mb = pc->fmt == MS_WFMT_INTQ
+			? make_intq(pc->bits, pc->rows, K, 32, pc->bits == 4)
+			: make_mat(pc->fmt, pc->rows, K);
+		char why[256];
+		lin_init(&p->lc[e], mb, MS_ACTQ_NONE, 0);
+		ck_assert_msg(p->be->ops->bind(p->be, &p->lc[e].l, MS_BIND_FULL, why, 256, &p->err) == 0,
+			      "%s", p->err.msg);
+		p->mats[e] = ((const struct ms_rocm_mat *)p->lc[e].l.bound)->m;
+		p->off[e] = (int32_t)n;
+		n += pc->counts[e];
+		p->off[e + 1] = (int32_t)n;
+	}
+	p->list = malloc((size_t)(n + 1) * sizeof(int32_t));
+	for (int64_t i = 0; i < n; i++)
+		p->list[i] = (int32_t)i;
+	for (int64_t i = n - 1; i > 0; i--) { /* scattered, as the router's order */
+		int64_t j = rnd() % (uint32_t)(i + 1);
+		int32_t t = p->list[i];
+		p->list[i] = p->list[j], p->list[j] = t;
+	}
+	p->x = rand_vec((n / pc->xdiv + 1) * K, 1.0f);
+	p->xs = pc->xs ? rand_vec(n, 0.5f) : NULL;
+	for (int64_t i = 0; p->xs && i < n; i++)
+		p->xs[i] += 1.0f;
+	/* the model's device memory is the host's: host arrays serve */
+	p->g = (struct ms_gpu_gemv){
+		.mats = p->mats, .n_mats = pc->n_mats, .rows = pc->rows, .cols = K,
+		.off = pc->dense ? NULL : p->off, .list = pc->dense ? NULL : p->list, .n = n,
+		.x = p->x, .ldx = K, .xdiv = pc->xdiv, .xs = p->xs,
+		.ldy = pc->glu ? pc->rows / 2 : pc->rows, .glu = pc->glu, .limit = 7.0f,
+		.alpha = 1.702f,
+	};
+}
+
+static void prod_free(struct prod_run *p, const struct prod_case *pc)
+{
+	for (int e = 0; e < pc->n_mats; e++) {
+		ms_linear_unbind(&p->lc[e].l);
+		lin_free(&p->lc[e]);
+	}
+	free(p->list), free(p->x), free(p->xs);
+	ms_backend_close(p->be);
+}
+
+/* g's outputs by gemv or gemm: [n][ldy], NaN where nothing was written. */
+static float *prod_launch(struct prod_run *p, const struct ms_gpu_gemv *g, bool gemm)
+{
+	size_t bytes = (size_t)(g->n * g->ldy) * sizeof(float);
+	struct ms_gpu_gemv a = *g;
+	a.y = malloc(bytes ? bytes : 4);
+	memset(a.y, 0xFF, bytes);
+	const struct ms_gpu_kern *k = ms_gsim_kern();
+	ck_assert_msg((gemm ? k->gemm : k->gemv)(&p->c, &a) == 0, "%s", p->err.msg);
+	return a.y;
+}
+
+/* Position q's matrix and id. */
+static int prod_at(const struct prod_run *p, const struct prod_case *pc, int64_t q, int64_t *id)
+{
+	int e = 0;
+	while (!pc->dense && q >= p->off[e + 1])
+		e++;
+	*id = pc->dense ? q : p->list[q];
+	return e;
+}
+
+/* y (no glu) against a double product of the CPU's decode. */
+static void prod_check_ref(const struct prod_run *p, const struct prod_case *pc, const float *y,
+			   int wave)
+{
+	int64_t K = pc->cols, R = pc->rows;
+	float *row = malloc((size_t)K * sizeof(float));
+	for (int e = 0; e < pc->n_mats; e++)
+		for (int64_t r = 0; r < R; r++) {
+			ms_wmat_row_f32(&p->lc[e].l.w, r, row);
+			for (int64_t q = p->off[e]; q < p->off[e + 1]; q++) {
+				int64_t id;
+				prod_at(p, pc, q, &id);
+				const float *x = p->x + id / pc->xdiv * K;
+				double s = 0, mag = 0, xs = p->xs ? p->xs[id] : 1.0;
+				for (int64_t k = 0; k < K; k++)
+					s += (double)row[k] * x[k], mag += fabs((double)row[k] * x[k]);
+				double want = s * xs + p->lc[e].bias[r], got = y[id * R + r];
+				ck_assert_msg(fabs(got - want) <= 1e-5 * (mag * xs + 1.0),
+					      "%s %lldx%lld wave %d: matrix %d row %lld input %lld: %.9g "
+					      "want %.9g", ms_wfmt_name(pc->fmt), (long long)R,
+					      (long long)K, wave, e, (long long)r, (long long)id, got, want);
+			}
+		}
+	free(row);
+}
+
+/* The first input of the fullest matrix alone (gemm over one input, no
+ * list) gives the bits it has in the batch. */
+static void prod_check_alone(struct prod_run *p, const struct prod_case *pc, const float *y)
+{
+	int best = 0;
+	for (int e = 1; e < pc->n_mats; e++)
+		best = pc->counts[e] > pc->counts[best] ? e : best;
+	int64_t id;
+	prod_at(p, pc, p->off[best], &id);
+	struct ms_gpu_gemv one = p->g;
+	one.mats = &p->mats[best], one.n_mats = 1, one.off = NULL, one.list = NULL, one.n = 1;
+	one.x = p->x + id / pc->xdiv * pc->cols, one.xdiv = 1;
+	one.xs = p->xs ? p->xs + id : NULL;
+	float *y1 = prod_launch(p, &one, true);
+	ck_assert_mem_eq(y1, y + id * p->g.ldy, (size_t)p->g.ldy * sizeof(float));
+	free(y1);
+}
+
+static void check_products(const struct prod_case *pc, int wave)
+{
+	struct prod_run p;
+	prod_init(&p, pc, wave);
+	float *yv = prod_launch(&p, &p.g, false), *ym = prod_launch(&p, &p.g, true);
+	size_t bytes = (size_t)(p.g.n * p.g.ldy) * sizeof(float);
+	ck_assert_msg(!memcmp(yv, ym, bytes), "%s %lldx%lld wave %d: gemm != gemv",
+		      ms_wfmt_name(pc->fmt), (long long)pc->rows, (long long)pc->cols, wave);
+	if (!pc->glu) {
+		prod_check_ref(&p, pc, ym, wave);
+	} else {
+		/* the pairs' SwiGLU of the rows as they are without glu */
+		struct ms_gpu_gemv flat = p.g;
+		flat.glu = 0, flat.ldy = pc->rows;
+		float *yf = prod_launch(&p, &flat, true);
+		prod_check_ref(&p, pc, yf, wave);
+		for (int64_t id = 0; id < p.g.n; id++)
+			for (int64_t u = 0; u < pc->rows / 2; u++) {
+				const float *f = yf + id * pc->rows + 2 * u;
+				float want = gpu_swiglu(f[0], f[1], 7.0f, 1.702f);
+				ck_assert_uint_eq(bits_of(ym[id * p.g.ldy + u]), bits_of(want));
+			}
+		free(yf);
+	}
+	prod_check_alone(&p, pc, ym);
+	free(yv), free(ym);
+	prod_free(&p, pc);
+}
+
+START_TEST(gemm_matches_gemv_and_cpu)
+{
+	static const struct prod_case cases[] = {
+		/* K = 2880 (90 chunks), rows over two tiles, 52 inputs, one empty matrix */
+		{MS_WFMT_BF16, 0, 200, 2880, 3, {45, 0, 7}, 1, false, false, false},
+		/* gate/up pairs of GPT-OSS's width, two inputs per token row, 1 to 40 inputs */
+		{MS_WFMT_MXFP4, 0, 130, 2880, 4, {1, 40, 0, 9}, 2, false, true, false},
+		{MS_WFMT_INTQ, 4, 37, 100, 2, {33, 5}, 1, true, false, false},   /* g_idx, ragged K */
+		{MS_WFMT_FP8, 0, 64, 80, 4, {2, 0, 0, 41}, 1, true, false, false},
+		{MS_WFMT_F32, 0, 5, 48, 1, {9}, 1, false, false, true},
+		{MS_WFMT_F16, 0, 129, 64, 1, {40}, 1, false, false, true},
+		{MS_WFMT_INTQ, 8, 19, 96, 2, {3, 44}, 1, false, false, false},
+		{MS_WFMT_INTQ, 3, 23, 64, 1, {6}, 1, true, false, false},
+		{MS_WFMT_INTQ, 2, 11, 48, 2, {0, 8}, 1, false, false, false},
+		/* whole tiles: 256 rows by 64 inputs, one chunk */
+		{MS_WFMT_MXFP4, 0, 256, 32, 1, {64}, 1, false, false, true},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		check_products(&cases[i], wave_of(_i));
+}
+END_TEST
+
 /* ---- a step: KV pools and sequences on two backends ---- */
 
 #define N_SEQ 2
@@ -328,8 +530,9 @@ static float *moe_run(struct kv_world *w, struct moe_case *m, const float *logit
 		      const float *x, int64_t n)
 {
 	struct ms_backend *be = w->be;
-	int32_t tok[16] = {0}, seq[16] = {0};
-	int64_t pos[16];
+	int32_t tok[32] = {0}, seq[32] = {0};
+	int64_t pos[32];
+	ck_assert_int_le(n, 32);
 	for (int64_t t = 0; t < n; t++)
 		pos[t] = t;
 	struct ms_step st;
@@ -348,7 +551,8 @@ static void check_moe(int wave, enum ms_wfmt fmt, enum ms_actq_kind act)
 {
 	struct moe_case m = {.E = 6, .H = 80, .I = 48, .k = 2};
 	moe_init(&m, fmt, act);
-	const int64_t n = 16, lens[N_SEQ] = {16, 1};
+	/* 24 tokens: 8 inputs per expert, the batch that takes gemm (rocm-ops.c) */
+	const int64_t n = 24, lens[N_SEQ] = {24, 1};
 	float *logits = rand_vec(n * m.E, 2.0f), *h = rand_vec(n * m.H, 1.0f);
 	float *x = rand_vec(n * m.H, 1.0f);
 	for (int64_t t = 0; t < n; t++) {
@@ -365,7 +569,7 @@ static void check_moe(int wave, enum ms_wfmt fmt, enum ms_actq_kind act)
 	int64_t ns[3] = {1, 4, 9};
 	for (int i = 0; i < 3; i++)
 		want[i] = moe_run(&wc, &m, logits, h, x, ns[i]);
-	float *want16 = moe_run(&wc, &m, logits, h, x, n);
+	float *wantn = moe_run(&wc, &m, logits, h, x, n);
 	moe_unbind(&m);
 	moe_bind(wr.be, &mr);
 	for (int i = 0; i < 3; i++) {
@@ -377,13 +581,13 @@ static void check_moe(int wave, enum ms_wfmt fmt, enum ms_actq_kind act)
 				      want[i][j]);
 		free(got), free(want[i]);
 	}
-	/* batch invariance: token 3 of 16 is token 0 of 1 */
-	float *g16 = moe_run(&wr, &mr, logits, h, x, n);
+	/* batch invariance: token 3 of 24 (gemm) is token 0 of 1 (gemv) */
+	float *gn = moe_run(&wr, &mr, logits, h, x, n);
 	float *g1 = moe_run(&wr, &mr, logits + 3 * m.E, h + 3 * m.H, x + 3 * m.H, 1);
-	ck_assert_mem_eq(g16 + 3 * m.H, g1, (size_t)m.H * sizeof(float));
+	ck_assert_mem_eq(gn + 3 * m.H, g1, (size_t)m.H * sizeof(float));
 	for (int64_t j = 0; j < n * m.H; j++)
-		ck_assert(fabsf(g16[j] - want16[j]) <= 1e-4f * (1.0f + fabsf(want16[j])));
-	free(g16), free(g1), free(want16);
+		ck_assert(fabsf(gn[j] - wantn[j]) <= 1e-4f * (1.0f + fabsf(wantn[j])));
+	free(gn), free(g1), free(wantn);
 	moe_unbind(&mr);
 	world_free(&wc), world_free(&wr);
 	ms_backend_close(wc.be), ms_backend_close(wr.be);
@@ -516,6 +720,7 @@ int main(void)
 	tcase_add_test(tc, formats_bit_exact);
 	tcase_add_test(tc, rocm_without_device_says_so);
 	tcase_add_loop_test(tc, linear_every_format, 0, 2);
+	tcase_add_loop_test(tc, gemm_matches_gemv_and_cpu, 0, 2);
 	tcase_add_loop_test(tc, moe_matches_cpu, 0, 2);
 	tcase_add_loop_test(tc, attention_matches_cpu, 0, 2);
 	suite_add_tcase(s, tc);

@@ -145,7 +145,11 @@ struct ms_gpu_kern {
 	 * every input id of matrix e (off / list as in ms_gpu_gemv); xq may
 	 * be x when xdiv is 1. */
 	int (*actq)(const struct ms_gpu_ctx *c, const struct ms_gpu_gemv *g, float *xq, float *xs);
+	/* The product, two ways with the same bits (gpu-prod.h's order):
+	 * gemv a wavefront per row (few inputs per matrix: decode), gemm
+	 * tiles of rows by inputs through __shared__ memory (many: prefill). */
 	int (*gemv)(const struct ms_gpu_ctx *c, const struct ms_gpu_gemv *g);
+	int (*gemm)(const struct ms_gpu_ctx *c, const struct ms_gpu_gemv *g);
 	/* Top-k of logits [n][E] (ties to the lower index), softmax over the
 	 * k: sel, w [n][k]; then per expert its (t * k + j) in token order:
 	 * off [E + 1], list [n * k]. */

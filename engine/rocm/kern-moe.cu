@@ -1,101 +1,92 @@
 /*
- * kern-moe.cu: the products (dense projections and experts alike), the
- * activation quantizers before them, and the MoE's routing and combine.
+ * kern-moe.cu: the products' decode kernel (dense projections and experts
+ * alike: kern-gemm.cu is their prefill kernel), the activation quantizers
+ * before them, and the MoE's routing and combine.
  *
  * gemv: one wavefront per output row (a gate/up pair with glu); its lanes
  * take 32-column chunks of the row in turn (an MXFP4 chunk is 16 bytes and
- * one scale: one vector load), decode them in registers and multiply up to
- * TT inputs at once, then reduce across lanes with xor shuffles from
- * warpSize / 2 down. Every (row, input) is formed by the same lanes in the
- * same order whatever else is in the batch: results are batch-invariant.
- * Grid: (row blocks, matrices); all of a layer's experts in one launch,
- * an expert without inputs leaves at once.
+ * one scale: one vector load), decode them in registers and form each
+ * chunk's sum for up to TT inputs at once. The chunk sums then meet in
+ * chunk order (each lane leaves its own in __shared__ memory, one lane per
+ * input adds them up): gpu-prod.h's order, which k_gemm keeps too, so an
+ * output's bits do not depend on the kernel, the batch, or the wavefront
+ * width. Grid: (row blocks, matrices); all of a layer's experts in one
+ * launch, an expert without inputs leaves at once.
  */
 #include "gpu-compat.h"
 #include "gpu-formats.h"
+#include "gpu-prod.h"
 #include "kern.h"
 
 #define TT 8 /* inputs per pass over the weights */
 
-GPU_DEV float gpu_swiglu(float g, float u, float limit, float alpha)
-{
-	g = fminf(g, limit);
-	u = fmaxf(fminf(u, limit), -limit);
-	return (u + 1.0f) * (g / (1.0f + expf(-alpha * g)));
-}
-
-GPU_DEV float wave_sum(float v)
-{
-	for (int o = warpSize / 2; o > 0; o >>= 1)
-		v += gpu_shfl_xor_f(v, o);
-	return v;
-}
-
-/* acc[j][t] += row (r + j) chunk . input t's chunk, j < nr rows. */
+/* s[j][t] = row (r + j) chunk . input t's chunk, j < nr rows. */
 GPU_DEV void gemv_chunk(const struct ms_gpu_mat *m, int64_t r, int nr, int64_t k0, int nk,
-			const float *const *xr, int tn, float acc[2][TT])
+			const float *const *xr, int tn, float s[2][TT])
 {
 	for (int j = 0; j < nr; j++) {
-		float w[32];
+		float w[GPU_CHUNK];
 		gpu_decode(m, r + j, k0, nk, w);
-		for (int t = 0; t < tn; t++) {
-			const float *x = xr[t] + k0;
-			float s = 0;
-			for (int i = 0; i < nk; i++)
-				s += w[i] * x[i];
-			acc[j][t] += s;
-		}
+		for (int t = 0; t < tn; t++)
+			s[j][t] = gpu_chunk_dot(w, xr[t] + k0, nk);
 	}
 }
 
-/* One wavefront's row unit u over inputs [p0, p1) of matrix m. */
+/* One wavefront's row unit u over inputs [p0, p1) of matrix m; live false:
+ * a wavefront past the last unit, which still meets the block's barriers.
+ * part: the wavefront's [warpSize][2 * TT] of chunk sums. */
 GPU_DEV void gemv_unit(const struct ms_gpu_gemv *g, const struct ms_gpu_mat *m, int64_t u,
-		       int64_t p0, int64_t p1, int lane)
+		       bool live, int64_t p0, int64_t p1, float (*part)[2 * TT])
 {
-	int nr = g->glu ? 2 : 1;
-	int64_t r = u * nr, K = g->cols;
+	int nr = g->glu ? 2 : 1, lane = (int)(threadIdx.x % warpSize), W = warpSize;
+	int64_t r = u * nr, K = g->cols, nc = (K + GPU_CHUNK - 1) / GPU_CHUNK;
 	for (int64_t pt = p0; pt < p1; pt += TT) {
 		int tn = p1 - pt < TT ? (int)(p1 - pt) : TT;
 		const float *xr[TT];
-		int64_t id[TT];
-		float acc[2][TT];
 		for (int t = 0; t < tn; t++) {
-			id[t] = g->list ? g->list[pt + t] : pt + t;
-			xr[t] = g->x + id[t] / g->xdiv * g->ldx;
-			acc[0][t] = acc[1][t] = 0;
+			int64_t id = g->list ? g->list[pt + t] : pt + t;
+			xr[t] = g->x + id / g->xdiv * g->ldx;
 		}
-		for (int64_t k0 = (int64_t)lane * 32; k0 < K; k0 += (int64_t)warpSize * 32)
-			gemv_chunk(m, r, nr, k0, K - k0 < 32 ? (int)(K - k0) : 32, xr, tn, acc);
-		for (int t = 0; t < tn; t++) {
-			float s0 = wave_sum(acc[0][t]), s1 = nr > 1 ? wave_sum(acc[1][t]) : 0;
-			if (lane)
-				continue;
-			float xs = g->xs ? g->xs[id[t]] : 1.0f;
-			float *y = g->y + id[t] * g->ldy;
-			s0 = s0 * xs + (m->bias ? m->bias[r] : 0.0f);
-			if (!g->glu) {
-				y[r] = s0;
-				continue;
+		float acc0 = 0, acc1 = 0; /* lane t < tn: input t's, rows r and r + 1 */
+		for (int64_t c0 = 0; c0 < nc; c0 += W) {
+			int64_t k0 = (c0 + lane) * GPU_CHUNK;
+			if (live && c0 + lane < nc)
+				gemv_chunk(m, r, nr, k0, K - k0 < GPU_CHUNK ? (int)(K - k0) : GPU_CHUNK,
+					   xr, tn, (float(*)[TT])part[lane]);
+			__syncthreads();
+			int have = nc - c0 < W ? (int)(nc - c0) : W;
+			for (int l = 0; live && lane < tn && l < have; l++) {
+				acc0 += part[l][lane];
+				acc1 += nr > 1 ? part[l][TT + lane] : 0.0f;
 			}
-			s1 = s1 * xs + (m->bias ? m->bias[r + 1] : 0.0f);
-			y[u] = gpu_swiglu(s0, s1, g->limit, g->alpha);
+			__syncthreads();
 		}
+		if (!live || lane >= tn)
+			continue;
+		int64_t id = g->list ? g->list[pt + lane] : pt + lane;
+		float xs = g->xs ? g->xs[id] : 1.0f, *y = g->y + id * g->ldy;
+		float s0 = gpu_prod_out(acc0, xs, m->bias, r);
+		if (g->glu)
+			y[u] = gpu_swiglu(s0, gpu_prod_out(acc1, xs, m->bias, r + 1), g->limit, g->alpha);
+		else
+			y[r] = s0;
 	}
 }
 
+/* Every wavefront of a block takes the same number of turns (the barriers
+ * in gemv_unit), the last ones idle past the matrix's units. */
 GPU_KERNEL(k_gemv, struct ms_gpu_gemv)
 {
+	GPU_SHARED float part[KB][2 * TT];
 	int64_t e = blockIdx.y;
 	int64_t p0 = a.off ? a.off[e] : 0, p1 = a.off ? a.off[e + 1] : a.n;
 	if (p0 >= p1)
 		return;
 	const struct ms_gpu_mat *m = &a.mats[e];
 	int waves = (int)(blockDim.x / warpSize), wave = (int)(threadIdx.x / warpSize);
-	int lane = (int)(threadIdx.x % warpSize);
 	int64_t units = a.glu ? m->rows / 2 : m->rows;
-	for (int64_t u = (int64_t)blockIdx.x * waves + wave; u < units;
-	     u += (int64_t)gridDim.x * waves)
-		gemv_unit(&a, m, u, p0, p1, lane);
+	for (int64_t u0 = (int64_t)blockIdx.x * waves; u0 < units; u0 += (int64_t)gridDim.x * waves)
+		gemv_unit(&a, m, u0 + wave, u0 + wave < units, p0, p1, part + wave * warpSize);
 }
 
 GPU_API int GPU_NS(gemv)(const struct ms_gpu_ctx *c, const struct ms_gpu_gemv *g)

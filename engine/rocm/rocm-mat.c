@@ -173,20 +173,20 @@ static void mat_row(const void *pack, int64_t r, float *out)
 static void why_of(const struct ms_linear *l, char *why, size_t len)
 {
 	const struct ms_wmat *w = &l->w;
-	const char *how = "fp32 accumulate";
+	const char *how = ms_wfmt_name(w->fmt);
 	char buf[96];
 	switch (w->fmt) {
-	case MS_WFMT_MXFP4: how = "e2m1 + E8M0 decoded in registers, 16 B per lane"; break;
+	case MS_WFMT_MXFP4: how = "e2m1 + E8M0"; break;
 	case MS_WFMT_INTQ:
-		snprintf(buf, sizeof(buf), "%d-bit codes, group scales/zeros%s, decoded in registers",
-			 w->bits, w->row_g_idx ? " + g_idx" : "");
+		snprintf(buf, sizeof(buf), "%d-bit codes + scales/zeros%s", w->bits,
+			 w->row_g_idx ? " + g_idx" : "");
 		how = buf;
 		break;
-	case MS_WFMT_FP8: how = "e4m3 + row scale decoded in registers"; break;
+	case MS_WFMT_FP8: how = "e4m3 + row scale"; break;
 	default: break;
 	}
-	snprintf(why, len, "device copy as stored; wavefront-per-row GEMV (%s)%s%s", how,
-		 l->act.kind != MS_ACTQ_NONE ? "; input quantized on the device: " : "",
+	snprintf(why, len, "as stored; %s to fp32 in registers (GEMV) or LDS (prefill GEMM)%s%s",
+		 how, l->act.kind != MS_ACTQ_NONE ? "; input quantized on the device: " : "",
 		 l->act.kind != MS_ACTQ_NONE ? ms_actq_name(l->act.kind) : "");
 }
 

@@ -210,6 +210,25 @@ int ms_rocm_attention(struct ms_backend *b, const struct ms_attn_desc *ad, struc
 
 /* ---- products ---- */
 
+/* gemm (tiles of 128 rows by 32 inputs, weights through __shared__
+ * memory) once a matrix has enough inputs to fill a good part of a tile:
+ * it reads the weights once per 32 inputs where gemv reads them once per
+ * 8, but spreads a matrix over fewer blocks (a row tile each, not a row
+ * per wavefront), which decode's handful of inputs cannot make up for.
+ * Both form every output in the same order (gpu-prod.h), so the choice
+ * may follow the batch without changing a bit of any token's result.
+ * Dense: the inputs themselves; MoE: their average per expert. */
+#define GEMM_MIN_INPUTS 16
+#define GEMM_MIN_PER_EXPERT 8
+
+static int product(struct ms_rocm *be, const struct ms_gpu_ctx *c, const struct ms_gpu_gemv *g,
+		   bool many)
+{
+	if (be->product == MS_ROCM_GEMM || (be->product == MS_ROCM_AUTO && many))
+		return be->k->gemm(c, g);
+	return be->k->gemv(c, g);
+}
+
 /* One matrix over n inputs: quantize them first if its scheme says so. */
 static int linear_one(struct ms_rocm *be, const struct ms_linear *l, const float *x, int64_t n,
 		      float *y, struct ms_err *err)
@@ -234,7 +253,7 @@ static int linear_one(struct ms_rocm *be, const struct ms_linear *l, const float
 		g.x = be->buf[RB_XQ].p;
 		g.xs = be->buf[RB_XS].p;
 	}
-	return be->k->gemv(&c, &g);
+	return product(be, &c, &g, n >= GEMM_MIN_INPUTS);
 }
 
 int ms_rocm_linear(struct ms_backend *b, int m, const struct ms_linear *const *l, const float *x,
@@ -303,7 +322,8 @@ int ms_rocm_moe(struct ms_backend *b, const struct ms_moe_desc *d, struct ms_err
 			return rc;
 		g.x = mb.xq, g.xdiv = 1, g.xs = mb.xs;
 	}
-	if ((rc = be->k->gemv(&c, &g)))
+	bool many = n * k >= GEMM_MIN_PER_EXPERT * E;
+	if ((rc = product(be, &c, &g, many)))
 		return rc;
 	/* down: input (t, j) is its activation row; bias in the epilogue */
 	g = (struct ms_gpu_gemv){
@@ -315,7 +335,7 @@ int ms_rocm_moe(struct ms_backend *b, const struct ms_moe_desc *d, struct ms_err
 			return rc;
 		g.xs = mb.xs;
 	}
-	if ((rc = be->k->gemv(&c, &g)))
+	if ((rc = product(be, &c, &g, many)))
 		return rc;
 	return be->k->combine(&c, d->x, mb.y, mb.w, n, k, H);
 }

@@ -107,7 +107,7 @@ static int r_bind(struct ms_backend *b, struct ms_linear *l, enum ms_bind_mode m
 				  "or 8)", b->name, l->w.bits);
 	int rc = ms_rocm_mat_upload(be, l, why, len, err);
 	if (!rc)
-		l->kernel_name = "gemv";
+		l->kernel_name = "gemv+gemm";
 	return rc;
 }
 
@@ -154,6 +154,20 @@ static void r_free(struct ms_backend *b)
 const struct ms_backend_ops ms_rocm_ops_dev = ROCM_OPS("rocm");
 const struct ms_backend_ops ms_rocm_ops_sim = ROCM_OPS("rocm-sim");
 
+/* MOESERVE_ROCM_PRODUCT: auto (by inputs, rocm-ops.c), gemv or gemm. */
+static int product_of_env(enum ms_rocm_product *p, struct ms_err *err)
+{
+	const char *v = getenv("MOESERVE_ROCM_PRODUCT");
+	*p = MS_ROCM_AUTO;
+	if (!v || !*v || !strcmp(v, "auto"))
+		return 0;
+	if (!strcmp(v, "gemv") || !strcmp(v, "gemm")) {
+		*p = v[3] == 'v' ? MS_ROCM_GEMV : MS_ROCM_GEMM;
+		return 0;
+	}
+	return ms_err_set(err, -EINVAL, "MOESERVE_ROCM_PRODUCT=%s: auto, gemv or gemm", v);
+}
+
 static int rocm_open_with(const struct ms_backend_opts *o, const struct ms_backend_ops *ops,
 			  const struct ms_gpu_rt *rt, const struct ms_gpu_kern *k,
 			  struct ms_backend **out, struct ms_err *err)
@@ -164,12 +178,17 @@ static int rocm_open_with(const struct ms_backend_opts *o, const struct ms_backe
 	if (o->kernels && *o->kernels && strcmp(o->kernels, "auto"))
 		return ms_err_set(err, -EINVAL, "--kernels %s: the %s backend has one kernel set "
 				  "(auto)", o->kernels, ops->name);
+	enum ms_rocm_product product;
+	int rc = product_of_env(&product, err);
+	if (rc)
+		return rc;
 	struct ms_rocm *be = calloc(1, sizeof(*be));
 	if (!be)
 		return ms_err_set(err, -ENOMEM, "%s backend: out of memory", ops->name);
 	be->rt = rt;
 	be->k = k;
-	int rc = rt->open(o->device, &be->ctx, &be->info, err);
+	be->product = product;
+	rc = rt->open(o->device, &be->ctx, &be->info, err);
 	if (!rc && (rc = ms_pool_init(&be->pool, o->threads > 0 ? o->threads : 4, false, err)))
 		rt->close(&be->ctx);
 	if (rc) {
@@ -177,8 +196,9 @@ static int rocm_open_with(const struct ms_backend_opts *o, const struct ms_backe
 		return rc;
 	}
 	be->ctx.err = &be->kerr;
-	snprintf(be->kernels, sizeof(be->kernels), "%s gemv (%s, wave%d)", k->name, be->info.arch,
-		 be->info.wave);
+	static const char *const prods[] = {"gemv+gemm", "gemv", "gemm"};
+	snprintf(be->kernels, sizeof(be->kernels), "%s %s (%s, wave%d)", k->name, prods[product],
+		 be->info.arch, be->info.wave);
 	struct ms_backend *b = &be->base;
 	*b = (struct ms_backend){.ops = ops, .name = ops->name, .kernels = be->kernels,
 				 .host = false, .exact = true, .threads = be->pool.n_threads,

@@ -46,6 +46,10 @@ enum ms_rocm_buf {
 	RB_COUNT,
 };
 
+/* Which product kernel runs (MOESERVE_ROCM_PRODUCT): by the number of
+ * inputs, or always one (to compare or time them; the bits are the same). */
+enum ms_rocm_product { MS_ROCM_AUTO, MS_ROCM_GEMV, MS_ROCM_GEMM };
+
 struct ms_rocm {
 	struct ms_backend base;
 	const struct ms_gpu_rt *rt;
@@ -63,6 +67,7 @@ struct ms_rocm {
 	struct ms_rocm_layer *layers;
 	int n_layer_cache;
 	uint64_t gen;                  /* bumped when a matrix is freed */
+	enum ms_rocm_product product;
 	char kernels[96];
 };
 
