@@ -169,6 +169,17 @@ struct ms_backend_ops {
 	 * softmax over the k chosen, and x[t] += sum_j w_j expert_j(h[t]), the
 	 * sum formed in routing order first (struct ms_moe_desc). */
 	int (*moe)(struct ms_backend *be, const struct ms_moe_desc *d, struct ms_err *err);
+
+	/* ---- measuring (optional) ---- */
+
+	/* The memory bandwidth of a backend whose memory is its own, for
+	 * bench's roofline: bytes/s of a device-to-device copy kernel from one
+	 * buffer of `bytes` (a multiple of 16; much larger than the caches) to
+	 * another, read and write both counted (2 x bytes per copy), the best
+	 * of several runs, each timed until the queue has drained. 0 with err
+	 * set when it cannot run (no memory for the two buffers). NULL on the
+	 * CPU: bench reads host memory itself. */
+	double (*copy_bandwidth)(struct ms_backend *be, size_t bytes, struct ms_err *err);
 };
 
 #define MS_LINEAR_MULTI_MAX 4
@@ -185,6 +196,7 @@ struct ms_backend {
 	const struct ms_backend_ops *ops;
 	const char *name;          /* ops->name */
 	const char *kernels;       /* the kernel set in use, for inspect and bench */
+	const char *device;        /* the device's name, for bench; NULL on the host */
 	bool host;                 /* buffers are host memory (see above) */
 	bool exact;                /* only kernels that keep fp32 activations */
 	bool dense_int8;           /* requantize dense bf16 projections to int8 at load */

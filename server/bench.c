@@ -35,6 +35,10 @@
  * probes (the buffer stays resident and is taken out of the RSS);
  * prefill; the peak RSS of the runs; oneDNN right after the prefill; last
  * the optional baseline model, so that it does not count in the RSS.
+ *
+ * This is the CPU's bench. A backend whose memory is not the host's (a
+ * GPU) is measured by bench-device.c instead; the engine runs and the byte
+ * model both use are in bench-common.c.
  */
 #include <dlfcn.h>
 #include <dnnl.h>
@@ -49,9 +53,8 @@
 #include <sysexits.h>
 #include <time.h>
 
-#include "bench.h"
+#include "bench-int.h"
 #include "cpu.h"
-#include "engine.h"
 #include "ms-clock.h"
 #include "ms-strbuf.h"
 
@@ -470,214 +473,37 @@ static void onednn_matmul(struct ms_cpu *be, int64_t M, int64_t K, int64_t N,
 }
 #endif
 
-/* ---- engine runs ---- */
+/* ---- engine runs (bench-common.c) with the CPU's probes ---- */
 
-struct counter {
-	int64_t tokens;
-	bool done;
-	double t_first;
+struct cpu_probe {
+	struct ms_cpu *be;
+	struct bw_job *bwj;
 };
 
-static void count_cb(void *ctx, const struct ms_event *ev)
+static uint64_t cpu_bytes(void *ctx)
 {
-	struct counter *c = ctx;
-	if (ev->kind == MS_EV_TOKEN) {
-		if (!c->tokens)
-			c->t_first = ms_now_s();
-		c->tokens++;
-	} else if (ev->kind == MS_EV_FINISH) {
-		c->done = true;
+	return ms_cpu_bytes_streamed(((struct cpu_probe *)ctx)->be);
+}
+
+/* One read of the bandwidth buffer after every measured step: the ceiling
+ * the machine offered while it ran. */
+static void cpu_read_between(void *ctx, struct run_stats *st)
+{
+	struct cpu_probe *p = ctx;
+	if (p->bwj) {
+		st->bw_secs += bw_pass(p->be, p->bwj);
+		st->bw_bytes += (double)p->bwj->bytes;
 	}
 }
 
-static void fill(int32_t *t, int64_t n, int64_t vocab, uint32_t seed)
-{
-	for (int64_t i = 0; i < n; i++) {
-		seed = seed * 1664525u + 1013904223u;
-		t[i] = (int32_t)((seed >> 8) % (uint32_t)vocab);
-	}
-}
-
-struct run_stats {
-	double ttft;           /* first request: submit to its first token */
-	int64_t steps;         /* measured decode steps */
-	int64_t tokens;        /* tokens they made (steps x sequences) */
-	double secs;           /* their time */
-	double counted;        /* weight bytes the backend counted over them */
-	double bw_bytes;       /* bandwidth reads interleaved with those steps: bytes */
-	double bw_secs;        /* and their time */
-};
-
-/* n_seq requests of prompt_len tokens generating gen tokens each, stepped by
- * hand. Measured decode steps: those where every request was past its
- * prompt and each made one token; the first is left out as warm-up when
- * others follow. */
+/* bench_run with the backend's byte counter and, with bwj, a bandwidth read
+ * between the measured steps. */
 static int run(struct ms_model *m, struct ms_cpu *be, int n_seq, int64_t prompt_len,
 	       int64_t gen, struct bw_job *bwj, struct run_stats *st, struct ms_err *err)
 {
-	memset(st, 0, sizeof(*st));
-	struct ms_engine_config cfg = {.max_running = n_seq, .no_prefix_cache = true,
-				       .max_context = prompt_len + gen + 1,
-				       .max_batch_tokens = prompt_len > 256 ? prompt_len : 256};
-	cfg.kv_tokens = (prompt_len + gen + 16) * n_seq;
-	struct ms_engine *e;
-	int rc = ms_engine_init(&e, &m->lm, NULL, &cfg, err);
-	if (rc)
-		return rc;
-	struct counter *c = calloc((size_t)n_seq, sizeof(*c));
-	int32_t *prompt = malloc((size_t)prompt_len * sizeof(int32_t));
-	if (!c || !prompt)
-		rc = ms_err_set(err, -ENOMEM, "bench: out of memory");
-	struct ms_request_params p = {0};
-	ms_sampling_defaults(&p.sampling);
-	p.sampling.temperature = 0;
-	p.sampling.n_logprobs = -1;
-	p.prompt_logprobs = -1;
-	p.max_tokens = gen;
-	double t0 = ms_now_s();
-	for (int i = 0; !rc && i < n_seq; i++) {
-		fill(prompt, prompt_len, m->cfg.vocab, 7 + (uint32_t)i);
-		rc = ms_engine_submit(e, prompt, prompt_len, &p, count_cb, &c[i], NULL, err);
-	}
-	int64_t decode_steps = 0;
-	bool all_done = false;
-	while (!rc && !all_done) {
-		bool decoding = true;
-		for (int i = 0; i < n_seq; i++)
-			decoding &= c[i].tokens > 0 && !c[i].done;
-		uint64_t b0 = ms_cpu_bytes_streamed(be);
-		double s0 = ms_now_s();
-		int64_t s = ms_engine_step(e, err);
-		double s1 = ms_now_s();
-		uint64_t b1 = ms_cpu_bytes_streamed(be);
-		if (s < 0) {
-			rc = (int)s;
-			break;
-		}
-		if (decoding && s == n_seq && (decode_steps++ > 0 || gen < 3)) {
-			st->steps++;
-			st->tokens += s;
-			st->secs += s1 - s0;
-			st->counted += (double)(b1 - b0);
-			/* one read of the bandwidth buffer after every measured
-			 * step: the ceiling the machine offered while it ran */
-			if (bwj) {
-				st->bw_secs += bw_pass(be, bwj);
-				st->bw_bytes += (double)bwj->bytes;
-			}
-		}
-		all_done = true;
-		for (int i = 0; i < n_seq; i++)
-			all_done &= c[i].done;
-	}
-	if (!rc)
-		st->ttft = c[0].t_first - t0;
-	free(c);
-	free(prompt);
-	ms_engine_free(e);
-	return rc;
-}
-
-/* ---- what the weights weigh ---- */
-
-struct wbytes {
-	double embed_row;   /* one embedding row (a lookup per token) */
-	double dense;       /* attention, router, lm_head: read once per step */
-	double expert;      /* one expert's gate_up + down in one layer */
-	double total;       /* every group: the resident weights after repacking */
-};
-
-static struct wbytes weight_bytes(const struct ms_model *m)
-{
-	struct wbytes w = {0};
-	double experts = 0;
-	for (int i = 0; i < m->n_groups; i++) {
-		const struct ms_tensor_group *g = &m->groups[i];
-		w.total += (double)g->bytes;
-		if (!strcmp(g->name, "embedding"))
-			w.embed_row = (double)g->bytes / (double)m->cfg.vocab;
-		else if (!strncmp(g->name, "experts", 7))
-			experts += (double)g->bytes;
-		else
-			w.dense += (double)g->bytes;
-	}
-	w.expert = experts / (double)(m->cfg.n_layers * m->cfg.n_experts);
-	return w;
-}
-
-/* Expected distinct experts per layer for n tokens routed uniformly. */
-static double distinct_experts(const struct ms_model *m, int64_t n)
-{
-	double E = (double)m->cfg.n_experts, k = (double)m->cfg.top_k;
-	return E * (1.0 - pow(1.0 - k / E, (double)n));
-}
-
-/* One decode measurement at batch n: rates, bytes and the roofline share. */
-struct decode {
-	int n;
-	double tps;            /* aggregate tokens/s */
-	double step_s;         /* time per step */
-	double bytes;          /* weight bytes per step: counted + embedding rows */
-	double bytes_static;   /* the groups' estimate, uniform routing */
-	double experts;        /* distinct experts per layer the bytes imply */
-	double share, share_static;
-	double bw;             /* the bandwidth they are measured against */
-	double share_peak;     /* the share of the run's best read instead */
-	bool between;          /* bw was read between the steps */
-	double ar_all, ar_one; /* bf16 GFLOP/s from cache next to the run: all threads, one */
-	bool counted;          /* bytes come from the backend's counter */
-};
-
-/* bw: the bandwidth read between the run's steps when it was, else the
- * given one; peak: the best read of the whole bench. */
-static void decode_figures(const struct ms_model *m, const struct wbytes *w,
-			   const struct run_stats *st, int n, double bw, double peak,
-			   struct decode *d)
-{
-	memset(d, 0, sizeof(*d));
-	d->n = n;
-	d->between = st->bw_secs > 0;
-	d->bw = d->between ? st->bw_bytes / st->bw_secs : bw;
-	bw = d->bw;
-	if (st->steps <= 0 || st->secs <= 0)
-		return;
-	d->tps = (double)st->tokens / st->secs;
-	d->step_s = st->secs / (double)st->steps;
-	double L = (double)m->cfg.n_layers;
-	d->bytes_static = w->dense + n * w->embed_row + L * distinct_experts(m, n) * w->expert;
-	d->counted = st->counted > 0;
-	d->bytes = d->counted ? st->counted / (double)st->steps + n * w->embed_row : d->bytes_static;
-	d->experts = w->expert > 0 ? (d->bytes - w->dense - n * w->embed_row) / (L * w->expert) : 0;
-	if (bw > 0) {
-		d->share = d->bytes / d->step_s / bw;
-		d->share_static = d->bytes_static / d->step_s / bw;
-	}
-	if (peak > 0)
-		d->share_peak = d->bytes / d->step_s / peak;
-}
-
-/* FLOP of one prompt token, counted on the active parameters, 2 per weight:
- * the attention projections q, k, v, o, the router and the token's top_k
- * experts (gate_up 2I x H, down H x I) in every layer:
- *   2 * L * (2*H*nH*d + 2*H*nKV*d + E*H + top_k*3*H*I).
- * The head (2 * V * H) runs only for the rows whose logits are wanted (the
- * last prompt token) and is added once per prompt; attention scores, norms
- * and activations are not counted. */
-static double flop_per_token(const struct ms_model *m)
-{
-	const struct ms_model_config *c = &m->cfg;
-	double H = (double)c->hidden, q = (double)(c->n_heads * c->head_dim);
-	double kv = (double)(c->n_kv_heads * c->head_dim), I = (double)c->intermediate;
-	return 2.0 * (double)c->n_layers *
-	       (2 * H * q + 2 * H * kv + (double)c->n_experts * H + (double)c->top_k * 3 * H * I);
-}
-
-/* Prompt of each sequence of a decode run: 16 tokens, fewer when the
- * prefill prompt is shorter (slow kernels on a big model: the decode runs'
- * prompts would take longer than their decode steps). */
-static int64_t decode_prompt(const struct ms_bench_opts *o)
-{
-	return o->prompt_tokens < 16 ? o->prompt_tokens : 16;
+	struct cpu_probe cp = {be, bwj};
+	struct bench_probe p = {cpu_bytes, cpu_read_between, &cp};
+	return bench_run(m, n_seq, prompt_len, gen, &p, st, err);
 }
 
 /* ---- the in-process baseline: same model, another kernel set ---- */
@@ -704,14 +530,14 @@ static int run_baseline(const struct ms_bench_opts *o, struct ms_cpu *be, double
 	if (!rc) {
 		int64_t gen = o->baseline_tokens > 0 ? o->baseline_tokens : o->decode_tokens / 2;
 		gen = gen < 3 ? 3 : gen;
-		struct wbytes w = weight_bytes(&bm);
+		struct wbytes w = bench_weight_bytes(&bm);
 		struct run_stats st;
-		int64_t pl = decode_prompt(o);
+		int64_t pl = bench_decode_prompt(o);
 		rc = run(&bm, &bb, 1, pl, 2, NULL, &st, err); /* warm-up */
 		if (!rc && !(rc = run(&bm, &bb, 1, pl, gen, NULL, &st, err)))
-			decode_figures(&bm, &w, &st, 1, bw, bw, &b->d1);
+			bench_decode_figures(&bm, &w, &st, 1, bw, bw, &b->d1);
 		if (!rc && !(rc = run(&bm, &bb, 8, pl, gen, NULL, &st, err)))
-			decode_figures(&bm, &w, &st, 8, bw, bw, &b->d8);
+			bench_decode_figures(&bm, &w, &st, 8, bw, bw, &b->d8);
 		ms_model_free(&bm);
 	}
 	ms_cpu_free(&bb);
@@ -778,7 +604,8 @@ static int measure(struct ms_model *m, struct ms_cpu *be, const struct ms_bench_
 	for (int i = 0; !rc && i < 4; i++) {
 		r->bws[i] = bw_measure(be, &bwj);
 		arith_measure(be, &ar, &r->ar_all[i], &r->ar_one[i]);
-		rc = run(m, be, batch[i], decode_prompt(o), o->decode_tokens, between, &r->st[i], &err);
+		rc = run(m, be, batch[i], bench_decode_prompt(o), o->decode_tokens, between, &r->st[i],
+			 &err);
 	}
 	if (!rc) {
 		r->bws[4] = bw_measure(be, &bwj);
@@ -835,7 +662,7 @@ static void decode_report(const struct ms_model *m, const struct runs *r, struct
 	}
 	for (int i = 0; i < 4; i++) {
 		struct decode *d = &p->d[i];
-		decode_figures(m, &p->w, &r->st[i], batch[i],
+		bench_decode_figures(m, &p->w, &r->st[i], batch[i],
 			       r->bws[i] > r->bws[i + 1] ? r->bws[i] : r->bws[i + 1], p->bw, d);
 		/* the arithmetic next to the run: the better of before and after */
 		d->ar_all = r->ar_all[i] > r->ar_all[i + 1] ? r->ar_all[i] : r->ar_all[i + 1];
@@ -848,7 +675,7 @@ static void prefill_report(const struct ms_model *m, struct ms_cpu *be,
 {
 	p->ttft = r->pre.ttft;
 	p->prefill_tps = p->ttft > 0 ? (double)o->prompt_tokens / p->ttft : 0;
-	p->fpt = flop_per_token(m);
+	p->fpt = bench_flop_per_token(m);
 	double head_flop = 2.0 * (double)m->cfg.vocab * (double)m->cfg.hidden;
 	p->prefill_gflops = p->ttft > 0 ? (p->fpt * (double)o->prompt_tokens + head_flop) / p->ttft / 1e9
 					: 0;
@@ -911,7 +738,7 @@ static void print_decode(const struct ms_model *m, const struct report *p)
 		printf("    weight bytes per step (%s)    %10.1f MB  (static estimate %.1f MB)\n",
 		       d->counted ? "counted" : "static ", d->bytes / 1e6, d->bytes_static / 1e6);
 		printf("    distinct experts per layer         %10.2f     (uniform routing %.2f)\n",
-		       d->experts, distinct_experts(m, d->n));
+		       d->experts, bench_distinct_experts(m, d->n));
 		printf("    roofline share                     %10.3f     (static estimate %.3f; at %.2f GB/s,\n"
 		       "                                                  %s; %.3f of the peak)\n",
 		       d->share, d->share_static, d->bw / 1e9,
@@ -969,53 +796,7 @@ static void print_table(const struct ms_model *m, const struct ms_cpu *be,
 	}
 }
 
-/* ---- the JSON line ---- */
-
-/* JSON has no NaN or infinity: such a figure (nothing measured) is 0. */
-static double fin(double x)
-{
-	return isfinite(x) ? x : 0;
-}
-
-/* The separator before a key: none right after the opening brace. */
-static const char *sep(const struct ms_strbuf *j)
-{
-	return j->len > 1 ? "," : "";
-}
-
-static void jnum(struct ms_strbuf *j, const char *key, double v, int decimals)
-{
-	ms_strbuf_printf(j, "%s\"%s\":%.*f", sep(j), key, decimals, fin(v));
-}
-
-static void jint(struct ms_strbuf *j, const char *key, long long v)
-{
-	ms_strbuf_printf(j, "%s\"%s\":%lld", sep(j), key, v);
-}
-
-/* "batch<n>_<what>": one decode run's figure */
-static void jnum_batch(struct ms_strbuf *j, int n, const char *what, double v, int decimals)
-{
-	char k[64];
-	snprintf(k, sizeof(k), "batch%d_%s", n, what);
-	jnum(j, k, v, decimals);
-}
-
-static void jbool(struct ms_strbuf *j, const char *key, bool v)
-{
-	ms_strbuf_printf(j, "%s\"%s\":%s", sep(j), key, v ? "true" : "false");
-}
-
-static void jstr(struct ms_strbuf *j, const char *key, const char *v)
-{
-	ms_strbuf_printf(j, "%s\"%s\":\"", sep(j), key);
-	for (; *v; v++) {
-		if (*v == '"' || *v == '\\')
-			ms_strbuf_add(j, "\\", 1);
-		ms_strbuf_add(j, (unsigned char)*v < 0x20 ? "?" : v, 1);
-	}
-	ms_strbuf_str(j, "\"");
-}
+/* ---- the JSON line (writers in bench-int.h) ---- */
 
 /* The original keys, then load and decode at batch 1. */
 static void json_head(struct ms_strbuf *j, const struct ms_cpu *be,
@@ -1110,6 +891,10 @@ static bool print_json(const struct ms_cpu *be, const struct ms_bench_opts *o,
 
 int ms_cmd_bench(struct ms_model *m, struct ms_backend *b, const struct ms_bench_opts *o)
 {
+	/* A GPU's memory is its own: its bandwidth is its copy kernel's, and
+	 * its bench is bench-device.c's. */
+	if (!b->host)
+		return bench_device(m, b, o);
 	/* The roofline and the baseline are the CPU's: its bandwidth probe and
 	 * its kernel sets. */
 	struct ms_cpu *be = ms_cpu_from(b);
@@ -1124,7 +909,7 @@ int ms_cmd_bench(struct ms_model *m, struct ms_backend *b, const struct ms_bench
 	int ex = check_baseline(o);
 	if (ex)
 		return ex;
-	p.w = weight_bytes(m);
+	p.w = bench_weight_bytes(m);
 	struct runs r;
 	if ((ex = measure(m, be, o, &p.w, p.load_rss, &r)))
 		return ex;

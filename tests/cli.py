@@ -316,6 +316,30 @@ def main():
     case("bench --baseline ref prints the speedups", ok, r.stdout[-600:] + r.stderr)
     expect("bench --baseline with an unknown set", run(b, "bench", "--model", base, "--baseline", "nope"),
            EX_USAGE, "nope")
+    # the device bench (bench-device.c) on the host model of the GPU: its own keys, the copy
+    # kernel's bandwidth, the counting shim's bytes (one token: exactly top-k experts a layer)
+    r = run(b, "bench", "--model", base, "--backend", "rocm-sim", "--prompt-tokens", "4",
+            "--decode-tokens", "3", "--json")
+    try:
+        j = json.loads(r.stdout.strip().splitlines()[-1])
+        with open(os.path.join(base, "config.json")) as f:
+            top_k = json.load(f)["num_experts_per_tok"]
+        pos = ["bandwidth_bytes_per_s", "prefill_tokens_per_s", "ttft_s", "decode_tokens_per_s",
+               "decode_roofline_share", "weight_bytes", "load_s"]
+        pos += [f"batch{n}_{k}" for n in (1, 2, 4) for k in ("tokens_per_s", "step_s", "bytes_per_step",
+                                                              "roofline_share")]
+        bad = [k for k in pos if not (isinstance(j.get(k), (int, float)) and math.isfinite(j[k]) and j[k] > 0)]
+        ok = (r.returncode == 0 and not bad and j["backend"] == "rocm-sim" and j["device"]
+              and j["bytes_source"] == "counter" and j["bandwidth_copy_bytes"] == 64 << 20
+              and j["prefill_tokens"] == 4 and abs(j["batch1_experts_per_layer"] - top_k) < 1e-9
+              and j["batch1_bytes_per_step"] <= j["batch2_bytes_per_step"] <= j["batch4_bytes_per_step"])
+    except (ValueError, IndexError, KeyError, TypeError):
+        ok, bad = False, []
+    case("bench --backend rocm-sim prints the device bench's JSON line", ok,
+         f"bad keys {bad}\n" + r.stdout[-600:] + r.stderr)
+    expect("bench --baseline on a device backend",
+           run(b, "bench", "--model", base, "--backend", "rocm-sim", "--baseline", "ref"), EX_USAGE,
+           "--baseline", "rocm-sim")
 
     # --- the benchmark checkpoints' writer, shrunk: every format loads and runs ---
     case("bench_ckpt encoders match the reference encoders", bench_ckpt.selftest() == [])

@@ -13,10 +13,18 @@
  * other, and the CPU's double product; and batch invariance: a token's
  * outputs are the same bits alone (gemv) and in a batch (gemm for 16
  * projection inputs, 8 per expert).
+ *
+ * MOESERVE_TEST_BACKEND=rocm runs the same comparisons against a real GPU
+ * (the `rocm` backend, HIP or CUDA build; tests/device/run.sh on a lent
+ * machine): once, at the device's own wavefront width instead of the
+ * model's 64 and 32, with the device required to open, and its copy
+ * bandwidth checked to be a GPU's.
  */
 #include <check.h>
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,9 +43,25 @@
 #include "gpu-prod.h"
 #include "rocm.h"
 
+/* The device side of every comparison: rocm-sim, or what
+ * MOESERVE_TEST_BACKEND names ("rocm": the GPU). Read from the environment
+ * only: the parent process must not open a GPU before Check forks. */
+static const char *dev_name(void)
+{
+	const char *e = getenv("MOESERVE_TEST_BACKEND");
+	return e && *e ? e : "rocm-sim";
+}
+
+static bool on_gpu(void)
+{
+	return strcmp(dev_name(), "rocm-sim") != 0;
+}
+
 static struct ms_backend *open_be(const char *name, int wave)
 {
-	ms_gpu_sim_set_wave(wave);
+	/* the model's width; a GPU has its own */
+	if (wave)
+		ms_gpu_sim_set_wave(wave);
 	struct ms_backend_opts o = {.backend = name, .kernels = !strcmp(name, "cpu") ? "ref" : NULL,
 				    .threads = 1, .exact = true};
 	struct ms_backend *be = NULL;
@@ -46,9 +70,10 @@ static struct ms_backend *open_be(const char *name, int wave)
 	return be;
 }
 
+/* Loop i's wavefront width on the model; 0 on a GPU (its own). */
 static int wave_of(int i)
 {
-	return i ? 32 : 64;
+	return on_gpu() ? 0 : i ? 32 : 64;
 }
 
 /* Host floats into a new buffer of be. */
@@ -195,7 +220,7 @@ static void check_linear(struct ms_backend *be, struct lin_case *c, int64_t n)
 
 START_TEST(linear_every_format)
 {
-	struct ms_backend *be = open_be("rocm-sim", wave_of(_i));
+	struct ms_backend *be = open_be(dev_name(), wave_of(_i));
 	static const struct {
 		enum ms_wfmt fmt;
 		int bits;
@@ -562,7 +587,7 @@ static void check_moe(int wave, enum ms_wfmt fmt, enum ms_actq_kind act)
 	}
 	struct kv_world wc, wr;
 	world_init(&wc, open_be("cpu", 64), 1, 8, lens);
-	world_init(&wr, open_be("rocm-sim", wave), 1, 8, lens);
+	world_init(&wr, open_be(dev_name(), wave), 1, 8, lens);
 	moe_bind(wc.be, &m);
 	struct moe_case mr = m; /* the same matrices, bound to the device */
 	float *want[3];
@@ -661,7 +686,7 @@ static void check_attention(int wave, const struct attn_shape *a)
 	const int32_t qseq[6] = {0, 0, 0, 0, 1, 1};
 	struct kv_world wc, wr;
 	world_init(&wc, open_be("cpu", 64), 1, kvd, lens);
-	world_init(&wr, open_be("rocm-sim", wave), 1, kvd, lens);
+	world_init(&wr, open_be(dev_name(), wave), 1, kvd, lens);
 	float *want = attn_run(&wc, a, kk, vv, lens, q, nq, qpos, qseq, a->sinks ? sinks : NULL);
 	float *got = attn_run(&wr, a, kk, vv, lens, q, nq, qpos, qseq, a->sinks ? sinks : NULL);
 	for (int64_t i = 0; i < nq * qd; i++)
@@ -692,6 +717,38 @@ END_TEST
 
 /* ---- the device itself ---- */
 
+/* The copy kernel's bandwidth (bench's ceiling): a figure, and a refusal
+ * of a size the 16-byte kernel cannot copy. */
+START_TEST(copy_bandwidth_measures)
+{
+	struct ms_backend *be = open_be(dev_name(), 64);
+	struct ms_err err = {0};
+	ck_assert_ptr_nonnull(be->ops->copy_bandwidth);
+	double bw = be->ops->copy_bandwidth(be, on_gpu() ? (size_t)256 << 20 : (size_t)1 << 20, &err);
+	ck_assert_msg(bw > 0, "%s", err.msg);
+	/* a GPU's HBM moves hundreds of GB/s at least; the model, memcpy's rate */
+	ck_assert_msg(!on_gpu() || bw > 1e11, "%s: copy bandwidth %.3g B/s", be->device, bw);
+	printf("test-rocm: %s (%s): copy bandwidth %.2f GB/s\n", be->device, be->kernels, bw / 1e9);
+	ck_assert_double_eq(be->ops->copy_bandwidth(be, 8, &err), 0);
+	ck_assert_int_eq(err.code, -EINVAL);
+	ms_backend_close(be);
+}
+END_TEST
+
+/* On a lent machine the GPU must be there: a run that silently fell back
+ * to skipping would pass for a device test. */
+START_TEST(rocm_device_opens)
+{
+	struct ms_backend_opts o = {.backend = dev_name(), .threads = 1, .exact = true};
+	struct ms_backend *be = NULL;
+	struct ms_err err = {0};
+	ck_assert_msg(ms_backend_open(&o, &be, &err) == 0, "%s: %s", dev_name(), err.msg);
+	ck_assert_ptr_nonnull(be->device);
+	printf("test-rocm: device \"%s\", kernels %s\n", be->device, be->kernels);
+	ms_backend_close(be);
+}
+END_TEST
+
 START_TEST(rocm_without_device_says_so)
 {
 	struct ms_backend_opts o = {.backend = "rocm", .threads = 1};
@@ -715,14 +772,22 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("rocm");
-	TCase *tc = tcase_create("rocm-sim");
+	TCase *tc = tcase_create(dev_name());
 	tcase_set_timeout(tc, 600);
+	/* the model at both widths; a GPU once, at its own */
+	int widths = on_gpu() ? 1 : 2;
+	if (on_gpu() && strcmp(dev_name(), "rocm")) {
+		fprintf(stderr, "test-rocm: MOESERVE_TEST_BACKEND=%s: rocm or rocm-sim\n", dev_name());
+		return 1;
+	}
 	tcase_add_test(tc, formats_bit_exact);
-	tcase_add_test(tc, rocm_without_device_says_so);
-	tcase_add_loop_test(tc, linear_every_format, 0, 2);
+	tcase_add_test(tc, on_gpu() ? rocm_device_opens : rocm_without_device_says_so);
+	tcase_add_test(tc, copy_bandwidth_measures);
+	tcase_add_loop_test(tc, linear_every_format, 0, widths);
+	/* the two kernels side by side on the model, whatever the device */
 	tcase_add_loop_test(tc, gemm_matches_gemv_and_cpu, 0, 2);
-	tcase_add_loop_test(tc, moe_matches_cpu, 0, 2);
-	tcase_add_loop_test(tc, attention_matches_cpu, 0, 2);
+	tcase_add_loop_test(tc, moe_matches_cpu, 0, widths);
+	tcase_add_loop_test(tc, attention_matches_cpu, 0, widths);
 	suite_add_tcase(s, tc);
 	return ms_check_run(s);
 }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ms-clock.h"
 #include "rocm-config.h"
 #include "rocm.h"
 
@@ -124,6 +125,71 @@ static int r_weights_fit(struct ms_backend *b, uint64_t bytes, struct ms_err *er
 	return 0;
 }
 
+/* ---- measuring ---- */
+
+/* Timed runs after one untimed (the first launch loads the kernel), each
+ * of enough copies to last BW_RUN_S: the drain's own latency (~10 us)
+ * is then a fraction of a percent of a run even where one copy of 1 GiB
+ * takes half a millisecond (an H200). */
+#define BW_RUNS 5
+#define BW_RUN_S 0.005
+#define BW_MAX_COPIES 32
+
+/* Wait until everything queued has run: a copy back waits for the queue
+ * (gpu.h), and 16 bytes of it cost next to nothing. */
+static int r_drain(struct ms_rocm *be, const struct ms_gpu_ctx *c, const void *dev)
+{
+	unsigned char h[16];
+	return be->rt->d2h(c, h, dev, sizeof(h));
+}
+
+/* The copy kernel (gpu.h's bandwidth probe) between two fresh buffers,
+ * each run timed from its launch to the drained queue, so that the time
+ * is the copy's and not only its launch's. */
+static double r_copy_bandwidth(struct ms_backend *b, size_t bytes, struct ms_err *err)
+{
+	struct ms_rocm *be = ms_rocm_of(b);
+	if (be->kerr.code) {
+		ms_err_set(err, be->kerr.code, "rocm: %s", be->kerr.msg);
+		return 0;
+	}
+	bytes &= ~(size_t)15; /* 16-byte vectors */
+	if (bytes < 16) {
+		ms_err_set(err, -EINVAL, "copy bandwidth: %zu bytes (at least 16)", bytes);
+		return 0;
+	}
+	void *src = be->rt->alloc(bytes), *dst = src ? be->rt->alloc(bytes) : NULL;
+	if (!dst) {
+		be->rt->free(src);
+		ms_err_set(err, -ENOMEM, "copy bandwidth: no device memory for two %zu MiB buffers",
+			   bytes >> 20);
+		return 0;
+	}
+	struct ms_gpu_ctx c = be->ctx;
+	c.err = err;
+	double best = 0;
+	int copies = 1;
+	int rc = r_drain(be, &c, dst); /* the buffers' zero-fill done before the clock starts */
+	for (int rep = 0; !rc && rep <= BW_RUNS; rep++) {
+		double t0 = ms_now_s();
+		for (int i = 0; !rc && i < copies; i++)
+			rc = be->k->copy(&c, dst, src, bytes);
+		rc = rc ? rc : r_drain(be, &c, dst);
+		double t = ms_now_s() - t0;
+		if (rc || t <= 0)
+			continue;
+		if (rep == 0) {
+			double want = BW_RUN_S / t + 1;
+			copies = want < BW_MAX_COPIES ? (int)want : BW_MAX_COPIES;
+		} else if (2.0 * (double)bytes * copies / t > best) {
+			best = 2.0 * (double)bytes * copies / t;
+		}
+	}
+	be->rt->free(src);
+	be->rt->free(dst);
+	return rc ? 0 : best;
+}
+
 /* ---- the instance ---- */
 
 static void r_free(struct ms_backend *b)
@@ -149,6 +215,7 @@ static void r_free(struct ms_backend *b)
 		.rope_table = ms_rocm_rope_table, .rope = ms_rocm_rope,               \
 		.add = ms_rocm_add, .kv_write = ms_rocm_kv_write,                     \
 		.attention = ms_rocm_attention, .moe = ms_rocm_moe,                   \
+		.copy_bandwidth = r_copy_bandwidth,                                   \
 	}
 
 const struct ms_backend_ops ms_rocm_ops_dev = ROCM_OPS("rocm");
@@ -201,6 +268,7 @@ static int rocm_open_with(const struct ms_backend_opts *o, const struct ms_backe
 		 be->info.arch, be->info.wave);
 	struct ms_backend *b = &be->base;
 	*b = (struct ms_backend){.ops = ops, .name = ops->name, .kernels = be->kernels,
+				 .device = be->info.name,
 				 .host = false, .exact = true, .threads = be->pool.n_threads,
 				 .pool = &be->pool};
 	*out = b;
