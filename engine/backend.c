@@ -3,6 +3,7 @@
  * (the forward pass's arena, host vectors moved into backend memory).
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,19 @@ void ms_backend_close(struct ms_backend *be)
 {
 	if (be)
 		be->ops->free(be);
+}
+
+void ms_rope_table_host(const int64_t *pos, int64_t n, const double *inv_freq, float scale,
+			int64_t d, float *table)
+{
+	for (int64_t t = 0; t < n; t++) {
+		float *cs = table + t * d, *sn = cs + d / 2;
+		for (int64_t i = 0; i < d / 2; i++) {
+			double ang = (double)pos[t] * inv_freq[i];
+			cs[i] = (float)cos(ang) * scale;
+			sn[i] = (float)sin(ang) * scale;
+		}
+	}
 }
 
 /* ---- the arena ---- */

@@ -256,6 +256,12 @@ void ms_backend_arena_free(struct ms_backend *be);
 int ms_backend_adopt(struct ms_backend *be, float **p, size_t n, struct ms_err *err);
 void ms_backend_release(struct ms_backend *be, void *p);
 
+/* The rope table of backend.h's rope_table, computed on the host in
+ * double for n tokens at positions pos: every backend gets the same bits
+ * (a device uploads it). */
+void ms_rope_table_host(const int64_t *pos, int64_t n, const double *inv_freq, float scale,
+			int64_t d, float *table);
+
 /* The registry's entries, in engine/backend.c's table. */
 extern const struct ms_backend_reg ms_backend_reg_cpu;
 extern const struct ms_backend_reg ms_backend_reg_rocm;

@@ -144,14 +144,7 @@ static void cpu_rope_table(struct ms_backend *b, const double *inv_freq, float s
 			   float *table)
 {
 	const struct ms_step *s = cpu_of(b)->step;
-	for (int64_t t = 0; t < s->n; t++) {
-		float *cs = table + t * d, *sn = cs + d / 2;
-		for (int64_t i = 0; i < d / 2; i++) {
-			double ang = (double)s->pos[t] * inv_freq[i];
-			cs[i] = (float)cos(ang) * scale;
-			sn[i] = (float)sin(ang) * scale;
-		}
-	}
+	ms_rope_table_host(s->pos, s->n, inv_freq, scale, d, table);
 }
 
 static void cpu_rope(struct ms_backend *b, const float *table, float *x, int64_t n_heads,

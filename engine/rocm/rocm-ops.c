@@ -123,14 +123,7 @@ void ms_rocm_rope_table(struct ms_backend *b, const double *inv_freq, float scal
 		ms_rocm_fail(be, ms_err_set(&be->kerr, -ENOMEM, "rope: out of host memory"));
 		return;
 	}
-	for (int64_t t = 0; t < s->n; t++) {
-		float *cs = h + t * d, *sn = cs + d / 2;
-		for (int64_t i = 0; i < d / 2; i++) {
-			double ang = (double)s->pos[t] * inv_freq[i];
-			cs[i] = (float)cos(ang) * scale;
-			sn[i] = (float)sin(ang) * scale;
-		}
-	}
+	ms_rope_table_host(s->pos, s->n, inv_freq, scale, d, h);
 	ms_rocm_fail(be, be->rt->h2d(ctx(be), table, h, bytes));
 }
 
