@@ -88,11 +88,11 @@ static int dev_open(int device, struct ms_gpu_ctx *ctx, struct ms_gpu_info *info
 	ctx->wave = p.warpSize;
 	ctx->n_cu = p.multiProcessorCount;
 	memset(info, 0, sizeof(*info));
-	snprintf(info->name, sizeof(info->name), "%s", p.name);
+	snprintf(info->name, sizeof(info->name), "%.127s", p.name); /* 256 in the props */
 #if defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__)
 	snprintf(info->arch, sizeof(info->arch), "sm_%d%d", p.major, p.minor);
 #else
-	snprintf(info->arch, sizeof(info->arch), "%s", p.gcnArchName);
+	snprintf(info->arch, sizeof(info->arch), "%.63s", p.gcnArchName);
 #endif
 	info->wave = p.warpSize;
 	info->n_cu = p.multiProcessorCount;
