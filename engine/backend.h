@@ -75,8 +75,11 @@ struct ms_moe_desc {
 /* How a matrix is bound (ms_backend_ops.bind). */
 enum ms_bind_mode {
 	MS_BIND_FULL,      /* the backend's best kernel: it may pack or upload a copy */
-	MS_BIND_IN_PLACE,  /* rows read as they are (an embedding, a half to be spliced,
-			    * a matrix waiting for a deferred bind): no copy */
+	MS_BIND_IN_PLACE,  /* rows read as they are (a half to be spliced, a matrix
+			    * waiting for a deferred bind): no copy; a device backend
+			    * binds nothing it would compute with */
+	MS_BIND_TABLE,     /* an embedding: rows gathered by token, not multiplied (the
+			    * CPU reads them in place; a device uploads them) */
 };
 
 struct ms_backend_ops {

@@ -288,9 +288,11 @@ int ms_quant_load_linear(const struct ms_quant_config *qc, const struct ms_check
 				s->name);
 	/* embeddings are looked up by row: never packed */
 	ld->no_pack += kind == MS_QKIND_EMBEDDING;
+	ld->table = kind == MS_QKIND_EMBEDDING;
 	if (!rc)
 		rc = s->load_linear(qc, ck, prefix, out, in, has_bias, ld, l, err);
 	ld->no_pack -= kind == MS_QKIND_EMBEDDING;
+	ld->table = false;
 	if (rc) {
 		ms_qlinear_free(l);
 		return rc;
@@ -496,8 +498,8 @@ int ms_qlinear_set_kernel(struct ms_qlinear *l, struct ms_qload *ld, const char 
 		struct ms_err e2 = {0};
 		size_t o = strlen(l->origin);
 		snprintf(l->why, sizeof(l->why), "%s", l->origin);
-		int rc = be->ops->bind(be, &l->lin, MS_BIND_IN_PLACE, l->why + o, sizeof(l->why) - o,
-				       &e2);
+		enum ms_bind_mode mode = ld->table ? MS_BIND_TABLE : MS_BIND_IN_PLACE;
+		int rc = be->ops->bind(be, &l->lin, mode, l->why + o, sizeof(l->why) - o, &e2);
 		if (rc)
 			return ms_err_set(err, rc, "%s: %s", prefix, e2.msg);
 		return ld->no_pack ? 0 : defer_bind(ld->defer, l, prefix, err);

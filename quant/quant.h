@@ -38,6 +38,7 @@ struct ms_qload {
 	struct ms_backend *be;
 	int no_pack;                 /* > 0 while loading parts of a spliced matrix or an
 				      * embedding: their rows are read in place */
+	bool table;                  /* loading an embedding: rows gathered by token */
 	struct ms_bind_defer *defer; /* matrices waiting for the parallel bind pass */
 };
 

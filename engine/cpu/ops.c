@@ -84,7 +84,7 @@ static int cpu_bind(struct ms_backend *b, struct ms_linear *l, enum ms_bind_mode
 	ms_linear_unbind(l);
 	if (l->w.fmt < 0 || l->w.fmt >= MS_WFMT_COUNT)
 		return ms_err_set(err, -ENOTSUP, "no kernel computes format %d", (int)l->w.fmt);
-	if (mode == MS_BIND_IN_PLACE)
+	if (mode != MS_BIND_FULL) /* IN_PLACE, TABLE */
 		return bind_in_place(be, l, why, len, err);
 	void *owned = NULL;
 	int rc = ms_cpu_bind(be, &l->w, &l->kernel, &owned, why, len, err);

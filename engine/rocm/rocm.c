@@ -90,25 +90,31 @@ static void r_from_host(struct ms_backend *b, void *dst, const void *host, size_
 
 /* ---- weights ---- */
 
-/* Every format a scheme produces runs here; an unknown one is refused. A
- * device has no "in place": its kernels read device memory only, so both
- * modes upload the rows as they are (no device repacking yet). */
+/* Every format a scheme produces runs here; an unknown one is refused.
+ * FULL and TABLE upload the rows as they are (no device repacking yet).
+ * IN_PLACE uploads nothing: such a matrix is a half about to be spliced
+ * into another, or waits for its FULL bind, and the device cannot read
+ * host rows anyway (uploading it would move it twice). */
 static int r_bind(struct ms_backend *b, struct ms_linear *l, enum ms_bind_mode mode, char *why,
 		  size_t len, struct ms_err *err)
 {
-	(void)mode;
 	struct ms_rocm *be = ms_rocm_of(b);
 	ms_linear_unbind(l);
 	if (l->w.fmt < 0 || l->w.fmt >= MS_WFMT_COUNT)
 		return ms_err_set(err, -ENOTSUP, "%s backend: no kernel computes format %d",
 				  b->name, (int)l->w.fmt);
-	if (l->w.fmt == MS_WFMT_INTQ && (l->w.bits < 2 || l->w.bits > 8 || l->w.bits == 5 ||
-					 l->w.bits == 6 || l->w.bits == 7))
+	int bits = l->w.bits;
+	if (l->w.fmt == MS_WFMT_INTQ && bits != 2 && bits != 3 && bits != 4 && bits != 8)
 		return ms_err_set(err, -ENOTSUP, "%s backend: %d-bit INTQ weights (bits: 2, 3, 4 "
-				  "or 8)", b->name, l->w.bits);
+				  "or 8)", b->name, bits);
+	if (mode == MS_BIND_IN_PLACE) {
+		l->kernel_name = "host rows";
+		snprintf(why, len, "not on the device (rows read on the host until bound)");
+		return 0;
+	}
 	int rc = ms_rocm_mat_upload(be, l, why, len, err);
 	if (!rc)
-		l->kernel_name = "gemv+gemm";
+		l->kernel_name = mode == MS_BIND_TABLE ? "gather" : "gemv+gemm";
 	return rc;
 }
 
