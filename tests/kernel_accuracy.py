@@ -145,10 +145,12 @@ def kernels_used(args, model_dir):
         if not table:
             continue
         kernel = next((t for t in line.split()
-                       if t.startswith(("avx512", "avx2", "amx", "onednn", "ref-"))), None)
+                       if t.startswith(("avx512", "avx2", "amx", "onednn", "ref-", "gemv"))),
+                      None)
         if kernel:
             names.add(kernel)
-        rounding |= "rounds activations" in line or "bf16 activations" in line
+        rounding |= ("rounds activations" in line or "bf16 activations" in line or
+                     "mfma-" in line)
     return sorted(names), rounding
 
 

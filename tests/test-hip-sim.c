@@ -2,8 +2,10 @@
  * test-hip-sim.c: the host model of the HIP execution model
  * (engine/rocm/sim): a block reduction through shuffles and shared memory
  * at both wavefront widths and ragged block sizes, shuffle segments,
- * ballot masks, and divergence at a barrier reported as an error.
- * Work in progress for issue 20: not yet in tests/meson.build.
+ * ballot masks, divergence at a barrier reported as an error, and
+ * wavefront operations (the matrix instructions' hook): one call over
+ * every lane's record in lane order, refused in a partial wavefront or
+ * when lanes wait at different ones.
  */
 #include <check.h>
 #include <errno.h>
@@ -119,6 +121,57 @@ START_TEST(divergence_and_ballot)
 }
 END_TEST
 
+/* A wavefront operation: each lane's record gets the sum of all lanes'
+ * values times its lane index, and the lane count. */
+struct wrec { int v, out, n; };
+static void wave_sum(void *const *lanes, int n)
+{
+	int s = 0;
+	for (int l = 0; l < n; l++)
+		s += ((struct wrec *)lanes[l])->v;
+	for (int l = 0; l < n; l++)
+		((struct wrec *)lanes[l])->out = s * l, ((struct wrec *)lanes[l])->n = n;
+}
+
+static void wave_other(void *const *lanes, int n)
+{
+	(void)lanes, (void)n;
+}
+
+static void wave_kernel(void *p)
+{
+	int *out = p, t = (int)ms_sim_thread_idx().x;
+	struct wrec r = {t + 1, 0, 0};
+	ms_sim_wave_op(wave_sum, &r);
+	out[t] = r.out * 1000 + r.n;
+}
+
+static void wave_diverge(void *p)
+{
+	struct wrec r = {0, 0, 0};
+	(void)p;
+	ms_sim_wave_op(ms_sim_thread_idx().x == 5 ? wave_other : wave_sum, &r);
+}
+
+START_TEST(wave_operations)
+{
+	struct ms_err err = {0};
+	int out[128];
+	ck_assert_int_eq(ms_sim_launch((struct ms_sim_dim){1,1,1}, (struct ms_sim_dim){128,1,1}, 0, 64, wave_kernel, out, &err), 0);
+	for (int t = 0; t < 128; t++) {
+		int w0 = t / 64 * 64, s = 0;
+		for (int l = 0; l < 64; l++)
+			s += w0 + l + 1;
+		ck_assert_int_eq(out[t], s * (t % 64) * 1000 + 64);
+	}
+	/* 96 threads at 64 lanes: the second wavefront is partial */
+	ck_assert_int_eq(ms_sim_launch((struct ms_sim_dim){1,1,1}, (struct ms_sim_dim){96,1,1}, 0, 64, wave_kernel, out, &err), -EDEADLK);
+	ck_assert_ptr_nonnull(strstr(err.msg, "partial wavefront"));
+	ck_assert_int_eq(ms_sim_launch((struct ms_sim_dim){1,1,1}, (struct ms_sim_dim){64,1,1}, 0, 64, wave_diverge, NULL, &err), -EDEADLK);
+	ck_assert_ptr_nonnull(strstr(err.msg, "different"));
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("hip-sim");
@@ -126,6 +179,7 @@ int main(void)
 	tcase_add_test(tc, block_reduce_both_widths);
 	tcase_add_test(tc, width_32_segments_in_a_64_wave);
 	tcase_add_test(tc, divergence_and_ballot);
+	tcase_add_test(tc, wave_operations);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

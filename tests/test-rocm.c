@@ -12,7 +12,12 @@
  * on the model over ragged shapes in every format: the same bits as each
  * other, and the CPU's double product; and batch invariance: a token's
  * outputs are the same bits alone (gemv) and in a batch (gemm for 16
- * projection inputs, 8 per expert).
+ * projection inputs, 8 per expert). The MFMA products (kern-mma.cu) on the
+ * model's matrix instructions of gfx90a, gfx942 and gfx950: each target's
+ * kind per format and input, held to a double product of the operands the
+ * kind takes (bf16-rounded for mfma-bf16) within 1e-5 of the sum's
+ * magnitude; refused without the instruction, at 32 lanes, with --exact
+ * and for the router.
  *
  * MOESERVE_TEST_BACKEND=rocm runs the same comparisons against a real GPU
  * (the `rocm` backend, HIP or CUDA build; tests/device/run.sh on a lent
@@ -57,13 +62,16 @@ static bool on_gpu(void)
 	return strcmp(dev_name(), "rocm-sim") != 0;
 }
 
+/* Open rocm-sim without --exact (so that matrices get MFMA kinds). */
+static bool open_inexact;
+
 static struct ms_backend *open_be(const char *name, int wave)
 {
 	/* the model's width; a GPU has its own */
 	if (wave)
 		ms_gpu_sim_set_wave(wave);
 	struct ms_backend_opts o = {.backend = name, .kernels = !strcmp(name, "cpu") ? "ref" : NULL,
-				    .threads = 1, .exact = true};
+				    .threads = 1, .exact = !open_inexact};
 	struct ms_backend *be = NULL;
 	struct ms_err err = {0};
 	ck_assert_msg(ms_backend_open(&o, &be, &err) == 0, "%s: %s", name, err.msg);
@@ -268,6 +276,7 @@ struct prod_case {
 	int32_t counts[4];
 	int xdiv;
 	bool xs, glu, dense;
+	enum ms_actq_kind act;       /* the matrices' input scheme (mma cases) */
 };
 
 struct prod_run {
@@ -294,7 +303,7 @@ static void prod_init(struct prod_run *p, const struct prod_case *pc, int wave)
 			? make_intq(pc->bits, pc->rows, K, 32, pc->bits == 4)
 			: make_mat(pc->fmt, pc->rows, K);
 		char why[256];
-		lin_init(&p->lc[e], mb, MS_ACTQ_NONE, 0);
+		lin_init(&p->lc[e], mb, pc->act, 0.004f);
 		ck_assert_msg(p->be->ops->bind(p->be, &p->lc[e].l, MS_BIND_FULL, why, 256, &p->err) == 0,
 			      "%s", p->err.msg);
 		p->mats[e] = ((const struct ms_rocm_mat *)p->lc[e].l.bound)->m;
@@ -356,9 +365,19 @@ static int prod_at(const struct prod_run *p, const struct prod_case *pc, int64_t
 	return e;
 }
 
-/* y (no glu) against a double product of the CPU's decode. */
+/* f to bf16, nearest even, by way of double (not the kernels' bit trick). */
+static float bf16_round(float f)
+{
+	int e;
+	double m = frexp((double)f, &e);
+	return (float)ldexp(rint(ldexp(m, 8)), e - 8);
+}
+
+/* y (no glu) against a double product of the CPU's decode and the inputs,
+ * both rounded to bf16 first with bf16 (what MFMA's bf16 kind takes):
+ * within 1e-5 of the sum's magnitude. what names the run. */
 static void prod_check_ref(const struct prod_run *p, const struct prod_case *pc, const float *y,
-			   int wave)
+			   const char *what, bool bf16)
 {
 	int64_t K = pc->cols, R = pc->rows;
 	float *row = malloc((size_t)K * sizeof(float));
@@ -370,13 +389,18 @@ static void prod_check_ref(const struct prod_run *p, const struct prod_case *pc,
 				prod_at(p, pc, q, &id);
 				const float *x = p->x + id / pc->xdiv * K;
 				double s = 0, mag = 0, xs = p->xs ? p->xs[id] : 1.0;
-				for (int64_t k = 0; k < K; k++)
-					s += (double)row[k] * x[k], mag += fabs((double)row[k] * x[k]);
+				for (int64_t k = 0; k < K; k++) {
+					float w = row[k], v = x[k];
+					if (bf16)
+						w = bf16_round(w), v = bf16_round(v);
+					s += (double)w * v, mag += fabs((double)w * v);
+				}
 				double want = s * xs + p->lc[e].bias[r], got = y[id * R + r];
-				ck_assert_msg(fabs(got - want) <= 1e-5 * (mag * xs + 1.0),
-					      "%s %lldx%lld wave %d: matrix %d row %lld input %lld: %.9g "
-					      "want %.9g", ms_wfmt_name(pc->fmt), (long long)R,
-					      (long long)K, wave, e, (long long)r, (long long)id, got, want);
+				ck_assert_msg(fabs(got - want) <= 1e-5 * (mag * fabs(xs) + 1.0),
+					      "%s x %s %lldx%lld %s: matrix %d row %lld input %lld: %.9g "
+					      "want %.9g", ms_wfmt_name(pc->fmt), ms_actq_name(pc->act),
+					      (long long)R, (long long)K, what, e, (long long)r,
+					      (long long)id, got, want);
 			}
 		}
 	free(row);
@@ -409,13 +433,13 @@ static void check_products(const struct prod_case *pc, int wave)
 	ck_assert_msg(!memcmp(yv, ym, bytes), "%s %lldx%lld wave %d: gemm != gemv",
 		      ms_wfmt_name(pc->fmt), (long long)pc->rows, (long long)pc->cols, wave);
 	if (!pc->glu) {
-		prod_check_ref(&p, pc, ym, wave);
+		prod_check_ref(&p, pc, ym, wave == 64 ? "gemm wave 64" : "gemm wave 32", false);
 	} else {
 		/* the pairs' SwiGLU of the rows as they are without glu */
 		struct ms_gpu_gemv flat = p.g;
 		flat.glu = 0, flat.ldy = pc->rows;
 		float *yf = prod_launch(&p, &flat, true);
-		prod_check_ref(&p, pc, yf, wave);
+		prod_check_ref(&p, pc, yf, wave == 64 ? "gemm wave 64" : "gemm wave 32", false);
 		for (int64_t id = 0; id < p.g.n; id++)
 			for (int64_t u = 0; u < pc->rows / 2; u++) {
 				const float *f = yf + id * pc->rows + 2 * u;
@@ -433,21 +457,162 @@ START_TEST(gemm_matches_gemv_and_cpu)
 {
 	static const struct prod_case cases[] = {
 		/* K = 2880 (90 chunks), rows over two tiles, 52 inputs, one empty matrix */
-		{MS_WFMT_BF16, 0, 200, 2880, 3, {45, 0, 7}, 1, false, false, false},
+		{MS_WFMT_BF16, 0, 200, 2880, 3, {45, 0, 7}, 1, false, false, false, MS_ACTQ_NONE},
 		/* gate/up pairs of GPT-OSS's width, two inputs per token row, 1 to 40 inputs */
-		{MS_WFMT_MXFP4, 0, 130, 2880, 4, {1, 40, 0, 9}, 2, false, true, false},
-		{MS_WFMT_INTQ, 4, 37, 100, 2, {33, 5}, 1, true, false, false},   /* g_idx, ragged K */
-		{MS_WFMT_FP8, 0, 64, 80, 4, {2, 0, 0, 41}, 1, true, false, false},
-		{MS_WFMT_F32, 0, 5, 48, 1, {9}, 1, false, false, true},
-		{MS_WFMT_F16, 0, 129, 64, 1, {40}, 1, false, false, true},
-		{MS_WFMT_INTQ, 8, 19, 96, 2, {3, 44}, 1, false, false, false},
-		{MS_WFMT_INTQ, 3, 23, 64, 1, {6}, 1, true, false, false},
-		{MS_WFMT_INTQ, 2, 11, 48, 2, {0, 8}, 1, false, false, false},
+		{MS_WFMT_MXFP4, 0, 130, 2880, 4, {1, 40, 0, 9}, 2, false, true, false, MS_ACTQ_NONE},
+		{MS_WFMT_INTQ, 4, 37, 100, 2, {33, 5}, 1, true, false, false, MS_ACTQ_NONE},   /* g_idx, ragged K */
+		{MS_WFMT_FP8, 0, 64, 80, 4, {2, 0, 0, 41}, 1, true, false, false, MS_ACTQ_NONE},
+		{MS_WFMT_F32, 0, 5, 48, 1, {9}, 1, false, false, true, MS_ACTQ_NONE},
+		{MS_WFMT_F16, 0, 129, 64, 1, {40}, 1, false, false, true, MS_ACTQ_NONE},
+		{MS_WFMT_INTQ, 8, 19, 96, 2, {3, 44}, 1, false, false, false, MS_ACTQ_NONE},
+		{MS_WFMT_INTQ, 3, 23, 64, 1, {6}, 1, true, false, false, MS_ACTQ_NONE},
+		{MS_WFMT_INTQ, 2, 11, 48, 2, {0, 8}, 1, false, false, false, MS_ACTQ_NONE},
 		/* whole tiles: 256 rows by 64 inputs, one chunk */
-		{MS_WFMT_MXFP4, 0, 256, 32, 1, {64}, 1, false, false, true},
+		{MS_WFMT_MXFP4, 0, 256, 32, 1, {64}, 1, false, false, true, MS_ACTQ_NONE},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
 		check_products(&cases[i], wave_of(_i));
+}
+END_TEST
+
+/* ---- the MFMA products, on the model's matrix instructions ---- */
+
+/* The gfx targets the model has instructions of, and the kind each gives
+ * a matrix of (format, input): the ordered table's first that applies. */
+static const char *const mma_archs[] = {"gfx90a", "gfx942", "gfx950"};
+
+static int mma_want(int arch, enum ms_wfmt fmt, enum ms_actq_kind act)
+{
+	bool q = act != MS_ACTQ_NONE;
+	if (arch == 2 && fmt == MS_WFMT_MXFP4 && q)
+		return MS_GPU_MM_F4F8;
+	if (arch >= 1 && (fmt == MS_WFMT_MXFP4 || fmt == MS_WFMT_FP8) && q)
+		return MS_GPU_MM_FP8;
+	return MS_GPU_MM_BF16;
+}
+
+/* The inputs as the device's actq leaves them: x's rows quantized in
+ * place, xs[id] the row scale of input id's row (times the case's own). */
+static void mma_quantize(struct prod_run *p, const struct prod_case *pc)
+{
+	int64_t rows = p->g.n / pc->xdiv + 1, K = pc->cols;
+	float *rs = malloc((size_t)rows * sizeof(float));
+	ms_actq_apply(&p->lc[0].l.act, p->x, K, rows, K, p->x, rs);
+	float *xs = malloc((size_t)(p->g.n + 1) * sizeof(float));
+	for (int64_t id = 0; id < p->g.n; id++)
+		xs[id] = rs[id / pc->xdiv] * (p->xs ? p->xs[id] : 1.0f);
+	free(p->xs), free(rs);
+	p->xs = xs;
+	p->g.xs = xs;
+}
+
+static float *mma_launch(struct prod_run *p, const struct ms_gpu_gemv *g, int kind)
+{
+	size_t bytes = (size_t)(g->n * g->ldy) * sizeof(float);
+	struct ms_gpu_gemv a = *g;
+	a.y = malloc(bytes ? bytes : 4);
+	memset(a.y, 0xFF, bytes);
+	ck_assert_msg(ms_gsim_kern()->mma(&p->c, &a, kind) == 0, "%s", p->err.msg);
+	return a.y;
+}
+
+static void check_mma(const struct prod_case *pc, int arch)
+{
+	struct prod_run p;
+	ms_gpu_sim_set_arch(mma_archs[arch]);
+	open_inexact = true;
+	prod_init(&p, pc, 64);
+	open_inexact = false;
+	p.c.mma = ms_gpu_mma_of_arch(mma_archs[arch]);
+	int kind = ((const struct ms_rocm_mat *)p.lc[0].l.bound)->mma;
+	ck_assert_msg(kind == mma_want(arch, pc->fmt, pc->act), "%s %s x %s: kind %d",
+		      mma_archs[arch], ms_wfmt_name(pc->fmt), ms_actq_name(pc->act), kind);
+	if (pc->act != MS_ACTQ_NONE)
+		mma_quantize(&p, pc);
+	struct ms_gpu_gemv flat = p.g;
+	flat.glu = 0, flat.ldy = pc->rows;
+	float *yf = mma_launch(&p, &flat, kind);
+	char what[64];
+	snprintf(what, sizeof(what), "%s mma kind %d", mma_archs[arch], kind);
+	prod_check_ref(&p, pc, yf, what, kind == MS_GPU_MM_BF16);
+	if (pc->glu) {
+		float *yg = mma_launch(&p, &p.g, kind);
+		for (int64_t id = 0; id < p.g.n; id++)
+			for (int64_t u = 0; u < pc->rows / 2; u++) {
+				const float *f = yf + id * pc->rows + 2 * u;
+				ck_assert_uint_eq(bits_of(yg[id * p.g.ldy + u]),
+						  bits_of(gpu_swiglu(f[0], f[1], 7.0f, 1.702f)));
+			}
+		free(yg);
+	}
+	free(yf);
+	prod_free(&p, pc);
+	ms_gpu_sim_set_arch(NULL);
+}
+
+START_TEST(mma_matches_cpu)
+{
+	static const struct prod_case cases[] = {
+		/* W4A8: GPT-OSS's gate/up width over K = 2880, 1 to 40 inputs, an empty expert */
+		{MS_WFMT_MXFP4, 0, 130, 2880, 4, {1, 40, 0, 9}, 2, false, true, false,
+		 MS_ACTQ_FP8_STATIC},
+		/* W4A4, ragged K (a partial last block), rows off the tile */
+		{MS_WFMT_MXFP4, 0, 37, 80, 2, {33, 5}, 1, true, false, false, MS_ACTQ_MXFP4_DYNAMIC},
+		{MS_WFMT_FP8, 0, 64, 80, 4, {2, 0, 0, 41}, 1, true, false, false, MS_ACTQ_FP8_DYNAMIC},
+		/* W4A16, weights bf16-exact, inputs rounded */
+		{MS_WFMT_MXFP4, 0, 129, 64, 1, {40}, 1, false, false, true, MS_ACTQ_NONE},
+		{MS_WFMT_BF16, 0, 200, 2880, 3, {45, 0, 7}, 1, false, false, false, MS_ACTQ_NONE},
+		{MS_WFMT_INTQ, 4, 37, 100, 2, {33, 5}, 1, true, false, false, MS_ACTQ_NONE},
+		{MS_WFMT_F16, 0, 5, 48, 1, {9}, 1, false, false, true, MS_ACTQ_NONE},
+		/* whole tiles: 256 rows by 64 inputs */
+		{MS_WFMT_MXFP4, 0, 256, 64, 1, {64}, 1, false, false, true, MS_ACTQ_FP8_DYNAMIC},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		check_mma(&cases[i], _i);
+}
+END_TEST
+
+/* Where the device lacks an instruction, or the wavefront is not 64
+ * lanes, the launcher refuses; --exact and the router get no kind. */
+START_TEST(mma_refused_where_absent)
+{
+	const struct ms_gpu_kern *k = ms_gsim_kern();
+	struct ms_err err = {0};
+	struct ms_gpu_gemv g = {.n = 0};
+	struct ms_gpu_ctx c = {.wave = 64, .mma = MS_GPU_MMA_BF16, .err = &err};
+	ck_assert_int_eq(k->mma(&c, &g, MS_GPU_MM_FP8), -ENOTSUP);
+	ck_assert_int_eq(k->mma(&c, &g, MS_GPU_MM_F4F8), -ENOTSUP);
+	c.wave = 32;
+	ck_assert_int_eq(k->mma(&c, &g, MS_GPU_MM_BF16), -ENOTSUP);
+	ck_assert_uint_eq(ms_gpu_mma_of_arch("gfx942:sramecc+:xnack-"),
+			  MS_GPU_MMA_BF16 | MS_GPU_MMA_FP8_FNUZ);
+	ck_assert_uint_eq(ms_gpu_mma_of_arch("gfx9420"), 0);
+	ck_assert_uint_eq(ms_gpu_mma_of_arch("sm_90"), 0);
+	ms_gpu_sim_set_arch("gfx950");
+	struct ms_backend *be = open_be("rocm-sim", 64); /* exact */
+	struct mat_buf mb = make_mat(MS_WFMT_MXFP4, 32, 64);
+	struct lin_case lc;
+	lin_init(&lc, mb, MS_ACTQ_FP8_DYNAMIC, 0);
+	char why[256];
+	ck_assert_int_eq(be->ops->bind(be, &lc.l, MS_BIND_FULL, why, sizeof(why), &err), 0);
+	ck_assert_int_eq(((const struct ms_rocm_mat *)lc.l.bound)->mma, MS_GPU_MM_NONE);
+	ms_linear_unbind(&lc.l);
+	ms_backend_close(be);
+	open_inexact = true;
+	be = open_be("rocm-sim", 64);
+	open_inexact = false;
+	lc.l.w.exact_acts = true;
+	ck_assert_int_eq(be->ops->bind(be, &lc.l, MS_BIND_FULL, why, sizeof(why), &err), 0);
+	ck_assert_int_eq(((const struct ms_rocm_mat *)lc.l.bound)->mma, MS_GPU_MM_NONE);
+	ms_linear_unbind(&lc.l);
+	lc.l.w.exact_acts = false;
+	ck_assert_int_eq(be->ops->bind(be, &lc.l, MS_BIND_FULL, why, sizeof(why), &err), 0);
+	ck_assert_int_eq(((const struct ms_rocm_mat *)lc.l.bound)->mma, MS_GPU_MM_F4F8);
+	ck_assert_msg(strstr(why, "mfma-f8f6f4"), "%s", why);
+	ms_linear_unbind(&lc.l);
+	lin_free(&lc);
+	ms_backend_close(be);
+	ms_gpu_sim_set_arch(NULL);
 }
 END_TEST
 
@@ -786,6 +951,10 @@ int main(void)
 	tcase_add_loop_test(tc, linear_every_format, 0, widths);
 	/* the two kernels side by side on the model, whatever the device */
 	tcase_add_loop_test(tc, gemm_matches_gemv_and_cpu, 0, 2);
+	if (!on_gpu()) {
+		tcase_add_loop_test(tc, mma_matches_cpu, 0, 3);
+		tcase_add_test(tc, mma_refused_where_absent);
+	}
 	tcase_add_loop_test(tc, moe_matches_cpu, 0, widths);
 	tcase_add_loop_test(tc, attention_matches_cpu, 0, widths);
 	suite_add_tcase(s, tc);

@@ -24,11 +24,22 @@
 extern "C" {
 #endif
 
+/* The matrix instructions (MFMA) a device has, from its gfx target:
+ * gfx90a BF16; gfx940/941/942 BF16 | FP8_FNUZ; gfx950 BF16 | FP8 |
+ * F8F6F4; NVIDIA none (kern-mma.cu is AMD's). */
+enum {
+	MS_GPU_MMA_BF16 = 1,      /* v_mfma_f32_32x32x8_bf16 */
+	MS_GPU_MMA_FP8_FNUZ = 2,  /* v_mfma_f32_32x32x16_fp8_fp8, e4m3fnuz */
+	MS_GPU_MMA_FP8 = 4,       /* the same on OCP e4m3 */
+	MS_GPU_MMA_F8F6F4 = 8,    /* v_mfma_scale_f32_32x32x64_f8f6f4 */
+};
+
 /* One backend's queue and what launchers need to know of the device. */
 struct ms_gpu_ctx {
 	void *stream;        /* hipStream_t / cudaStream_t; NULL in the model */
 	int wave;            /* lanes per wavefront: 64 (CDNA), 32 (NVIDIA) */
 	int n_cu;            /* compute units (multiprocessors) */
+	unsigned mma;        /* MS_GPU_MMA_* */
 	struct ms_err *err;  /* where a failed launch says why */
 };
 
@@ -108,6 +119,16 @@ struct ms_gpu_gemv {
 	float limit, alpha;          /* SwiGLU */
 };
 
+/* The MFMA products (kern-mma.cu): what the operands become. */
+enum ms_gpu_mma_kind {
+	MS_GPU_MM_NONE,
+	MS_GPU_MM_BF16,   /* weights (any format) and inputs rounded to bf16 */
+	MS_GPU_MM_FP8,    /* MXFP4 or FP8 weights x inputs the scheme quantized
+			   * (FP8 or MXFP4) as e4m3, scales per 32 columns */
+	MS_GPU_MM_F4F8,   /* MXFP4 weights as e2m1 x such inputs as e4m3,
+			   * E8M0 scales in the instruction (gfx950) */
+};
+
 /* Attention of the staged tokens over the paged KV (backend.h's
  * ms_attn_desc), in fixed splits of MS_GPU_ATTN_SPLIT positions combined
  * in order: a token's result does not depend on the batch. */
@@ -150,6 +171,12 @@ struct ms_gpu_kern {
 	 * tiles of rows by inputs through __shared__ memory (many: prefill). */
 	int (*gemv)(const struct ms_gpu_ctx *c, const struct ms_gpu_gemv *g);
 	int (*gemm)(const struct ms_gpu_ctx *c, const struct ms_gpu_gemv *g);
+	/* The product through the matrix instructions as kind says: fp32
+	 * accumulators, but bf16/fp8 operands and the instruction's own
+	 * order of summation, so neither gemv's bits nor batch invariance;
+	 * -ENOTSUP where c->mma lacks the instruction or the wavefront is
+	 * not 64 lanes. */
+	int (*mma)(const struct ms_gpu_ctx *c, const struct ms_gpu_gemv *g, int kind);
 	/* Top-k of logits [n][E] (ties to the lower index), softmax over the
 	 * k: sel, w [n][k]; then per expert its (t * k + j) in token order:
 	 * off [E + 1], list [n * k]. */
@@ -173,6 +200,11 @@ const struct ms_gpu_kern *ms_gcuda_kern(void);
 
 /* The model's wavefront width (32 or 64; MOESERVE_SIM_WAVE). */
 void ms_gpu_sim_set_wave(int wave);
+/* The gfx target whose matrix instructions the model has (gfx90a, gfx942,
+ * gfx950; MOESERVE_SIM_ARCH), NULL or "" for none. */
+void ms_gpu_sim_set_arch(const char *arch);
+/* MS_GPU_MMA_* of a gfx target name ("gfx942:sramecc+:xnack-"). */
+unsigned ms_gpu_mma_of_arch(const char *arch);
 
 #ifdef __cplusplus
 }

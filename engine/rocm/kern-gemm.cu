@@ -19,14 +19,16 @@
  * bound the host knows without reading off; blocks past the last tile
  * leave at once. Both loops stride, so any size fits the grid.
  *
- * No MFMA: the matrix instructions take bf16 (or fp8) operands and sum
- * inside the instruction in an order of their own, which would give up
- * exactness and k_gemv's bits; this is the portable fp32 path, the same
- * code on AMD, NVIDIA and the host model.
+ * No MFMA here: the matrix instructions take bf16 (or fp8) operands and
+ * sum inside the instruction in an order of their own, which gives up
+ * exactness and k_gemv's bits (kern-mma.cu, chosen where that is wanted);
+ * this is the portable fp32 path, the same code on AMD, NVIDIA and the
+ * host model.
  */
 #include "gpu-compat.h"
 #include "gpu-formats.h"
 #include "gpu-prod.h"
+#include "gpu-tile.h"
 #include "kern.h"
 
 #define GM_BM 128             /* weight rows per tile */
@@ -50,30 +52,6 @@
 #error "a tile is KB threads of GM_TM x GM_TN outputs, GM_TM even (glu pairs)"
 #endif
 
-/* The input tile grid row `slot` stands for: matrix *e, list positions
- * [*q0, *q1); false past the last tile. */
-GPU_DEV bool gemm_tile_of(const struct ms_gpu_gemv *g, int64_t slot, int64_t *e, int64_t *q0,
-			  int64_t *q1)
-{
-	for (int64_t i = 0; i < (g->off ? g->n_mats : 1); i++) {
-		int64_t p0 = g->off ? g->off[i] : 0, p1 = g->off ? g->off[i + 1] : g->n;
-		int64_t tiles = (p1 - p0 + GM_BN - 1) / GM_BN;
-		if (slot < tiles) {
-			*e = i;
-			*q0 = p0 + slot * GM_BN;
-			*q1 = *q0 + GM_BN < p1 ? *q0 + GM_BN : p1;
-			return true;
-		}
-		slot -= tiles;
-	}
-	return false;
-}
-
-GPU_DEV int64_t gemm_id(const struct ms_gpu_gemv *g, int64_t q)
-{
-	return g->list ? g->list[q] : q;
-}
-
 /* Columns [k0, k0 + nk) of the tile into shared memory: GM_BM threads
  * decode a row's chunk each (gpu_decode: a whole aligned chunk through
  * vector loads; rows past m's are zeros), the others copy the inputs
@@ -95,7 +73,7 @@ GPU_DEV void gemm_stage(const struct ms_gpu_gemv *g, const struct ms_gpu_mat *m,
 		int q = (i - GM_BM) / pieces, c = (i - GM_BM) % pieces * 8;
 		const float *x = NULL;
 		if (q0 + q < q1)
-			x = g->x + gemm_id(g, q0 + q) / g->xdiv * g->ldx + k0;
+			x = g->x + gpu_input_id(g, q0 + q) / g->xdiv * g->ldx + k0;
 		for (int k = c; k < c + 8 && k < nk; k++)
 			xs[q][k] = x ? x[k] : 0.0f;
 	}
@@ -136,7 +114,7 @@ GPU_DEV void gemm_store(const struct ms_gpu_gemv *g, const struct ms_gpu_mat *m,
 		int64_t q = q0 + tc + GM_TC * i;
 		if (q >= q1)
 			continue;
-		int64_t id = gemm_id(g, q);
+		int64_t id = gpu_input_id(g, q);
 		float xsc = g->xs ? g->xs[id] : 1.0f, *y = g->y + id * g->ldy;
 		GM_UNROLL
 		for (int j = 0; j < GM_TM; j += 2) {
@@ -178,7 +156,7 @@ GPU_KERNEL(k_gemm, struct ms_gpu_gemv)
 	GPU_SHARED float ws[GM_BM][GM_LD];
 	GPU_SHARED float xs[GM_BN][GM_LD];
 	int64_t e, q0, q1;
-	for (int64_t slot = blockIdx.y; gemm_tile_of(&a, slot, &e, &q0, &q1); slot += gridDim.y) {
+	for (int64_t slot = blockIdx.y; gpu_tile_of(&a, slot, GM_BN, &e, &q0, &q1); slot += gridDim.y) {
 		const struct ms_gpu_mat *m = &a.mats[e];
 		for (int64_t r0 = (int64_t)blockIdx.x * GM_BM; r0 < m->rows;
 		     r0 += (int64_t)gridDim.x * GM_BM)
@@ -188,8 +166,7 @@ GPU_KERNEL(k_gemm, struct ms_gpu_gemv)
 
 GPU_API int GPU_NS(gemm)(const struct ms_gpu_ctx *c, const struct ms_gpu_gemv *g)
 {
-	/* each matrix's last tile may be partial: at most one more per matrix */
-	int64_t tiles = (g->n + GM_BN - 1) / GM_BN + (g->off ? g->n_mats : 0);
+	int64_t tiles = gpu_tile_bound(g, GM_BN);
 	return GPU_LAUNCH(c, k_gemm, GPU_DIM(kern_blocks(g->rows, GM_BM), kern_blocks(tiles, 1), 1),
 			  GPU_DIM(KB, 1, 1), 0, *g);
 }

@@ -17,6 +17,7 @@ GPU_API const struct ms_gpu_kern *GPU_NS(kern)(void)
 		GPU_NS(actq),
 		GPU_NS(gemv),
 		GPU_NS(gemm),
+		GPU_NS(mma),
 		GPU_NS(route),
 		GPU_NS(combine),
 		GPU_NS(copy),

@@ -26,6 +26,7 @@ GPU_API int GPU_NS(actq)(const struct ms_gpu_ctx *c, const struct ms_gpu_gemv *g
 			 float *xs);
 GPU_API int GPU_NS(gemv)(const struct ms_gpu_ctx *c, const struct ms_gpu_gemv *g);
 GPU_API int GPU_NS(gemm)(const struct ms_gpu_ctx *c, const struct ms_gpu_gemv *g);
+GPU_API int GPU_NS(mma)(const struct ms_gpu_ctx *c, const struct ms_gpu_gemv *g, int kind);
 GPU_API int GPU_NS(route)(const struct ms_gpu_ctx *c, const float *logits, int64_t n, int64_t E,
 			  int64_t k, int32_t *sel, float *w, int32_t *off, int32_t *list);
 GPU_API int GPU_NS(combine)(const struct ms_gpu_ctx *c, float *x, const float *y, const float *w,

@@ -169,12 +169,67 @@ static void mat_row(const void *pack, int64_t r, float *out)
 	free(row), free(sz), free(gi);
 }
 
+/* ---- the MFMA kind of a matrix ---- */
+
+static bool quantized_input(const struct ms_linear *l)
+{
+	return l->act.kind == MS_ACTQ_FP8_STATIC || l->act.kind == MS_ACTQ_FP8_DYNAMIC ||
+	       l->act.kind == MS_ACTQ_MXFP4_DYNAMIC;
+}
+
+static bool takes_f4f8(const struct ms_linear *l)
+{
+	return l->w.fmt == MS_WFMT_MXFP4 && quantized_input(l);
+}
+
+static bool takes_fp8(const struct ms_linear *l)
+{
+	return (l->w.fmt == MS_WFMT_MXFP4 || l->w.fmt == MS_WFMT_FP8) && quantized_input(l);
+}
+
+static bool takes_any(const struct ms_linear *l)
+{
+	(void)l;
+	return true;
+}
+
+/* The MFMA kinds, best first (one ordered table, as the CPU's
+ * kernel-table.c): a matrix's prefill takes the first one the device has
+ * (gpu.h's MS_GPU_MMA_*) and the matrix's format and input allow. The fp8
+ * kinds keep the scheme's own products (only the summation differs);
+ * bf16 rounds what is not already a bf16 value. */
+static const struct mma_choice {
+	int kind;
+	unsigned needs;            /* any of these instructions */
+	bool (*takes)(const struct ms_linear *l);
+	const char *name, *kernel, *why;
+} mma_table[] = {
+	{MS_GPU_MM_F4F8, MS_GPU_MMA_F8F6F4, takes_f4f8, "mfma-f8f6f4", "gemv+mfma-f8f6f4",
+	 "MXFP4 codes and E8M0 scales as stored, inputs as e4m3 with the block's scale"},
+	{MS_GPU_MM_FP8, MS_GPU_MMA_FP8 | MS_GPU_MMA_FP8_FNUZ, takes_fp8, "mfma-fp8", "gemv+mfma-fp8",
+	 "weights and the quantized inputs as e4m3 (fnuz: the same bits, scales doubled), "
+	 "scales per 32 columns"},
+	{MS_GPU_MM_BF16, MS_GPU_MMA_BF16, takes_any, "mfma-bf16", "gemv+mfma-bf16",
+	 "weights and inputs rounded to bf16"},
+};
+
+static const struct mma_choice *mma_choose(const struct ms_rocm *be, const struct ms_linear *l)
+{
+	/* --exact keeps fp32 products; the router's logits choose experts */
+	if (be->exact || l->w.exact_acts)
+		return NULL;
+	for (size_t i = 0; i < sizeof(mma_table) / sizeof(mma_table[0]); i++)
+		if ((be->ctx.mma & mma_table[i].needs) && mma_table[i].takes(l))
+			return &mma_table[i];
+	return NULL;
+}
+
 /* What inspect says of a matrix on the device. */
-static void why_of(const struct ms_linear *l, char *why, size_t len)
+static void why_of(const struct ms_linear *l, const struct mma_choice *mc, char *why, size_t len)
 {
 	const struct ms_wmat *w = &l->w;
 	const char *how = ms_wfmt_name(w->fmt);
-	char buf[96];
+	char buf[96], mfma[192] = "";
 	switch (w->fmt) {
 	case MS_WFMT_MXFP4: how = "e2m1 + E8M0"; break;
 	case MS_WFMT_INTQ:
@@ -185,13 +240,16 @@ static void why_of(const struct ms_linear *l, char *why, size_t len)
 	case MS_WFMT_FP8: how = "e4m3 + row scale"; break;
 	default: break;
 	}
-	snprintf(why, len, "as stored; %s to fp32 in registers (GEMV) or LDS (prefill GEMM)%s%s",
-		 how, l->act.kind != MS_ACTQ_NONE ? "; input quantized on the device: " : "",
+	if (mc)
+		snprintf(mfma, sizeof(mfma), "; prefill %s: %s", mc->name, mc->why);
+	snprintf(why, len, "as stored; %s to fp32 in registers (GEMV)%s%s%s%s", how,
+		 mc ? "" : " or LDS (prefill GEMM)", mfma,
+		 l->act.kind != MS_ACTQ_NONE ? "; input quantized on the device: " : "",
 		 l->act.kind != MS_ACTQ_NONE ? ms_actq_name(l->act.kind) : "");
 }
 
-int ms_rocm_mat_upload(struct ms_rocm *be, struct ms_linear *l, char *why, size_t len,
-		       struct ms_err *err)
+int ms_rocm_mat_upload(struct ms_rocm *be, struct ms_linear *l, bool table, char *why,
+		       size_t len, struct ms_err *err)
 {
 	const struct ms_wmat *w = &l->w;
 	if (!w->w)
@@ -233,7 +291,10 @@ int ms_rocm_mat_upload(struct ms_rocm *be, struct ms_linear *l, char *why, size_
 	l->w.pack_bytes = u.total - up64(sizeof(struct ms_gpu_mat));
 	l->w.pack_row = mat_row;
 	l->rows_free = true;
-	why_of(l, why, len);
+	const struct mma_choice *mc = table ? NULL : mma_choose(be, l);
+	rm->mma = mc ? mc->kind : MS_GPU_MM_NONE;
+	l->kernel_name = table ? "gather" : (mc ? mc->kernel : "gemv+gemm");
+	why_of(l, mc, why, len);
 	return 0;
 }
 
@@ -247,6 +308,8 @@ static int layer_build(struct ms_rocm *be, const struct ms_moe_w *w, struct ms_r
 	if (!host)
 		return ms_err_set(err, -ENOMEM, "out of memory");
 	L->act_gu = L->act_dn = false;
+	/* one launch runs every expert: one kind for all, or none */
+	L->mma_gu = L->mma_dn = -1;
 	for (int64_t e = 0; e < E; e++) {
 		const struct ms_rocm_mat *gu = w->gate_up[e]->bound, *dn = w->down[e]->bound;
 		if (!gu || !dn) {
@@ -256,9 +319,13 @@ static int layer_build(struct ms_rocm *be, const struct ms_moe_w *w, struct ms_r
 		}
 		host[e] = gu->m;
 		host[E + e] = dn->m;
+		L->mma_gu = L->mma_gu < 0 || L->mma_gu == gu->mma ? gu->mma : MS_GPU_MM_NONE;
+		L->mma_dn = L->mma_dn < 0 || L->mma_dn == dn->mma ? dn->mma : MS_GPU_MM_NONE;
 		L->act_gu |= gu->m.act != MS_GPU_ACT_NONE;
 		L->act_dn |= dn->m.act != MS_GPU_ACT_NONE;
 	}
+	L->mma_gu = L->mma_gu < 0 ? MS_GPU_MM_NONE : L->mma_gu;
+	L->mma_dn = L->mma_dn < 0 ? MS_GPU_MM_NONE : L->mma_dn;
 	if (L->gate_up)
 		be->rt->free(L->gate_up);
 	L->gate_up = be->rt->alloc((size_t)(2 * E) * sizeof(*host));

@@ -210,14 +210,21 @@ int ms_rocm_attention(struct ms_backend *b, const struct ms_attn_desc *ad, struc
  * per wavefront), which decode's handful of inputs cannot make up for.
  * Both form every output in the same order (gpu-prod.h), so the choice
  * may follow the batch without changing a bit of any token's result.
- * Dense: the inputs themselves; MoE: their average per expert. */
+ * Where the matrix has an MFMA kind (rocm-mat.c; never with --exact) the
+ * tiled product is kern-mma.cu's instead, which gives that up for the
+ * matrix instructions' speed. Dense: the inputs themselves; MoE: their
+ * average per expert. */
 #define GEMM_MIN_INPUTS 16
 #define GEMM_MIN_PER_EXPERT 8
 
 static int product(struct ms_rocm *be, const struct ms_gpu_ctx *c, const struct ms_gpu_gemv *g,
-		   bool many)
+		   bool many, int mma)
 {
-	if (be->product == MS_ROCM_GEMM || (be->product == MS_ROCM_AUTO && many))
+	enum ms_rocm_product p = be->product;
+	bool tiled = p == MS_ROCM_GEMM || p == MS_ROCM_MMA || (p == MS_ROCM_AUTO && many);
+	if (tiled && mma != MS_GPU_MM_NONE && p != MS_ROCM_GEMM)
+		return be->k->mma(c, g, mma);
+	if (tiled)
 		return be->k->gemm(c, g);
 	return be->k->gemv(c, g);
 }
@@ -246,7 +253,7 @@ static int linear_one(struct ms_rocm *be, const struct ms_linear *l, const float
 		g.x = be->buf[RB_XQ].p;
 		g.xs = be->buf[RB_XS].p;
 	}
-	return product(be, &c, &g, n >= GEMM_MIN_INPUTS);
+	return product(be, &c, &g, n >= GEMM_MIN_INPUTS, rm->mma);
 }
 
 int ms_rocm_linear(struct ms_backend *b, int m, const struct ms_linear *const *l, const float *x,
@@ -316,7 +323,7 @@ int ms_rocm_moe(struct ms_backend *b, const struct ms_moe_desc *d, struct ms_err
 		g.x = mb.xq, g.xdiv = 1, g.xs = mb.xs;
 	}
 	bool many = n * k >= GEMM_MIN_PER_EXPERT * E;
-	if ((rc = product(be, &c, &g, many)))
+	if ((rc = product(be, &c, &g, many, L->mma_gu)))
 		return rc;
 	/* down: input (t, j) is its activation row; bias in the epilogue */
 	g = (struct ms_gpu_gemv){
@@ -328,7 +335,7 @@ int ms_rocm_moe(struct ms_backend *b, const struct ms_moe_desc *d, struct ms_err
 			return rc;
 		g.xs = mb.xs;
 	}
-	if ((rc = product(be, &c, &g, many)))
+	if ((rc = product(be, &c, &g, many, L->mma_dn)))
 		return rc;
 	return be->k->combine(&c, d->x, mb.y, mb.w, n, k, H);
 }

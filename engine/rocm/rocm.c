@@ -112,10 +112,7 @@ static int r_bind(struct ms_backend *b, struct ms_linear *l, enum ms_bind_mode m
 		snprintf(why, len, "not on the device (rows read on the host until bound)");
 		return 0;
 	}
-	int rc = ms_rocm_mat_upload(be, l, why, len, err);
-	if (!rc)
-		l->kernel_name = mode == MS_BIND_TABLE ? "gather" : "gemv+gemm";
-	return rc;
+	return ms_rocm_mat_upload(be, l, mode == MS_BIND_TABLE, why, len, err);
 }
 
 static int r_weights_fit(struct ms_backend *b, uint64_t bytes, struct ms_err *err)
@@ -227,6 +224,34 @@ static void r_free(struct ms_backend *b)
 const struct ms_backend_ops ms_rocm_ops_dev = ROCM_OPS("rocm");
 const struct ms_backend_ops ms_rocm_ops_sim = ROCM_OPS("rocm-sim");
 
+unsigned ms_gpu_mma_of_arch(const char *arch)
+{
+	static const struct {
+		const char *name;
+		unsigned mma;
+	} t[] = {
+		{"gfx90a", MS_GPU_MMA_BF16},
+		{"gfx940", MS_GPU_MMA_BF16 | MS_GPU_MMA_FP8_FNUZ},
+		{"gfx941", MS_GPU_MMA_BF16 | MS_GPU_MMA_FP8_FNUZ},
+		{"gfx942", MS_GPU_MMA_BF16 | MS_GPU_MMA_FP8_FNUZ},
+		{"gfx950", MS_GPU_MMA_BF16 | MS_GPU_MMA_FP8 | MS_GPU_MMA_F8F6F4},
+	};
+	for (size_t i = 0; arch && i < sizeof(t) / sizeof(t[0]); i++) {
+		size_t n = strlen(t[i].name);
+		if (!strncmp(arch, t[i].name, n) && strchr(":- ", arch[n]))
+			return t[i].mma;
+	}
+	return 0;
+}
+
+/* The MFMA instructions in use, for the kernel set's name. */
+static void mma_name(unsigned mma, char *out, size_t len)
+{
+	snprintf(out, len, "%s%s%s%s%s", mma ? " mfma:" : "", mma & MS_GPU_MMA_BF16 ? " bf16" : "",
+		 mma & MS_GPU_MMA_FP8_FNUZ ? " fp8-fnuz" : "", mma & MS_GPU_MMA_FP8 ? " fp8" : "",
+		 mma & MS_GPU_MMA_F8F6F4 ? " f8f6f4" : "");
+}
+
 /* MOESERVE_ROCM_PRODUCT: auto (by inputs, rocm-ops.c), gemv or gemm. */
 static int product_of_env(enum ms_rocm_product *p, struct ms_err *err)
 {
@@ -234,11 +259,13 @@ static int product_of_env(enum ms_rocm_product *p, struct ms_err *err)
 	*p = MS_ROCM_AUTO;
 	if (!v || !*v || !strcmp(v, "auto"))
 		return 0;
-	if (!strcmp(v, "gemv") || !strcmp(v, "gemm")) {
-		*p = v[3] == 'v' ? MS_ROCM_GEMV : MS_ROCM_GEMM;
-		return 0;
-	}
-	return ms_err_set(err, -EINVAL, "MOESERVE_ROCM_PRODUCT=%s: auto, gemv or gemm", v);
+	static const char *const names[] = {"auto", "gemv", "gemm", "mma"};
+	for (int i = 1; i < 4; i++)
+		if (!strcmp(v, names[i])) {
+			*p = (enum ms_rocm_product)i;
+			return 0;
+		}
+	return ms_err_set(err, -EINVAL, "MOESERVE_ROCM_PRODUCT=%s: auto, gemv, gemm or mma", v);
 }
 
 static int rocm_open_with(const struct ms_backend_opts *o, const struct ms_backend_ops *ops,
@@ -269,13 +296,17 @@ static int rocm_open_with(const struct ms_backend_opts *o, const struct ms_backe
 		return rc;
 	}
 	be->ctx.err = &be->kerr;
-	static const char *const prods[] = {"gemv+gemm", "gemv", "gemm"};
-	snprintf(be->kernels, sizeof(be->kernels), "%s %s (%s, wave%d)", k->name, prods[product],
-		 be->info.arch, be->info.wave);
+	be->ctx.mma = ms_gpu_mma_of_arch(be->info.arch);
+	be->exact = o->exact;
+	static const char *const prods[] = {"gemv+gemm", "gemv", "gemm", "gemv+mma"};
+	char mma[64];
+	mma_name(be->exact ? 0 : be->ctx.mma, mma, sizeof(mma));
+	snprintf(be->kernels, sizeof(be->kernels), "%s %s%s (%s, wave%d)", k->name, prods[product],
+		 mma, be->info.arch, be->info.wave);
 	struct ms_backend *b = &be->base;
 	*b = (struct ms_backend){.ops = ops, .name = ops->name, .kernels = be->kernels,
 				 .device = be->info.name,
-				 .host = false, .exact = true, .threads = be->pool.n_threads,
+				 .host = false, .exact = be->exact || !be->ctx.mma, .threads = be->pool.n_threads,
 				 .pool = &be->pool};
 	*out = b;
 	return 0;

@@ -29,6 +29,7 @@ struct ms_rocm_mat {
 	void *alloc;
 	size_t bytes;
 	struct ms_rocm *be;
+	int mma;                       /* ms_gpu_mma_kind for prefill, or NONE */
 };
 
 /* A layer's experts as the MoE kernels read them: the descriptors of
@@ -38,6 +39,7 @@ struct ms_rocm_layer {
 	uint64_t gen;                  /* be->gen when built */
 	struct ms_gpu_mat *gate_up, *down;
 	bool act_gu, act_dn;           /* some expert quantizes its input */
+	int mma_gu, mma_dn;            /* every expert's MFMA kind, or NONE */
 };
 
 enum ms_rocm_buf {
@@ -47,8 +49,10 @@ enum ms_rocm_buf {
 };
 
 /* Which product kernel runs (MOESERVE_ROCM_PRODUCT): by the number of
- * inputs, or always one (to compare or time them; the bits are the same). */
-enum ms_rocm_product { MS_ROCM_AUTO, MS_ROCM_GEMV, MS_ROCM_GEMM };
+ * inputs (gemv, or for many the matrix's MFMA kind where it has one, else
+ * gemm), or always one (to compare or time them; gemv and gemm give the
+ * same bits; mma: the tiled path on every matrix that has a kind). */
+enum ms_rocm_product { MS_ROCM_AUTO, MS_ROCM_GEMV, MS_ROCM_GEMM, MS_ROCM_MMA };
 
 struct ms_rocm {
 	struct ms_backend base;
@@ -68,7 +72,8 @@ struct ms_rocm {
 	int n_layer_cache;
 	uint64_t gen;                  /* bumped when a matrix is freed */
 	enum ms_rocm_product product;
-	char kernels[96];
+	bool exact;                    /* --exact: no MFMA (fp32 products only) */
+	char kernels[192];
 };
 
 /* Make buf b hold bytes; -ENOMEM (message in be->kerr style err). */
@@ -83,9 +88,10 @@ static inline struct ms_rocm *ms_rocm_of(struct ms_backend *b)
 	return (struct ms_rocm *)((char *)b - offsetof(struct ms_rocm, base));
 }
 
-/* Upload l's rows (rocm-mat.c). */
-int ms_rocm_mat_upload(struct ms_rocm *be, struct ms_linear *l, char *why, size_t len,
-		       struct ms_err *err);
+/* Upload l's rows (rocm-mat.c) and name its kernel: an embedding table
+ * (gathered, no product), or a matrix with its MFMA kind for prefill. */
+int ms_rocm_mat_upload(struct ms_rocm *be, struct ms_linear *l, bool table, char *why,
+		       size_t len, struct ms_err *err);
 /* The experts of one layer, uploaded once per load. */
 const struct ms_rocm_layer *ms_rocm_layer(struct ms_rocm *be, const struct ms_moe_w *w,
 					  struct ms_err *err);

@@ -2,7 +2,9 @@
  * rt-sim.c: the device runtime of the host model (gpu.h's ms_gpu_rt_sim):
  * "device" memory is host memory that only the backend's operations touch,
  * copies are memcpy, and launches run on sim/hip-sim.h's fibers at the
- * wavefront width MOESERVE_SIM_WAVE says (64 by default, as on CDNA).
+ * wavefront width MOESERVE_SIM_WAVE says (64 by default, as on CDNA),
+ * with the matrix instructions of MOESERVE_SIM_ARCH's target (none by
+ * default).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -12,11 +14,13 @@
 
 #include "gpu.h"
 #include "hip-sim.h"
+#include "sim-mma.h"
 
 #define MS_GPU_SIM 1
 #include "gpu-compat.h"
 
 static int sim_wave;
+static char sim_arch[16];
 
 /* The model's "device memory": the host's available memory, or
  * MOESERVE_SIM_MEMORY bytes (tests of the size check). */
@@ -38,6 +42,32 @@ void ms_gpu_sim_set_wave(int wave)
 	sim_wave = wave;
 }
 
+void ms_gpu_sim_set_arch(const char *arch)
+{
+	snprintf(sim_arch, sizeof(sim_arch), "%s", arch ? arch : "");
+}
+
+/* MOESERVE_SIM_ARCH (or ms_gpu_sim_set_arch): a gfx target whose matrix
+ * instructions the model then has (sim/sim-mma.h), at 64 lanes as there. */
+static int sim_arch_of(int wave, char *arch, size_t len, struct ms_err *err)
+{
+	const char *env = getenv("MOESERVE_SIM_ARCH");
+	const char *a = sim_arch[0] ? sim_arch : (env ? env : "");
+	if (!*a) {
+		snprintf(arch, len, "sim-wave%d", wave);
+		return 0;
+	}
+	if (!ms_gpu_mma_of_arch(a))
+		return ms_err_set(err, -EINVAL, "MOESERVE_SIM_ARCH=%s: gfx90a, gfx940, gfx941, "
+				  "gfx942 or gfx950 (or empty: no matrix instructions)", a);
+	if (wave != 64)
+		return ms_err_set(err, -EINVAL, "MOESERVE_SIM_ARCH=%s with a %d-lane wavefront: "
+				  "gfx targets have 64", a, wave);
+	snprintf(arch, len, "%s (sim)", a);
+	ms_sim_mma_set_fnuz((ms_gpu_mma_of_arch(a) & MS_GPU_MMA_FP8_FNUZ) != 0);
+	return 0;
+}
+
 static int sim_open(int device, struct ms_gpu_ctx *ctx, struct ms_gpu_info *info,
 		    struct ms_err *err)
 {
@@ -53,11 +83,13 @@ static int sim_open(int device, struct ms_gpu_ctx *ctx, struct ms_gpu_info *info
 	if (wave != 32 && wave != 64)
 		return ms_err_set(err, -EINVAL, "MOESERVE_SIM_WAVE=%s: 32 or 64", env ? env : "?");
 	memset(ctx, 0, sizeof(*ctx));
+	memset(info, 0, sizeof(*info));
+	int rc = sim_arch_of(wave, info->arch, sizeof(info->arch), err);
+	if (rc)
+		return rc;
 	ctx->wave = wave;
 	ctx->n_cu = 1;
-	memset(info, 0, sizeof(*info));
 	snprintf(info->name, sizeof(info->name), "host model of the HIP execution model");
-	snprintf(info->arch, sizeof(info->arch), "sim-wave%d", wave);
 	info->wave = wave;
 	info->n_cu = 1;
 	sim_memory(&info->mem_free, &info->mem_total);

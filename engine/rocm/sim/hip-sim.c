@@ -116,7 +116,7 @@ static void ctx_switch(struct fctx *from, struct fctx *to)
 #define MAX_BLOCK 1024
 
 enum fstate { F_RUN, F_BARRIER, F_XLANE, F_DONE };
-enum xop { X_SHFL, X_XOR, X_DOWN, X_BALLOT };
+enum xop { X_SHFL, X_XOR, X_DOWN, X_BALLOT, X_WAVE };
 
 struct fiber {
 	struct fctx ctx;
@@ -127,6 +127,7 @@ struct fiber {
 	uint64_t in, out;   /* the value exchanged, as bits */
 	int arg, width;
 	uint64_t bits;
+	ms_sim_wave_fn fn;  /* X_WAVE: the operation; in: the lane's record */
 };
 
 struct block {
@@ -203,6 +204,12 @@ uint64_t ms_sim_ballot(int pred)
 	return g->f[g->cur].bits;
 }
 
+void ms_sim_wave_op(ms_sim_wave_fn fn, void *mine)
+{
+	g->f[g->cur].fn = fn;
+	xlane(X_WAVE, (uint64_t)(uintptr_t)mine, 0, g->wave, 0);
+}
+
 /* ---- the scheduler ---- */
 
 /* The source lane of lane l's operation within its width segment, or -1
@@ -219,6 +226,27 @@ static int src_lane(const struct fiber *f, int l)
 	return s >= base && s < base + w ? s : -1;
 }
 
+/* A wavefront-wide operation: every lane of a whole wavefront waits at it
+ * (checked by the caller for the live ones). */
+static int wave_op(struct block *b, int w0, int w1, ms_sim_wave_fn fn, struct ms_err *err)
+{
+	void *lanes[64];
+	if (w1 - w0 != b->wave)
+		return ms_err_set(err, -EDEADLK, "sim: a wavefront operation in a partial wavefront "
+				  "(%d of %d lanes: the block size is not a whole number of them)",
+				  w1 - w0, b->wave), -1;
+	for (int l = w0; l < w1; l++) {
+		if (b->f[l].st != F_XLANE)
+			return ms_err_set(err, -EDEADLK, "sim: a wavefront operation with lane %d "
+					  "returned (every lane must take part)", l - w0), -1;
+		lanes[l - w0] = (void *)(uintptr_t)b->f[l].in;
+	}
+	fn(lanes, w1 - w0);
+	for (int l = w0; l < w1; l++)
+		b->f[l].st = F_RUN;
+	return 1;
+}
+
 /* Complete the cross-lane operation of wavefront [w0, w1) if every live
  * lane waits at the same one: 1 done, 0 not ready, -1 divergence. */
 static int resolve_wave(struct block *b, int w0, int w1, struct ms_err *err)
@@ -226,6 +254,7 @@ static int resolve_wave(struct block *b, int w0, int w1, struct ms_err *err)
 	int n_x = 0, n_live = 0;
 	enum xop op = X_SHFL;
 	int arg = 0, width = 0;
+	ms_sim_wave_fn fn = NULL;
 	for (int l = w0; l < w1; l++) {
 		struct fiber *f = &b->f[l];
 		if (f->st == F_DONE)
@@ -234,8 +263,9 @@ static int resolve_wave(struct block *b, int w0, int w1, struct ms_err *err)
 		if (f->st != F_XLANE)
 			continue;
 		if (n_x++ == 0)
-			op = f->op, arg = f->arg, width = f->width;
-		else if (f->op != op || f->width != width || (op == X_XOR && f->arg != arg))
+			op = f->op, arg = f->arg, width = f->width, fn = f->fn;
+		else if (f->op != op || f->width != width || (op == X_XOR && f->arg != arg) ||
+			 (op == X_WAVE && f->fn != fn))
 			return ms_err_set(err, -EDEADLK, "sim: lanes of wavefront %d wait at different "
 					  "cross-lane operations", w0 / b->wave), -1;
 	}
@@ -248,6 +278,8 @@ static int resolve_wave(struct block *b, int w0, int w1, struct ms_err *err)
 	if (op != X_BALLOT && (width < 1 || width > b->wave || (width & (width - 1))))
 		return ms_err_set(err, -EINVAL, "sim: shuffle width %d (a power of two <= %d)", width,
 				  b->wave), -1;
+	if (op == X_WAVE)
+		return wave_op(b, w0, w1, fn, err);
 	uint64_t bits = 0;
 	for (int l = w0; l < w1; l++)
 		if (b->f[l].st == F_XLANE && b->f[l].bits)

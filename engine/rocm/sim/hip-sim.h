@@ -58,6 +58,14 @@ uint64_t ms_sim_shfl_xor_u64(uint64_t v, int mask, int width);
 uint64_t ms_sim_shfl_down_u64(uint64_t v, unsigned delta, int width);
 uint64_t ms_sim_ballot(int pred);
 
+/* A wavefront-wide operation (the matrix instructions: sim/sim-mma.c).
+ * Every lane of a whole wavefront (all live, as MFMA needs EXEC full)
+ * passes its own record; once all have, fn runs once over the records in
+ * lane order, then every lane goes on. Lanes at different fns, or fewer
+ * than a whole wavefront, are divergence. */
+typedef void (*ms_sim_wave_fn)(void *const *lanes, int n);
+void ms_sim_wave_op(ms_sim_wave_fn fn, void *mine);
+
 static inline uint64_t ms_sim_f2u(float v)
 {
 	union { float f; uint32_t u; } c = {.f = v};
