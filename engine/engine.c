@@ -41,6 +41,8 @@ struct req {
 	int32_t *stop_ids;
 	char **stop;
 	struct ms_logit_bias *bias;
+	struct ms_constraint con;     /* p.constraint's, copied; cstate its state */
+	void *cstate;
 	/* tokens: prompt then generated */
 	int32_t *tokens;
 	int64_t n_prompt, n_tokens, cap;
@@ -165,6 +167,8 @@ static void req_free(struct ms_engine *e, struct req *r)
 	free(r->stop), free(r->stop_ids), free(r->bias), free(r->tokens), free(r->block_key);
 	free(r->text);
 	free(r->detok);
+	if (r->cstate)
+		r->con.free(r->cstate);
 	free(r);
 }
 
@@ -251,6 +255,12 @@ int ms_engine_submit(struct ms_engine *e, const int32_t *prompt, int64_t n_promp
 	for (int i = 0; !rc && i < p->n_stop; i++)
 		if (!(r->stop[i] = strdup(p->stop[i])))
 			rc = -ENOMEM;
+	if (!rc && p->constraint) {
+		r->con = *p->constraint;
+		if (!(r->cstate = r->con.init(r->con.arg)))
+			rc = -ENOMEM;
+	}
+	r->p.constraint = NULL; /* the caller's; r->con is ours */
 	if (!rc)
 		rc = ms_kv_seq_init(&r->kv, (int)e->m->kv.n_layers, r->cap, e->P, err);
 	if (rc) {
@@ -679,7 +689,10 @@ static enum ms_finish step_sample(struct ms_engine *e, struct req *r, const floa
 {
 	struct ms_token_logprobs lp;
 	bool want_lp = r->p.sampling.n_logprobs >= 0;
-	int32_t tok = ms_sampler_sample(&r->sampler, row_logits, e->work, want_lp ? &lp : NULL);
+	int32_t tok = ms_sampler_sample_masked(&r->sampler, row_logits, e->work, want_lp ? &lp : NULL,
+					       r->cstate ? r->con.mask : NULL, r->cstate);
+	if (r->cstate)
+		r->con.accept(r->cstate, tok);
 	ms_sampler_accept(&r->sampler, tok);
 	r->tokens[r->n_tokens++] = tok;
 	r->n_generated++;

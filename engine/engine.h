@@ -51,8 +51,26 @@ enum ms_finish {
 
 const char *ms_finish_name(enum ms_finish f);
 
+/* A constraint on a request's tokens (tool_choice's forced call; grammars):
+ * each token is drawn only from what mask leaves (it sets the banned ones
+ * to -INFINITY), applied to the logits after logit_bias and the penalties,
+ * before temperature's cuts (top_k, top_p, min_p) and the draw; logprobs
+ * stay the model's. The engine makes one state per request at submit
+ * (init; NULL: out of memory, the submit is refused), tells it each token
+ * drawn (accept) and frees it with the request, all on its own thread but
+ * init (the submitter's). arg needs to live only until submit returns:
+ * init copies what the state needs. mask must leave some token. */
+struct ms_constraint {
+	void *(*init)(const void *arg);
+	void (*mask)(void *state, float *logits, int64_t vocab);
+	void (*accept)(void *state, int32_t token);
+	void (*free)(void *state);
+	const void *arg;
+};
+
 struct ms_request_params {
 	struct ms_sampling sampling;
+	const struct ms_constraint *constraint;  /* or NULL */
 	int64_t max_tokens;            /* 0 allowed: prompt only (prompt logprobs) */
 	const int32_t *stop_ids;       /* generation stops after emitting one of these */
 	int n_stop_ids;

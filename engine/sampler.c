@@ -862,7 +862,16 @@ static int64_t draw(struct ms_sampler *s, float *w)
 int32_t ms_sampler_sample(struct ms_sampler *s, const float *logits, float *work,
 			  struct ms_token_logprobs *lp)
 {
+	return ms_sampler_sample_masked(s, logits, work, lp, NULL, NULL);
+}
+
+int32_t ms_sampler_sample_masked(struct ms_sampler *s, const float *logits, float *work,
+				 struct ms_token_logprobs *lp,
+				 void (*mask)(void *ctx, float *z, int64_t vocab), void *ctx)
+{
 	adjusted_logits(s, logits, work);
+	if (mask)
+		mask(ctx, work, s->vocab);
 	int64_t id;
 	if (s->p.temperature < MS_GREEDY_TEMPERATURE)
 		id = argmax(work, s->vocab);

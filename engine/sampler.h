@@ -194,6 +194,11 @@ void ms_sampler_free(struct ms_sampler *s);
  * token: call ms_sampler_accept. Returns the id, in [0, vocab). */
 int32_t ms_sampler_sample(struct ms_sampler *s, const float *logits, float *work,
 			  struct ms_token_logprobs *lp);
+/* The same, with mask(ctx, z, vocab) applied to the adjusted logits z
+ * before the draw (engine.h's struct ms_constraint); NULL: none. */
+int32_t ms_sampler_sample_masked(struct ms_sampler *s, const float *logits, float *work,
+				 struct ms_token_logprobs *lp,
+				 void (*mask)(void *ctx, float *z, int64_t vocab), void *ctx);
 
 /* Steps 1-3 only: logits with bias and penalties, into out (vocab floats),
  * as ms_sampler_sample sees them before temperature (tests, debugging). */

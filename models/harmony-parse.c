@@ -1,7 +1,9 @@
 /*
  * harmony-parse.c: the streaming parser of harmony.h (generated tokens ->
  * reasoning, content and tool calls). It never fails on malformed model
- * output: what does not parse becomes content and is counted.
+ * output: what does not parse becomes content and is counted; special
+ * tokens never become text, so none reaches a client in content, names or
+ * arguments.
  */
 #include "harmony.h"
 
@@ -43,11 +45,30 @@ static void hdr_reset(struct ms_harmony_parser *p)
 	p->hdr_dup = 0;
 }
 
-/* The buffered header cannot be a header: it becomes content. */
+/* The buffered header cannot be a header: its text becomes content, the
+ * special tokens in it do not (they never reach a client as text). */
 static int hdr_flush(struct ms_harmony_parser *p)
 {
+	static const char *const spelled[] = {"<|channel|>", "<|constrain|>"};
 	p->n_malformed++;
-	int rc = emit(p, MS_HARMONY_CONTENT, p->hdr, p->hdr_len);
+	size_t from = 0, i = 0;
+	int rc = 0;
+	while (i < p->hdr_len && !rc) {
+		size_t sl = 0;
+		for (int k = 0; k < 2 && !sl; k++)
+			if (p->hdr_len - i >= strlen(spelled[k]) &&
+			    !memcmp(p->hdr + i, spelled[k], strlen(spelled[k])))
+				sl = strlen(spelled[k]);
+		if (!sl) {
+			i++;
+			continue;
+		}
+		rc = emit(p, MS_HARMONY_CONTENT, p->hdr + from, i - from);
+		i += sl;
+		from = i;
+	}
+	if (!rc)
+		rc = emit(p, MS_HARMONY_CONTENT, p->hdr + from, p->hdr_len - from);
 	p->hdr_len = 0;
 	return rc;
 }
@@ -134,6 +155,18 @@ static bool seg_rest(const char *h, size_t end, size_t i, size_t *to, size_t *to
 	return true;
 }
 
+/* How much of s is a function name ([A-Za-z0-9_.-]): what follows a name
+ * written without a space (a "json" after a quote, text that spells a
+ * special token) is not part of it. */
+static size_t name_chars(const char *s, size_t n)
+{
+	size_t i = 0;
+	while (i < n && ((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+			 (s[i] >= '0' && s[i] <= '9') || s[i] == '_' || s[i] == '.' || s[i] == '-'))
+		i++;
+	return i;
+}
+
 /* Parse the buffered header at <|message|>. The header is
  *   [assistant] [to=R] <|channel|>CHANNEL [to=R] [json] [<|constrain|>json]
  * in that order or with the recipient on either side. Returns false when
@@ -191,7 +224,9 @@ static bool hdr_parse(struct ms_harmony_parser *p, enum ms_harmony_body *body,
 			return false; /* no name, or not a function (no built-in tools here) */
 		*body = MS_HARMONY_BODY_TOOL;
 		*name = to + fl;
-		*name_len = to_len - fl;
+		*name_len = name_chars(h + *name, to_len - fl);
+		if (!*name_len)
+			return false;
 	}
 	return true;
 }
@@ -286,9 +321,8 @@ static int on_token(struct ms_harmony_parser *p, int32_t id, const char *text, s
 			return rc;
 		hdr_reset(p);
 	} else if (p->state == MS_HARMONY_IN_BODY && (is_cons || is_msg)) {
-		const char *s = is_cons ? "<|constrain|>" : "<|message|>";
-		p->n_malformed++;
-		return emit(p, MS_HARMONY_CONTENT, s, strlen(s));
+		p->n_malformed++; /* a stray special in a body: dropped, never text */
+		return 0;
 	}
 
 	if (p->state == MS_HARMONY_IN_HEADER) {

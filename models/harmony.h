@@ -38,9 +38,12 @@
  *
  * Parsing: a streaming state machine over generated token ids that routes
  * the analysis channel to reasoning, final and recipient-less commentary to
- * content, and `to=functions.NAME` messages to tool calls. It never fails on
- * malformed model output: what cannot be parsed becomes content and is
- * counted in n_malformed.
+ * content, and `to=functions.NAME` messages to tool calls (the recipient in
+ * the role header or after the channel, `<|constrain|>json` or a bare
+ * `json`, ended by <|call|> or <|end|>; the name is its [A-Za-z0-9_.-]
+ * characters). It never fails on malformed model output: what cannot be
+ * parsed becomes content and is counted in n_malformed; special tokens
+ * never become text.
  */
 #ifndef MS_HARMONY_H
 #define MS_HARMONY_H

@@ -14,6 +14,7 @@
 #include "ms-clock.h"
 #include "request.h"
 #include "response.h"
+#include "responses.h"
 
 struct ms_call {
 	struct ms_gen *g;
@@ -205,7 +206,10 @@ struct ms_job *ms_job_new(struct ms_server *s, struct ms_req_gen *rq)
 	jb->json0 = ms_json_failures();
 	jb->created = (long)time(NULL);
 	uint64_t rid = ((uint64_t)atomic_fetch_add(&s->counter, 1) + 1) * 0x9e3779b97f4a7c15ull;
-	snprintf(jb->id, sizeof(jb->id), "%s-%016" PRIx64, rq->chat ? "chatcmpl" : "cmpl", rid);
+	if (rq->responses)
+		snprintf(jb->id, sizeof(jb->id), "resp_%016" PRIx64, rid);
+	else
+		snprintf(jb->id, sizeof(jb->id), "%s-%016" PRIx64, rq->chat ? "chatcmpl" : "cmpl", rid);
 	jb->n = rq->n_prompts * rq->n;
 	jb->g = gen_new(s, jb->n);
 	jb->ch = calloc((size_t)jb->n, sizeof(*jb->ch));
@@ -347,6 +351,7 @@ void ms_job_free(struct ms_job *jb)
 	}
 	free(jb->ch);
 	ms_strbuf_free(&jb->out);
+	ms_rsp_free(jb->rsp);
 	ms_req_gen_free(jb->rq);
 	if (jb->g)
 		gen_unref(jb->g);

@@ -27,6 +27,7 @@
 struct ms_server;
 struct ms_req_gen;
 struct ms_gen;   /* the calls and their queues (bridge.c) */
+struct ms_rsp;
 
 /* One engine event, copied (the engine's lives only during its callback). */
 struct ms_ev {
@@ -72,6 +73,7 @@ struct ms_job {
 	int harmony_errors;
 	unsigned long json0;     /* this thread's cJSON failures when the job began */
 	bool failed;             /* an allocation failed: the answer would lack a part */
+	struct ms_rsp *rsp;      /* /v1/responses: the response being built (responses.c) */
 };
 
 /* A job for rq (taken: freed with the job, or now when this fails); NULL

@@ -96,13 +96,15 @@ static enum MHD_Result send_json(struct ms_server *s, struct MHD_Connection *c, 
 	return send_text(s, c, k, status, "application/json", body, strlen(body));
 }
 
-/* The OpenAI error envelope; allow: the Allow header of a 405, or NULL. */
-static enum MHD_Result error_response(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
-				      int status, const char *type, const char *param, const char *allow,
-				      const char *msg)
+/* The OpenAI error envelope; code: its "code" string (NULL: the status);
+ * allow: the Allow header of a 405, or NULL. */
+static enum MHD_Result error_response_code(struct ms_server *s, struct MHD_Connection *c,
+					   struct conn *k, int status, const char *type,
+					   const char *param, const char *code, const char *allow,
+					   const char *msg)
 {
 	unsigned long f0 = ms_json_failures(); /* before building: its own failures count */
-	char *body = ms_json_print(ms_resp_error(status, type, param, msg), f0);
+	char *body = ms_json_print(ms_resp_error_code(status, type, param, code, msg), f0);
 	if (!body)
 		return send_oom(s, c, k);
 	struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
@@ -117,6 +119,13 @@ static enum MHD_Result error_response(struct ms_server *s, struct MHD_Connection
 	if (allow)
 		MHD_add_response_header(r, "Allow", allow);
 	return queue(s, c, k, status, "application/json", r);
+}
+
+static enum MHD_Result error_response(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
+				      int status, const char *type, const char *param, const char *allow,
+				      const char *msg)
+{
+	return error_response_code(s, c, k, status, type, param, NULL, allow, msg);
 }
 
 static enum MHD_Result send_error(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
@@ -149,7 +158,9 @@ static enum MHD_Result send_submit_error(struct ms_server *s, struct MHD_Connect
 	switch (err->code) {
 	case -EBUSY:
 		return send_error(s, c, k, 429, "rate_limit_exceeded", NULL, "%s; retry later", err->msg);
-	case -E2BIG:
+	case -E2BIG: /* Codex and the SDKs know this code: the prompt must shrink */
+		return error_response_code(s, c, k, 400, "invalid_request_error", NULL,
+					   "context_length_exceeded", NULL, err->msg);
 	case -ENOSPC:
 	case -EINVAL:
 		return send_error(s, c, k, 400, "invalid_request_error", NULL, "%s", err->msg);
@@ -308,15 +319,10 @@ static struct ms_req_model req_model(const struct ms_server *s)
 	};
 }
 
-/* POST /v1/completions, /v1/chat/completions */
-static enum MHD_Result h_generate(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
-				  cJSON *req, bool chat)
+/* Queue rq's calls and answer them (rq taken). */
+static enum MHD_Result run_job(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
+			       struct ms_req_gen *rq)
 {
-	struct ms_req_model m = req_model(s);
-	struct ms_req_gen *rq;
-	struct ms_req_error e;
-	if (chat ? ms_req_chat(&m, req, &rq, &e) : ms_req_completion(&m, req, &rq, &e))
-		return send_req_error(s, c, k, &e);
 	struct ms_job *jb = ms_job_new(s, rq);
 	if (!jb)
 		return OOM();
@@ -329,6 +335,66 @@ static enum MHD_Result h_generate(struct ms_server *s, struct MHD_Connection *c,
 		return r;
 	}
 	return respond(s, c, k, jb);
+}
+
+/* POST /v1/completions, /v1/chat/completions */
+static enum MHD_Result h_generate(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
+				  cJSON *req, bool chat)
+{
+	struct ms_req_model m = req_model(s);
+	struct ms_req_gen *rq;
+	struct ms_req_error e;
+	if (chat ? ms_req_chat(&m, req, &rq, &e) : ms_req_completion(&m, req, &rq, &e))
+		return send_req_error(s, c, k, &e);
+	return run_job(s, c, k, rq);
+}
+
+/* POST /v1/responses: previous_response_id's conversation from the store,
+ * then this turn. */
+static enum MHD_Result h_responses(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
+				   cJSON *req)
+{
+	struct ms_req_model m = req_model(s);
+	const cJSON *prev = cJSON_GetObjectItemCaseSensitive(req, "previous_response_id");
+	cJSON *items = NULL;
+	if (cJSON_IsString(prev) && !ms_rsp_store_get(&s->rstore, prev->valuestring, NULL, &items)) {
+		char msg[256];
+		snprintf(msg, sizeof(msg), "previous_response_id: no stored response \"%.64s\" (never "
+			 "stored, evicted after --responses-store %d, or deleted)", prev->valuestring,
+			 s->rstore.cap);
+		cJSON_Delete(req);
+		return error_response(s, c, k, 404, "invalid_request_error", "previous_response_id",
+				      NULL, msg);
+	}
+	struct ms_req_gen *rq;
+	struct ms_req_error e;
+	int rc = ms_req_responses(&m, req, items, &rq, &e);
+	cJSON_Delete(items);
+	if (rc)
+		return send_req_error(s, c, k, &e);
+	if (rq->ignored_tool && !atomic_exchange(&s->warned_tool, true))
+		fprintf(stderr, "moeserve: note: ignoring tools of type \"%s\" (function tools only; "
+			"logged once)\n", rq->ignored_tool);
+	return run_job(s, c, k, rq);
+}
+
+/* GET and DELETE /v1/responses/{id} */
+static enum MHD_Result h_response_id(struct ms_server *s, struct MHD_Connection *c,
+				     struct conn *k, const char *id, bool del)
+{
+	cJSON *resp = NULL;
+	bool found = del ? ms_rsp_store_delete(&s->rstore, id)
+			 : ms_rsp_store_get(&s->rstore, id, &resp, NULL);
+	if (!found)
+		return send_error(s, c, k, 404, "invalid_request_error", "response_id",
+				  "no stored response \"%.64s\"", id);
+	if (!del)
+		return send_json(s, c, k, 200, resp);
+	cJSON *j = cJSON_CreateObject();
+	cJSON_AddStringToObject(j, "id", id);
+	cJSON_AddStringToObject(j, "object", "response");
+	cJSON_AddBoolToObject(j, "deleted", true);
+	return send_json(s, c, k, 200, j);
 }
 
 static enum MHD_Result h_tokenize(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
@@ -450,6 +516,7 @@ static bool authorized(struct ms_server *s, struct MHD_Connection *c)
 static bool known_route(const char *u)
 {
 	return !strcmp(u, "/v1/completions") || !strcmp(u, "/v1/chat/completions") ||
+	       !strcmp(u, "/v1/responses") || (!strncmp(u, "/v1/responses/", 14) && u[14]) ||
 	       !strcmp(u, "/v1/models") || !strncmp(u, "/v1/models/", 11) || !strcmp(u, "/tokenize") ||
 	       !strcmp(u, "/detokenize");
 }
@@ -460,7 +527,8 @@ static enum MHD_Result method_not_allowed(struct ms_server *s, struct MHD_Connec
 {
 	const char *u = k->path;
 	const char *allow = !strncmp(u, "/v1/models", 10) || !strcmp(u, "/health") ||
-			    !strcmp(u, "/live") || !strcmp(u, "/metrics") ? "GET" : "POST";
+			    !strcmp(u, "/live") || !strcmp(u, "/metrics") ? "GET"
+			    : !strncmp(u, "/v1/responses/", 14) ? "GET, DELETE" : "POST";
 	char msg[512];
 	snprintf(msg, sizeof(msg), "method %s not allowed on %s (allowed: %s)", k->method, u, allow);
 	return error_response(s, c, k, 405, "invalid_request_error", NULL, allow, msg);
@@ -484,6 +552,8 @@ static enum MHD_Result dispatch_body(struct ms_server *s, struct MHD_Connection 
 		return h_tokenize(s, c, k, req);
 	if (!strcmp(u, "/detokenize"))
 		return h_detokenize(s, c, k, req);
+	if (!strcmp(u, "/v1/responses"))
+		return h_responses(s, c, k, req); /* Codex's extra fields are expected there */
 	warn_unknown_fields(s, req);
 	return h_generate(s, c, k, req, strcmp(u, "/v1/completions") != 0);
 }
@@ -508,7 +578,8 @@ static enum MHD_Result dispatch(struct ms_server *s, struct MHD_Connection *c, s
 		return send_error(s, c, k, 401, "authentication_error", NULL,
 				  "a valid \"Authorization: Bearer <key>\" header is required");
 	bool wants_get = !strncmp(u, "/v1/models", 10);
-	if (wants_get ? !get : !post)
+	bool by_id = !strncmp(u, "/v1/responses/", 14), del = !strcmp(m, "DELETE");
+	if (by_id ? !get && !del : wants_get ? !get : !post)
 		return method_not_allowed(s, c, k);
 	char reason[sizeof(s->reason)];
 	int st = read_status(s, reason, sizeof(reason));
@@ -518,6 +589,8 @@ static enum MHD_Result dispatch(struct ms_server *s, struct MHD_Connection *c, s
 				  ? "not serving" : "shutting down", reason);
 	if (wants_get)
 		return h_models(s, c, k, u[10] == '/' ? u + 11 : NULL);
+	if (by_id)
+		return h_response_id(s, c, k, u + 14, del);
 	return dispatch_body(s, c, k);
 }
 
@@ -621,6 +694,7 @@ int ms_server_start(struct ms_server *s, const struct ms_server_config *cfg,
 	s->metrics = metrics;
 	ms_json_init(); /* before the connection threads */
 	pthread_mutex_init(&s->reason_mu, NULL);
+	ms_rsp_store_init(&s->rstore, cfg->responses_store);
 	set_status(s, MS_SERVER_LOADING, "loading the model");
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->port)};
 	if (inet_pton(AF_INET, cfg->host, &a.sin_addr) != 1)
@@ -686,6 +760,7 @@ void ms_server_stop(struct ms_server *s)
 	if (s->daemon) {
 		MHD_stop_daemon(s->daemon); /* joins its threads: none reads the reason now */
 		pthread_mutex_destroy(&s->reason_mu);
+		ms_rsp_store_free(&s->rstore);
 	}
 	s->daemon = NULL;
 }

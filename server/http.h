@@ -18,6 +18,7 @@
 #include "engine.h"
 #include "harmony.h"
 #include "metrics.h"
+#include "responses.h"
 #include "ms-error.h"
 #include "tokenizer.h"
 
@@ -30,6 +31,7 @@ struct ms_server_config {
 	const char *cors_origin;        /* NULL: no CORS headers */
 	int keepalive_s;                /* SSE comment interval while waiting */
 	bool log_json;
+	int responses_store;            /* responses kept (responses.h); 0: none */
 };
 
 enum ms_server_state {
@@ -60,6 +62,8 @@ struct ms_server {
 	atomic_int in_flight;           /* requests being generated */
 	atomic_ullong counter;          /* ids */
 	atomic_bool warned_unknown;
+	atomic_bool warned_tool;        /* a hosted tool type ignored (logged once) */
+	struct ms_rsp_store rstore;     /* /v1/responses kept for previous_response_id */
 };
 
 /* Listen (the model may load afterwards). */

@@ -82,6 +82,9 @@ static const struct opt_def serve_opts[] = {
 	 "SSE comment after N idle seconds (0: never)"},
 	{"shutdown-timeout-s", 0, T_INT, F(shutdown_timeout_s), 0, 86400, NULL, "30", NULL, "N",
 	 "on SIGTERM, seconds running requests may take"},
+	{"responses-store", 0, T_INT, F(responses_store), 0, 1000000, NULL, "1000", NULL, "N",
+	 "/v1/responses kept in memory for\nprevious_response_id and GET (least recently\nused "
+	 "evicted; 0: none)"},
 	{"log-format", 0, T_ENUM, F(log_format), 0, 0, log_formats, "text", NULL, "FMT",
 	 "text or json (one object per line)"},
 	{"log-level", 0, T_ENUM, F(log_level), 0, 0, log_levels, "info", NULL, "LEVEL",

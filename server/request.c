@@ -14,6 +14,7 @@
 
 #include "json.h"
 #include "ms-strbuf.h"
+#include "request-int.h"
 
 /* ---- refusals ---- */
 
@@ -40,17 +41,11 @@ static const char *shown(const cJSON *v, char *b, size_t n)
 	return b;
 }
 
-/* 400 naming param, with the given value (got, when there is one) after
- * the rule; refuse(...) is then -EINVAL, the code callers return. The code
- * is spelled in the macro, not returned by the function: a variadic
- * function is never inlined, so its value is opaque, and a caller that
- * tests a helper's rc > 0 (int_field: 1 with *out set) would look to the
- * compiler as if it could read an output never set. */
-static void refusal(struct ms_req_error *e, const char *param, const cJSON *got, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-#define refuse(...) (refusal(__VA_ARGS__), -EINVAL)
+#define refuse ms_req_refuse
+#define oom ms_req_oom
+#define jget ms_req_jget
 
-static void refusal(struct ms_req_error *e, const char *param, const cJSON *got, const char *fmt, ...)
+void ms_req_refusal(struct ms_req_error *e, const char *param, const cJSON *got, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -66,7 +61,7 @@ static void refusal(struct ms_req_error *e, const char *param, const cJSON *got,
 	e->param = param;
 }
 
-static int oom(struct ms_req_error *e)
+int ms_req_oom(struct ms_req_error *e)
 {
 	snprintf(e->msg, sizeof(e->msg), "out of memory");
 	e->status = 500;
@@ -77,7 +72,7 @@ static int oom(struct ms_req_error *e)
 
 /* ---- fields ---- */
 
-static const cJSON *jget(const cJSON *o, const char *k)
+const cJSON *ms_req_jget(const cJSON *o, const char *k)
 {
 	const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, k);
 	return it && !cJSON_IsNull(it) ? it : NULL;
@@ -358,6 +353,9 @@ void ms_req_gen_free(struct ms_req_gen *r)
 	free(r->echo_text);
 	free(r->bias);
 	cJSON_Delete(r->req);
+	cJSON_Delete(r->rsp);
+	cJSON_Delete(r->items);
+	ms_tool_force_free(r->force);
 	free(r);
 }
 
@@ -723,6 +721,44 @@ static int encode_rendered(const struct ms_tokenizer *tok, const char *text, siz
 	return 0;
 }
 
+/* "tool_choice": none renders no tools; "required" or a named function
+ * forces a call (tool-force.h); auto (and absent) leaves the model free. */
+static int tool_choice_field(const struct ms_req_model *m, struct ms_req_gen *r,
+			     struct ms_req_chat *c, struct ms_req_error *e)
+{
+	const cJSON *tc = jget(r->req, "tool_choice");
+	const char *named = NULL;
+	if (!tc || (cJSON_IsString(tc) && !strcmp(tc->valuestring, "auto")))
+		return 0;
+	if (cJSON_IsString(tc) && !strcmp(tc->valuestring, "none")) {
+		c->cr.n_tools = 0;
+		return 0;
+	}
+	if (!cJSON_IsString(tc) || strcmp(tc->valuestring, "required")) {
+		const cJSON *fn = jget(tc, "function"), *nm = jget(fn ? fn : tc, "name");
+		if (!cJSON_IsString(nm))
+			return refuse(e, "tool_choice", tc, "\"tool_choice\" must be \"auto\", \"none\", "
+				      "\"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+		named = nm->valuestring;
+	}
+	const char *names[128];
+	int n = 0;
+	for (int i = 0; i < c->cr.n_tools && n < 128; i++)
+		if (!named || !strcmp(named, c->cr.tools[i].name))
+			names[n++] = c->cr.tools[i].name;
+	if (!n)
+		return refuse(e, "tool_choice", NULL, named ? "tool_choice names the function \"%s\", "
+			      "which is not among the tools" : "tool_choice \"required\" needs tools%s",
+			      named ? named : "");
+	struct ms_err err = {0};
+	int rc = ms_tool_force_new(m->tok, &m->hids, m->eos, m->n_eos, names, n, &r->force, &err);
+	if (rc)
+		return rc == -ENOMEM ? oom(e) : refuse(e, "tool_choice", NULL, "%s", err.msg);
+	r->con = ms_tool_force_constraint(r->force);
+	r->params.constraint = &r->con;
+	return 0;
+}
+
 /* The messages rendered with harmony and encoded: the request's one prompt. */
 static int chat_prompt(const struct ms_req_model *m, struct ms_req_gen *r, struct ms_req_error *e)
 {
@@ -732,6 +768,8 @@ static int chat_prompt(const struct ms_req_model *m, struct ms_req_gen *r, struc
 	struct ms_harmony_span *sp = NULL;
 	struct ms_err err = {0};
 	int rc = ms_req_chat_messages(r->req, &c, e);
+	if (!rc)
+		rc = tool_choice_field(m, r, &c, e);
 	if (!rc && (rc = ms_harmony_render_ex(&c.cr, &text, &tlen, &sp, &nsp, &err)))
 		rc = rc == -ENOMEM ? oom(e) : refuse(e, "messages", NULL, "%s", err.msg);
 	ms_req_chat_free(&c);
@@ -772,8 +810,11 @@ int ms_req_chat(const struct ms_req_model *m, cJSON *req, struct ms_req_gen **ou
 		ms_req_gen_free(r);
 		return rc;
 	}
+	/* the rest of the context; at least one token, so that a prompt that
+	 * fills it is the engine's "exceeds the context" (both sizes named) */
 	if (!jget(req, "max_tokens") && !jget(req, "max_completion_tokens"))
-		r->params.max_tokens = m->max_model_len - r->n_prompt[0]; /* the rest of the context */
+		r->params.max_tokens = m->max_model_len - r->n_prompt[0] > 1
+				       ? m->max_model_len - r->n_prompt[0] : 1;
 	int ne = 0;
 	r->stop_ids[ne++] = m->hids.ret;
 	r->stop_ids[ne++] = m->hids.call;

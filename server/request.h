@@ -18,6 +18,7 @@
 #include "engine.h"
 #include "harmony.h"
 #include "tokenizer.h"
+#include "tool-force.h"
 
 /* What the parsers need to know of the model served. */
 struct ms_req_model {
@@ -58,7 +59,16 @@ struct ms_req_gen {
 	int n_stops;
 	int32_t stop_ids[12];
 	struct ms_logit_bias *bias;
-	cJSON *req;                     /* the body */
+	cJSON *req;                     /* the body (for /v1/responses: the chat body made of it) */
+	/* POST /v1/responses (request-responses.c) */
+	bool responses, store;
+	cJSON *rsp;                     /* the Responses body, echoed back and stored */
+	cJSON *items;                   /* the conversation: previous_response_id's items, then
+					 * this turn's input, as Responses items */
+	const char *ignored_tool;       /* the first tool type other than function (ignored) */
+	/* tool_choice "required" or a named function: the forced call */
+	struct ms_tool_force *force;
+	struct ms_constraint con;       /* params.constraint points here */
 };
 
 /* The body: a JSON object whose "model", when a string, is the served one.
@@ -80,6 +90,16 @@ int ms_req_completion(const struct ms_req_model *m, cJSON *req, struct ms_req_ge
 int ms_req_chat(const struct ms_req_model *m, cJSON *req, struct ms_req_gen **out,
 		struct ms_req_error *e);
 void ms_req_gen_free(struct ms_req_gen *r);   /* NULL is fine */
+
+/* POST /v1/responses: the Responses body req (taken) as a chat request on
+ * the same renderer: "instructions" the developer message, prev (the
+ * stored conversation of previous_response_id, or NULL; not taken) then
+ * "input" as messages, function tools flat or nested, "tool_choice",
+ * "reasoning.effort", "max_output_tokens", "temperature", "top_p",
+ * "stream". Fields of other endpoints' clients that do not apply here are
+ * accepted and ignored. Errors name the Responses field. */
+int ms_req_responses(const struct ms_req_model *m, cJSON *req, const cJSON *prev,
+		     struct ms_req_gen **out, struct ms_req_error *e);
 
 /* A chat request's messages and tools as harmony takes them: strings point
  * into the body, or into strs (joined content parts, tool-call arguments

@@ -13,6 +13,7 @@
 #include "json.h"
 #include "ms-utf8.h"
 #include "request.h"
+#include "responses.h"
 
 #define OOM_ERROR "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\"," \
 		  "\"param\":null,\"code\":500}}"
@@ -155,6 +156,10 @@ static void send_choice_chunk(struct ms_job *jb, cJSON *j, cJSON *choices, cJSON
 
 void ms_resp_stream_end(struct ms_job *jb)
 {
+	if (jb->rq->responses) {
+		ms_rsp_stream_end(jb);
+		return;
+	}
 	if (jb->rq->include_usage) {
 		cJSON *j = chunk_head(jb);
 		cJSON_AddArrayToObject(j, "choices");
@@ -506,7 +511,9 @@ static void chat_event(struct ms_job *jb, int i, const struct ms_ev *e)
 
 void ms_resp_event(struct ms_job *jb, int i, const struct ms_ev *e)
 {
-	if (jb->rq->chat)
+	if (jb->rq->responses)
+		ms_rsp_event(jb, e);
+	else if (jb->rq->chat)
 		chat_event(jb, i, e);
 	else
 		cmpl_event(jb, i, e);
@@ -557,6 +564,8 @@ static void cmpl_choice(struct ms_job *jb, struct ms_choice *c, cJSON *ch)
 
 cJSON *ms_resp_final(struct ms_job *jb)
 {
+	if (jb->rq->responses)
+		return ms_rsp_final(jb);
 	cJSON *j = cJSON_CreateObject(), *chs;
 	cJSON_AddStringToObject(j, "id", jb->id);
 	cJSON_AddStringToObject(j, "object", jb->rq->chat ? "chat.completion" : "text_completion");
@@ -582,6 +591,12 @@ cJSON *ms_resp_final(struct ms_job *jb)
 
 cJSON *ms_resp_error(int status, const char *type, const char *param, const char *msg)
 {
+	return ms_resp_error_code(status, type, param, NULL, msg);
+}
+
+cJSON *ms_resp_error_code(int status, const char *type, const char *param, const char *code,
+			  const char *msg)
+{
 	cJSON *j = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(j, "error");
 	cJSON_AddStringToObject(e, "message", msg);
 	cJSON_AddStringToObject(e, "type", type);
@@ -589,7 +604,10 @@ cJSON *ms_resp_error(int status, const char *type, const char *param, const char
 		cJSON_AddStringToObject(e, "param", param);
 	else
 		cJSON_AddNullToObject(e, "param");
-	cJSON_AddNumberToObject(e, "code", status);
+	if (code)
+		cJSON_AddStringToObject(e, "code", code);
+	else
+		cJSON_AddNumberToObject(e, "code", status);
 	return j;
 }
 

@@ -31,6 +31,9 @@ cJSON *ms_resp_final(struct ms_job *jb);
 
 /* {"error": {"message", "type", "param" (null when NULL), "code"}} */
 cJSON *ms_resp_error(int status, const char *type, const char *param, const char *msg);
+/* The same with a code string ("context_length_exceeded") for "code". */
+cJSON *ms_resp_error_code(int status, const char *type, const char *param, const char *code,
+			  const char *msg);
 
 /* What is sent when even the error cannot be built: a 500's envelope, and
  * the SSE event that ends a stream which cannot go on. Static, so that

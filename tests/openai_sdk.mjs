@@ -10,7 +10,8 @@
 //
 // The SDK's typed calls (completions and chat, streamed and not, streams with
 // stream_options.include_usage, the chat stream helper that accumulates the
-// deltas, models, typed errors) must parse every response without error; the
+// deltas, models, the Responses API: create, stream, retrieve, delete, tools
+// and previous_response_id; typed errors) must parse every response without error; the
 // shapes are asserted: choices, finish_reason, usage and its
 // prompt_tokens_details.cached_tokens.  Sampling is greedy (temperature 0),
 // so a streamed request must give the text of the same request not streamed.
@@ -331,6 +332,78 @@ async function run(OpenAI, baseURL, model, apiKey) {
     }
     assert(FINISH.includes(finish), `finish_reason ${finish}`);
     checkUsage(usage, "chat+tool history stream", { maxCompletion: 8 });
+  });
+
+  // ---- the Responses API (client.responses) ----
+  const rtools = [{ type: "function", name: "get_weather", description: "Current weather",
+                    parameters: { type: "object", properties: { city: { type: "string" } } }, strict: false },
+                  { type: "web_search" }];
+  // raw: an event's response, without the SDK's output_text convenience
+  function checkResponse(r, where, raw = false) {
+    assert(r.object === "response" && r.id.startsWith("resp_"), `${where}: ${JSON.stringify(r).slice(0, 200)}`);
+    assert(["completed", "incomplete"].includes(r.status), `${where}: status ${r.status}`);
+    assert(raw || typeof r.output_text === "string", `${where}: output_text`);
+    for (const it of r.output)
+      assert(["message", "reasoning", "function_call"].includes(it.type), `${where}: item ${JSON.stringify(it)}`);
+    const u = r.usage;
+    assert(u && Number.isInteger(u.input_tokens) && Number.isInteger(u.output_tokens) &&
+           u.total_tokens === u.input_tokens + u.output_tokens &&
+           Number.isInteger(u.input_tokens_details?.cached_tokens) &&
+           Number.isInteger(u.output_tokens_details?.reasoning_tokens), `${where}: usage ${JSON.stringify(u)}`);
+  }
+  let respId = null, respText = null;
+
+  await test("responses.create (not streamed), responses.retrieve", async () => {
+    const r = await client.responses.create({ model, input: "Say hello.", instructions: "Be terse.",
+                                              max_output_tokens: 8, temperature: 0 });
+    checkResponse(r, "responses.create");
+    assert(r.instructions === "Be terse." && r.max_output_tokens === 8, `echo ${JSON.stringify(r)}`);
+    const g = await client.responses.retrieve(r.id);
+    assert(g.id === r.id && g.output_text === r.output_text, `retrieve ${JSON.stringify(g).slice(0, 200)}`);
+    respId = r.id;
+    respText = r.output_text;
+  });
+
+  await test("responses.stream iterated to the end, finalResponse", async () => {
+    const stream = client.responses.stream({ model, input: "Say hello.", instructions: "Be terse.",
+                                             max_output_tokens: 8, temperature: 0 });
+    const types = [];
+    let text = "";
+    for await (const ev of stream) {
+      types.push(ev.type);
+      if (ev.type === "response.output_text.delta") text += ev.delta;
+    }
+    const r = await stream.finalResponse();
+    checkResponse(r, "responses.stream");
+    assert(types[0] === "response.created" && ["response.completed", "response.incomplete"].includes(types.at(-1)),
+           `events ${types.join(",")}`);
+    assert(text === r.output_text, `deltas ${JSON.stringify(text)} != output_text ${JSON.stringify(r.output_text)}`);
+    assert(r.output_text === respText, "streamed and not streamed differ at temperature 0");
+  });
+
+  await test("responses: tools (function + web_search), previous_response_id, streamed", async () => {
+    const stream = await client.responses.create({
+      model, input: [{ role: "user", content: [{ type: "input_text", text: "Weather in Paris?" }] }],
+      tools: rtools, tool_choice: "auto", reasoning: { effort: "low" }, max_output_tokens: 8,
+      temperature: 0, previous_response_id: respId, stream: true });
+    let last = null;
+    for await (const ev of stream) last = ev;
+    assert(["response.completed", "response.incomplete"].includes(last.type), `last event ${last.type}`);
+    checkResponse(last.response, "tools stream", true);
+    assert(last.response.previous_response_id === respId, "previous_response_id not echoed");
+    const next = await client.responses.create({
+      model, max_output_tokens: 4, temperature: 0, tools: rtools, input: [
+        { type: "function_call", call_id: "call_1", name: "get_weather", arguments: "{\"city\":\"Paris\"}" },
+        { type: "function_call_output", call_id: "call_1", output: "21 C" }],
+      previous_response_id: last.response.id });
+    checkResponse(next, "function_call_output turn");
+    await client.responses.delete(next.id);
+    try {
+      await client.responses.retrieve(next.id);
+      throw new Error("a deleted response was retrieved");
+    } catch (e) {
+      assert(e instanceof OpenAI.NotFoundError, `not a NotFoundError: ${e}`);
+    }
   });
 
   await test("typed errors: BadRequestError (400), NotFoundError (404)", async () => {

@@ -410,6 +410,29 @@ class SSE:
         self.done = False
         self.comments = 0
 
+    def typed_events(self):
+        """The Responses API's stream: yield (event name, parsed data) of each
+        `event: T` + `data: J` + blank line, to the end of the body (no
+        [DONE] there)."""
+        while True:
+            line = self.r.readline()
+            if line == b"":
+                return
+            line = line.rstrip(b"\r\n")
+            if line.startswith(b":"):          # keep-alive comment
+                check(self.r.readline().strip() == b"", "comment not followed by a blank line")
+                self.comments += 1
+                continue
+            check(line.startswith(b"event: "), f"not an SSE event line: {line[:200]!r}")
+            data = self.r.readline().rstrip(b"\r\n")
+            check(data.startswith(b"data: "), f"event without its data line: {data[:200]!r}")
+            check(self.r.readline() in (b"\n", b"\r\n"), "event not ended by a blank line")
+            try:
+                j = json.loads(data[6:])
+            except ValueError:
+                raise AssertionError(f"an event that is not JSON: {data[:300]!r}")
+            yield line[7:].decode(), j
+
     def events(self):
         """Yield each event's parsed JSON; stops after [DONE] (checked to be
         the end of the body)."""
@@ -823,6 +846,193 @@ def chat_cases(d, model_name, sdk):
             check(isinstance(tc.get("index"), int), f"tool_calls delta without index: {tc}")
         expect_error(d.post("/v1/chat/completions", {"messages": msgs, "reasoning_effort": "extreme"}), 400,
                      "reasoning_effort")
+        # tool_choice required / named: the call is forced. <|end|> and <|call|>
+        # pulled ahead (logit_bias) so that the random model's reasoning and
+        # arguments end soon; even so, nothing but a call can come out
+        two = tools + [{"type": "function", "function": {"name": "get_time", "parameters": {}}}]
+        pull = {"200007": 30, "200012": 30, "200002": 100, **NO_EOS_CHAT}
+        for choice, names in (("required", ("get_weather", "get_time")),
+                              ({"type": "function", "function": {"name": "get_time"}}, ("get_time",))):
+            for stream in (False, True):
+                body = {"messages": msgs, "tools": two, "tool_choice": choice, "max_tokens": 64,
+                        "temperature": 0.7, "seed": 5, "logit_bias": pull}
+                if stream:
+                    content, _, tcs, fin, _, _ = stream_chat(d, {**body, "stream": True}, M)
+                    names_seen = [t["function"]["name"] for t in tcs if t.get("function", {}).get("name")]
+                else:
+                    st, _, j = d.post("/v1/chat/completions", body)
+                    check_chat(st, j, M, max_tokens=64)
+                    m = j["choices"][0]["message"]
+                    fin, content = j["choices"][0]["finish_reason"], m["content"]
+                    names_seen = [t["function"]["name"] for t in m.get("tool_calls") or []]
+                check(fin == "tool_calls" and len(names_seen) == 1 and names_seen[0] in names
+                      and not content, f"tool_choice {choice}: finish {fin}, calls {names_seen}, "
+                      f"content {content!r}")
+        st, _, j = d.post("/v1/chat/completions", {"messages": msgs, "tools": two, "tool_choice": "none",
+                                                   "max_tokens": 4})
+        check_chat(st, j, M, max_tokens=4)
+        check(j["usage"]["prompt_tokens"] == plain["usage"]["prompt_tokens"],
+              "tool_choice none still rendered the tools")
+
+    R = "/v1/responses"
+
+    def check_response(st, j, where, status=("completed", "incomplete")):
+        check(st == 200, f"{where}: status {st}: {j}")
+        check(j.get("object") == "response" and str(j.get("id", "")).startswith("resp_"),
+              f"{where}: not a response: {j}")
+        check(j.get("status") in status, f"{where}: status {j.get('status')!r}")
+        check(isinstance(j.get("created_at"), int) and j.get("model") == M, f"{where}: head {j}")
+        if j["status"] == "incomplete":
+            check(j["incomplete_details"] == {"reason": "max_output_tokens"},
+                  f"{where}: incomplete_details {j['incomplete_details']}")
+        for it in j["output"]:
+            check(it.get("type") in ("message", "reasoning", "function_call"), f"{where}: item {it}")
+            check(it.get("status") in ("completed", "incomplete"), f"{where}: item status {it}")
+            pre = {"message": "msg_", "reasoning": "rs_", "function_call": "fc_"}[it["type"]]
+            check(it.get("id", "").startswith(pre), f"{where}: item id {it.get('id')}")
+            if it["type"] == "message":
+                check(it["role"] == "assistant" and it["content"][0]["type"] == "output_text"
+                      and isinstance(it["content"][0]["text"], str), f"{where}: message {it}")
+            if it["type"] == "function_call":
+                check(it["call_id"].startswith("call_") and isinstance(it["arguments"], str)
+                      and it["name"], f"{where}: call {it}")
+        u = j.get("usage") or {}
+        check(all(isinstance(u.get(k), int) for k in ("input_tokens", "output_tokens", "total_tokens"))
+              and u["total_tokens"] == u["input_tokens"] + u["output_tokens"]
+              and isinstance(u["input_tokens_details"]["cached_tokens"], int)
+              and isinstance(u["output_tokens_details"]["reasoning_tokens"], int), f"{where}: usage {u}")
+        return j
+
+    def item_text(it):
+        if it["type"] == "function_call":
+            return it["arguments"]
+        return "".join(p["text"] for p in it["content"])
+
+    def stream_response(body):
+        """-> the final response of a streamed /v1/responses, its events checked."""
+        s = SSE(d, R, {**body, "stream": True})
+        try:
+            check_sse_headers(s)
+            evs = list(s.typed_events())
+        finally:
+            s.close()
+        check(len(evs) >= 3, f"{len(evs)} events")
+        for k, (name, j) in enumerate(evs):
+            check(j.get("type") == name, f"event {name!r} with data type {j.get('type')!r}")
+            check(j.get("sequence_number") == k, f"sequence_number {j.get('sequence_number')} at {k}")
+        check([n for n, _ in evs[:2]] == ["response.created", "response.in_progress"],
+              f"first events {[n for n, _ in evs[:2]]}")
+        name, last = evs[-1]
+        check(name in ("response.completed", "response.incomplete"), f"last event {name}")
+        final = last["response"]
+        out, deltas, opened = final["output"], {}, []
+        for name, j in evs[2:-1]:
+            if name == "response.output_item.added":
+                check(j["output_index"] == len(opened), f"item {j['output_index']} out of order")
+                opened.append(j["item"]["id"])
+            elif name.endswith(".delta"):
+                check(j["item_id"] == opened[-1], f"a delta for {j['item_id']}, open {opened[-1]}")
+                deltas[j["item_id"]] = deltas.get(j["item_id"], "") + j["delta"]
+            elif name == "response.output_item.done":
+                check(j["item"] == out[j["output_index"]], f"item done {j['item']} != final")
+        check(opened == [it["id"] for it in out], f"items announced {opened}, final {out}")
+        for it in out:
+            check(deltas.get(it["id"], "") == item_text(it), f"deltas of {it['id']} != its text")
+        return final
+
+    def responses_plain():
+        st, _, j = d.post(R, {"model": M, "input": "What is the capital of France?",
+                              "max_output_tokens": 8, "temperature": 0})
+        check_response(st, j, "responses")
+        check(j["max_output_tokens"] == 8 and j["temperature"] == 0 and j["store"] is True,
+              f"echoed fields {j}")
+        st, _, g = d.json("GET", f"{R}/{j['id']}")
+        check(st == 200 and g == j, f"GET {j['id']}: {st} {g}")
+        st, _, dl = d.json("DELETE", f"{R}/{j['id']}")
+        check(st == 200 and dl == {"id": j["id"], "object": "response", "deleted": True}, f"DELETE {dl}")
+        expect_error(d.json("GET", f"{R}/{j['id']}"), 404, "response_id")
+        expect_error(d.json("DELETE", f"{R}/{j['id']}"), 404, "response_id")
+        # store: false keeps nothing
+        st, _, j = d.post(R, {"input": "Hi", "max_output_tokens": 2, "store": False})
+        check_response(st, j, "store false")
+        expect_error(d.json("GET", f"{R}/{j['id']}"), 404, "response_id")
+        expect_error(d.json("PUT", f"{R}/{j['id']}"), 405)
+        # tool_choice required: whatever comes out is reasoning or the call, never a message
+        fn = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
+        for choice in ("required", {"type": "function", "name": "get_weather"}):
+            st, _, j = d.post(R, {"input": "Weather?", "tools": fn, "tool_choice": choice,
+                                  "max_output_tokens": 24, "temperature": 1.0, "seed": 3})
+            check_response(st, j, f"tool_choice {choice}")
+            check(all(it["type"] != "message" for it in j["output"]), f"a message despite {choice}: {j['output']}")
+            check(j["tool_choice"] == choice, f"tool_choice echo {j['tool_choice']}")
+        expect_error(d.json("GET", R), 405)
+
+    def responses_stream():
+        body = {"input": [{"role": "user", "content": [{"type": "input_text", "text": "Hello"}]}],
+                "max_output_tokens": 12, "temperature": 0}
+        final = stream_response(body)
+        check_response(200, final, "responses stream")
+        st, _, j = d.json("GET", f"{R}/{final['id']}")
+        check(st == 200 and j == final, f"the stored response {j} != the stream's {final}")
+        st, _, plain = d.post(R, body)
+        check([item_text(it) for it in plain["output"]] == [item_text(it) for it in final["output"]],
+              "the same request streamed and not gave different items")
+
+    def responses_codex():
+        """Codex CLI's shape: instructions, a function tool and a hosted one,
+        reasoning effort, the fields it sends that do not apply, streaming;
+        the next turn sends the output items back with the tool's output."""
+        tools_r = [{"type": "function", "name": "shell", "description": "Run a command",
+                    "strict": False, "parameters": {"type": "object", "properties": {
+                        "command": {"type": "array", "items": {"type": "string"}}}}},
+                   {"type": "web_search"}]
+        base = {"model": M, "instructions": "You are a coding agent.", "tools": tools_r,
+                "tool_choice": "auto", "parallel_tool_calls": False,
+                "reasoning": {"effort": "medium", "summary": "auto"}, "store": False,
+                "include": ["reasoning.encrypted_content"], "prompt_cache_key": "abc",
+                "service_tier": "auto", "truncation": "disabled", "client_metadata": {"x": "1"},
+                "max_output_tokens": 6, "temperature": 0}
+        turn1 = [{"type": "message", "role": "user",
+                  "content": [{"type": "input_text", "text": "List the files."}]}]
+        r1 = stream_response({**base, "input": turn1})
+        check_response(200, r1, "codex turn 1")
+        check(r1["tools"] == tools_r and r1["instructions"] == base["instructions"]
+              and r1["reasoning"]["effort"] == "medium", f"echo {r1}")
+        call = {"type": "function_call", "call_id": "call_ls", "name": "shell",
+                "arguments": "{\"command\": [\"ls\"]}"}
+        turn2 = turn1 + [{"type": "reasoning", "summary": [], "content": [
+            {"type": "reasoning_text", "text": "I will run ls."}]}, call,
+            {"type": "function_call_output", "call_id": "call_ls", "output": "a.txt\nb.txt"}]
+        r2 = stream_response({**base, "input": turn2})
+        check_response(200, r2, "codex turn 2")
+        check(r2["usage"]["input_tokens"] > r1["usage"]["input_tokens"] + 10,
+              f"turn 2's items did not reach the prompt ({r2['usage']} vs {r1['usage']})")
+        # the same conversation through previous_response_id
+        st, _, a = d.post(R, {"input": "Remember the word teal.", "max_output_tokens": 4})
+        check_response(st, a, "first turn")
+        st, _, b = d.post(R, {"input": "Which word?", "max_output_tokens": 4,
+                              "previous_response_id": a["id"]})
+        check_response(st, b, "continued")
+        check(b["previous_response_id"] == a["id"], f"previous_response_id echo {b}")
+        check(b["usage"]["input_tokens"] > a["usage"]["input_tokens"], "the previous turn was not in the prompt")
+        check(b["usage"]["input_tokens_details"]["cached_tokens"] > 0, "the previous turn's prefix was not reused")
+        expect_error(d.post(R, {"input": "x", "previous_response_id": "resp_missing"}), 404,
+                     "previous_response_id", ("resp_missing",))
+
+    def responses_errors():
+        expect_error(d.post(R, {}), 400, "input")
+        expect_error(d.post(R, {"input": [{"role": "user", "content": [{"type": "input_image"}]}]}),
+                     400, "input", ("input_image",))
+        expect_error(d.post(R, {"input": "x", "text": {"format": {"type": "json_schema"}}}), 400,
+                     "text.format")
+        expect_error(d.post(R, {"input": "x", "tool_choice": {"type": "function", "name": "nope"}}),
+                     400, "tool_choice", ("nope",))
+        expect_error(d.post(R, {"input": "x", "reasoning": {"effort": "max"}}), 400, "reasoning.effort")
+        expect_error(d.post(R, {"input": "x", "max_output_tokens": 0}), 400, "max_output_tokens")
+        expect_error(d.post(R, {"input": "x", "model": "other"}), 404, "model")
+        # a prompt over the context: context_length_exceeded, as Codex expects
+        e = expect_error(d.post(R, {"input": "word " * 9000}), 400)
+        check(e["code"] == "context_length_exceeded", f"code {e['code']!r}")
 
     def tokenize_roundtrip():
         for text in ["Hello, world!", "naïve café — 東京 🚀 \u00e9\u0301", "  spaces\tand\nnewlines  ",
@@ -1091,6 +1301,10 @@ def chat_cases(d, model_name, sdk):
         ("chat: chat completion, not streamed (prefix cache in usage, logprobs)", chat_plain),
         ("chat: chat completion streamed (role first, finish, usage, [DONE])", chat_stream),
         ("chat: tools, tool-call history, reasoning_effort", chat_tools),
+        ("responses: not streamed; GET, DELETE, store false", responses_plain),
+        ("responses: streamed, every event's type and sequence, deltas = items", responses_stream),
+        ("responses: a Codex-shaped conversation; previous_response_id", responses_codex),
+        ("responses: refusals name the field; context_length_exceeded", responses_errors),
         ("chat: /tokenize + /detokenize round trip and errors", tokenize_roundtrip),
         ("chat: 400 invalid JSON, wrong types, out of range, over the context", errors_400),
         ("chat: 404 unknown route or model, 405 wrong method", errors_404_405),

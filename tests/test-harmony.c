@@ -723,9 +723,9 @@ START_TEST(parse_truncated)
 	expect_parse("<|channel|>analysis<|message|>Let me th", true, "R(Let me th)", 0);
 	/* inside a header: it becomes content */
 	expect_parse("<|channel|>analysis<|message|>x<|end|><|start|>assistant<|channel|>fin", true,
-		     "R(x)C(assistant<|channel|>fin)", 1);
+		     "R(x)C(assistantfin)", 1);
 	/* right after <|channel|> */
-	expect_parse("<|channel|>", true, "C(<|channel|>)", 1);
+	expect_parse("<|channel|>", true, "", 1);
 	/* right after <|start|>: an empty header, nothing to show */
 	expect_parse("<|channel|>final<|message|>a<|end|><|start|>", true, "C(a)", 1);
 	/* inside tool arguments: the call is closed, no STOP */
@@ -742,21 +742,21 @@ START_TEST(parse_malformed)
 {
 	/* unknown channel: the raw header and the body are content */
 	expect_parse("<|channel|>finale<|message|>Hi<|return|>", false,
-		     "C(<|channel|>finaleHi)S(stop)", 1);
+		     "C(finaleHi)S(stop)", 1);
 	/* <|message|> without a channel */
 	expect_parse("<|message|>Hi<|return|>", false, "C(Hi)S(stop)", 1);
 	expect_parse("<|channel|>analysis<|message|>a<|end|><|start|>assistant<|message|>Hi<|return|>",
 		     false, "R(a)C(assistantHi)S(stop)", 1);
 	/* text before any <|channel|> */
 	expect_parse("Sure!<|channel|>final<|message|>Hi<|return|>", false,
-		     "C(Sure!<|channel|>finalHi)S(stop)", 1);
+		     "C(Sure!finalHi)S(stop)", 1);
 	/* text and no header at all */
 	expect_parse("Just text.<|return|>", false, "C(Just text.)S(stop)", 1);
 	/* to= without a name, to=functions. without one, a built-in tool */
 	expect_parse("<|channel|>commentary to= <|constrain|>json<|message|>{}<|call|>", false,
-		     "C(<|channel|>commentary to= <|constrain|>json{})S(stop)", 1);
+		     "C(commentary to= json{})S(stop)", 1);
 	expect_parse("<|channel|>commentary to=functions.<|message|>{}<|call|>", false,
-		     "C(<|channel|>commentary to=functions.{})S(stop)", 1);
+		     "C(commentary to=functions.{})S(stop)", 1);
 }
 END_TEST
 
@@ -764,13 +764,13 @@ START_TEST(parse_malformed_more)
 {
 	/* a recipient that is not a function (no built-in tools here) */
 	expect_parse("<|channel|>analysis to=python<|message|>print(1)<|call|>", false,
-		     "C(<|channel|>analysis to=pythonprint(1))S(stop)", 1);
+		     "C(analysis to=pythonprint(1))S(stop)", 1);
 	/* <|constrain|> without json */
 	expect_parse("<|channel|>commentary to=functions.f <|constrain|>xml<|message|><a/><|call|>",
-		     false, "C(<|channel|>commentary to=functions.f <|constrain|>xml<a/>)S(stop)", 1);
+		     false, "C(commentary to=functions.f xml<a/>)S(stop)", 1);
 	/* two channels in one header */
 	expect_parse("<|channel|>analysis <|channel|>final<|message|>x<|return|>", false,
-		     "C(<|channel|>analysis <|channel|>finalx)S(stop)", 1);
+		     "C(analysis finalx)S(stop)", 1);
 	/* a header that never ends is flushed as content once too long */
 	char big[MS_HARMONY_HEADER_MAX + 200];
 	memset(big, 'z', sizeof(big) - 1);
@@ -782,7 +782,7 @@ START_TEST(parse_malformed_more)
 	expect_parse(script, false, want, 1);
 	/* a message with <|end|> before <|message|> */
 	expect_parse("<|channel|>final<|end|><|start|>assistant<|channel|>final<|message|>ok<|return|>",
-		     false, "C(<|channel|>finalok)S(stop)", 1);
+		     false, "C(finalok)S(stop)", 1);
 	/* <|start|> missing between messages: parsed anyway, counted */
 	expect_parse("<|channel|>analysis<|message|>a<|end|>assistant<|channel|>final<|message|>b<|return|>",
 		     false, "R(a)C(b)S(stop)", 1);
@@ -793,14 +793,87 @@ START_TEST(parse_malformed_more)
 		     "R(a)C(b)S(stop)", 1);
 	expect_parse("<|channel|>analysis<|message|>a<|start|>assistant<|channel|>final<|message|>b"
 		     "<|return|>", false, "R(a)C(b)S(stop)", 1);
-	/* stray specials inside a body stay visible as content */
+	/* stray specials inside a body are dropped (never text) */
 	expect_parse("<|channel|>final<|message|>a<|message|>b<|return|>", false,
-		     "C(a<|message|>b)S(stop)", 1);
+		     "C(ab)S(stop)", 1);
 	/* a tool message ended by <|end|>: the call ends, generation goes on;
 	 * the finish reason says a tool call was made */
 	expect_parse("<|channel|>commentary to=functions.f<|message|>{}<|end|><|start|>assistant"
 		     "<|channel|>final<|message|>ok<|return|>", false,
 		     "B(f)A({})EC(ok)S(tool_calls)", 0);
+}
+END_TEST
+
+/* The header forms models and other servers get wrong, each parsed to the
+ * call it is. */
+START_TEST(parse_header_forms)
+{
+	/* the recipient in the role header, <|constrain|>json after the channel */
+	expect_parse("<|channel|>analysis<|message|>Need it.<|end|><|start|>assistant "
+		     "to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>"
+		     "{\"city\":\"Paris\"}<|call|>", false,
+		     "R(Need it.)B(get_weather)A({\"city\":\"Paris\"})ES(tool_calls)", 0);
+	/* <|constrain|> right after the name, no space: not part of the name */
+	expect_parse("<|channel|>commentary to=functions.get_weather<|constrain|>json<|message|>{}"
+		     "<|call|>", false, "B(get_weather)A({})ES(tool_calls)", 0);
+	/* a bare json after the name; the call ended by <|end|> */
+	expect_parse("<|channel|>commentary to=functions.get_weather json<|message|>{}<|end|>", true,
+		     "B(get_weather)A({})E", 0);
+	/* a call in the analysis channel (a system message without commentary) */
+	expect_parse("<|channel|>analysis to=functions.lookup <|constrain|>json<|message|>{\"q\":1}"
+		     "<|call|>", false, "B(lookup)A({\"q\":1})ES(tool_calls)", 0);
+	/* the name written with text after it (a special token spelled as
+	 * text, a quote): the name is its name characters */
+	const struct { int32_t id; const char *t; } seq[2][6] = {
+		{{IDS.channel, NULL}, {TEXT_ID, "commentary to=functions.get_weather<|constrain|>json"},
+		 {IDS.message, NULL}, {TEXT_ID, "{}"}, {IDS.call, NULL}, {0, NULL}},
+		{{TEXT_ID, " to=functions.f\"json"}, {IDS.channel, NULL}, {TEXT_ID, "commentary"},
+		 {IDS.message, NULL}, {TEXT_ID, "[]"}, {IDS.call, NULL}},
+	};
+	const char *want[2] = {"B(get_weather)A({})ES(tool_calls)", "B(f)A([])ES(tool_calls)"};
+	for (int k = 0; k < 2; k++) {
+		struct rec r;
+		struct ms_harmony_parser p;
+		memset(&r, 0, sizeof(r));
+		r.last = -1;
+		ms_harmony_parser_init(&p, &IDS, rec_cb, &r);
+		for (int i = 0; i < 6 && seq[k][i].id; i++)
+			ck_assert_int_eq(ms_harmony_parser_push(&p, seq[k][i].id, seq[k][i].t,
+								seq[k][i].t ? strlen(seq[k][i].t) : 0), 0);
+		ck_assert_str_eq(r.buf, want[k]);
+		ck_assert_int_eq(p.n_malformed, 0);
+	}
+}
+END_TEST
+
+/* Random mixtures of special tokens and words (none spelling a special
+ * token): no special token ever reaches the text of any event. */
+START_TEST(parse_never_leaks_specials)
+{
+	static const char *const words[] = {"analysis", "final", "commentary", " to=functions.f",
+					    "json", "assistant", "hello ", "{}", " to=python", "x"};
+	const int32_t sp[] = {IDS.start, IDS.end, IDS.message, IDS.channel, IDS.constrain,
+			      IDS.ret, IDS.call};
+	unsigned seed = 777u;
+	for (int trial = 0; trial < 3000; trial++) {
+		struct rec r;
+		struct ms_harmony_parser p;
+		memset(&r, 0, sizeof(r));
+		r.last = -1;
+		ms_harmony_parser_init(&p, &IDS, rec_cb, &r);
+		for (int k = 0; k < 24; k++) {
+			seed = seed * 1103515245u + 12345u;
+			unsigned v = (seed >> 16) % 17;
+			if (v < 7) {
+				ck_assert_int_eq(ms_harmony_parser_push(&p, sp[v], NULL, 0), 0);
+			} else {
+				const char *w = words[v - 7];
+				ck_assert_int_eq(ms_harmony_parser_push(&p, TEXT_ID, w, strlen(w)), 0);
+			}
+		}
+		ck_assert_int_eq(ms_harmony_parser_finish(&p), 0);
+		ck_assert_msg(!strstr(r.buf, "<|"), "a special token leaked: %s", r.buf);
+	}
 }
 END_TEST
 
@@ -853,6 +926,8 @@ int main(void)
 	tcase_add_test(tp, parse_malformed);
 	tcase_add_test(tp, parse_malformed_more);
 	tcase_add_test(tp, parse_callback_abort);
+	tcase_add_test(tp, parse_header_forms);
+	tcase_add_test(tp, parse_never_leaks_specials);
 	suite_add_tcase(s, tp);
 	return ms_check_run(s);
 }

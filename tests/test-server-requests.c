@@ -23,109 +23,9 @@
 #include "request.h"
 #include "sampler.h"
 #include "tokenizer.h"
+#include "tool-force.h"
 
-#ifndef MS_DEFAULT_MODEL
-#define MS_DEFAULT_MODEL "models/default/bf16"
-#endif
-
-static struct ms_tokenizer *tok;
-static const int32_t eos[] = {4084, 4081};
-
-#define VOCAB 4096
-#define CONTEXT 8192
-
-static struct ms_req_model model(void)
-{
-	struct ms_req_model m = {
-		.name = "kjv", .vocab = VOCAB, .max_model_len = CONTEXT, .tok = tok, .eos = eos, .n_eos = 2,
-	};
-	m.hids = (struct ms_harmony_ids){
-		ms_tokenizer_find(tok, "<|start|>"), ms_tokenizer_find(tok, "<|end|>"),
-		ms_tokenizer_find(tok, "<|message|>"), ms_tokenizer_find(tok, "<|channel|>"),
-		ms_tokenizer_find(tok, "<|constrain|>"), ms_tokenizer_find(tok, "<|return|>"),
-		ms_tokenizer_find(tok, "<|call|>")};
-	m.harmony = true;
-	return m;
-}
-
-typedef int (*parse_fn)(const struct ms_req_model *m, cJSON *req, struct ms_req_gen **out,
-			struct ms_req_error *e);
-
-/* The body as the server takes it: ms_req_body, then the endpoint's parser. */
-static int parse_with(const struct ms_req_model *m, parse_fn fn, const char *json,
-		      struct ms_req_gen **r, struct ms_req_error *e)
-{
-	cJSON *req;
-	*r = NULL;
-	int rc = ms_req_body(m, json, strlen(json), &req, e);
-	return rc ? rc : fn(m, req, r, e);
-}
-
-static struct ms_req_gen *accepted(parse_fn fn, const char *json)
-{
-	struct ms_req_model m = model();
-	struct ms_req_gen *r;
-	struct ms_req_error e = {0};
-	int rc = parse_with(&m, fn, json, &r, &e);
-	ck_assert_msg(rc == 0, "%s: refused: %d %s (param %s)", json, e.status, e.msg,
-		      e.param ? e.param : "null");
-	ck_assert_ptr_nonnull(r);
-	return r;
-}
-
-#define CMPL(json) accepted(ms_req_completion, json)
-#define CHAT(json) accepted(ms_req_chat, json)
-
-/* json refused with status and param (NULL: none), the message holding
- * every needle. */
-static void refused_by(const struct ms_req_model *m, parse_fn fn, const char *json, int status,
-		       const char *param, const char *const *needles)
-{
-	struct ms_req_gen *r;
-	struct ms_req_error e = {0};
-	int rc = parse_with(m, fn, json, &r, &e);
-	ck_assert_msg(rc < 0, "%s: accepted", json);
-	ck_assert_msg(r == NULL, "%s: refused, yet a request came out", json);
-	ck_assert_msg(e.status == status, "%s: status %d, want %d (%s)", json, e.status, status, e.msg);
-	if (param)
-		ck_assert_msg(e.param && !strcmp(e.param, param), "%s: param %s, want %s (%s)", json,
-			      e.param ? e.param : "null", param, e.msg);
-	else
-		ck_assert_msg(!e.param, "%s: param %s, want null (%s)", json, e.param, e.msg);
-	for (const char *const *n = needles; *n; n++)
-		ck_assert_msg(strstr(e.msg, *n), "%s: the message \"%s\" lacks \"%s\"", json, e.msg, *n);
-}
-
-static void refused(parse_fn fn, const char *json, int status, const char *param,
-		    const char *const *needles)
-{
-	struct ms_req_model m = model();
-	refused_by(&m, fn, json, status, param, needles);
-}
-
-#define NEEDLES(...) ((const char *const[]){__VA_ARGS__, NULL})
-#define CMPL_BAD(json, param, ...) refused(ms_req_completion, json, 400, param, NEEDLES(__VA_ARGS__))
-#define CHAT_BAD(json, param, ...) refused(ms_req_chat, json, 400, param, NEEDLES(__VA_ARGS__))
-
-/* The ids of text, encoded as a completion prompt is (special tokens as text). */
-static size_t encode(const char *text, int32_t **ids)
-{
-	size_t n;
-	struct ms_err err = {0};
-	ck_assert_int_eq(ms_tokenizer_encode(tok, text, strlen(text), false, ids, &n, &err), 0);
-	return n;
-}
-
-/* The prompt as text, special tokens spelled out. */
-static char *prompt_text(const struct ms_req_gen *r, int i)
-{
-	char *text;
-	size_t len;
-	struct ms_err err = {0};
-	ck_assert_int_eq(ms_tokenizer_decode(tok, r->prompts[i], (size_t)r->n_prompt[i], false, &text,
-					     &len, &err), 0);
-	return text;
-}
+#include "reqtest.h"
 
 static int count_id(const struct ms_req_gen *r, int32_t id)
 {
@@ -663,6 +563,132 @@ START_TEST(chat_content_and_tools)
 }
 END_TEST
 
+/* tool_choice: none renders no tools; required and a named function force
+ * a call (server/tool-force.c), which the next test drives. */
+START_TEST(chat_tool_choice)
+{
+	const char *tools = "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": "
+			    "\"get_weather\"}}, {\"type\": \"function\", \"function\": {\"name\": "
+			    "\"get_time\"}}]";
+	char b[1024];
+	snprintf(b, sizeof(b), "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], %s, "
+		 "\"tool_choice\": \"none\"}", tools);
+	struct ms_req_gen *r = CHAT(b);
+	char *text = prompt_text(r, 0);
+	ck_assert_msg(!strstr(text, "get_weather") && !r->params.constraint, "%s", text);
+	free(text);
+	ms_req_gen_free(r);
+	const char *forced[] = {"\"required\"", "\"auto\"",
+				"{\"type\": \"function\", \"function\": {\"name\": \"get_time\"}}"};
+	for (int k = 0; k < 3; k++) {
+		snprintf(b, sizeof(b), "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+			 "%s, \"tool_choice\": %s}", tools, forced[k]);
+		r = CHAT(b);
+		ck_assert_msg((r->params.constraint != NULL) == (k != 1), "%s", b);
+		ms_req_gen_free(r);
+	}
+	snprintf(b, sizeof(b), "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], %s, "
+		 "\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"nope\"}}}",
+		 tools);
+	CHAT_BAD(b, "tool_choice", "nope");
+	CHAT_BAD("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": "
+		 "\"required\"}", "tool_choice", "needs tools");
+	CHAT_BAD("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": 3}",
+		 "tool_choice", "\"auto\"");
+}
+END_TEST
+
+static uint32_t lcg(uint32_t *s)
+{
+	*s = *s * 1103515245u + 12345u;
+	return *s >> 8;
+}
+
+struct calls_seen {
+	int begins, content;
+	char name[64];
+	bool stop_call;
+};
+
+static int on_parsed(void *ctx, enum ms_harmony_event ev, const char *data, size_t len)
+{
+	struct calls_seen *c = ctx;
+	if (ev == MS_HARMONY_TOOL_CALL_BEGIN) {
+		c->begins++;
+		snprintf(c->name, sizeof(c->name), "%.*s", (int)len, data);
+	}
+	c->content += ev == MS_HARMONY_CONTENT;
+	if (ev == MS_HARMONY_STOP)
+		c->stop_call = len == 10 && !memcmp(data, "tool_calls", 10);
+	return 0;
+}
+
+/* The forced call driven as the sampler would (random logits, the mask,
+ * the largest survivor, accept), with the model pulling hard towards
+ * ending (eos and <|return|> far ahead): every run is one call of an
+ * allowed function, parsed as such, with no content before it. */
+START_TEST(tool_choice_forces_a_call)
+{
+	struct ms_req_model m = model();
+	const char *names[] = {"get_weather", "get_time", "get"};
+	int chosen[3] = {0};
+	uint32_t seed = 99u;
+	for (int run = 0; run < 300; run++) {
+		int n = run % 2 ? 3 : 1; /* required (three, one a prefix of the others) or named */
+		const char *const *nm = run % 2 ? names : &names[1 + run % 3 % 2];
+		struct ms_tool_force *f;
+		struct ms_err err = {0};
+		ck_assert_int_eq(ms_tool_force_new(tok, &m.hids, eos, 2, nm, n, &f, &err), 0);
+		struct ms_constraint c = ms_tool_force_constraint(f);
+		void *st = c.init(c.arg);
+		ms_tool_force_free(f); /* the state does not need it */
+		struct calls_seen seen = {0};
+		struct ms_harmony_parser hp;
+		ms_harmony_parser_init(&hp, &m.hids, on_parsed, &seen);
+		static float z[VOCAB];
+		int steps = 0;
+		for (; steps < 400 && hp.state != MS_HARMONY_DONE; steps++) {
+			for (int i = 0; i < VOCAB; i++)
+				z[i] = (float)(lcg(&seed) % 1000) / 100.0f;
+			z[m.hids.ret] = z[eos[0]] = z[eos[1]] = 50.0f;
+			/* short reasoning and arguments: the end tokens likely */
+			z[m.hids.end] = lcg(&seed) % 4 == 0 ? 40.0f : 0.0f;
+			z[m.hids.call] = lcg(&seed) % 4 == 0 ? 40.0f : 0.0f;
+			c.mask(st, z, VOCAB);
+			int best = 0;
+			for (int i = 1; i < VOCAB; i++)
+				best = z[i] > z[best] ? i : best;
+			ck_assert_msg(best != eos[0] && best != eos[1] && best != m.hids.ret,
+				      "run %d step %d: an end of text got through", run, steps);
+			c.accept(st, best);
+			char *text = NULL;
+			size_t len = 0;
+			bool special = best == m.hids.start || best == m.hids.end || best == m.hids.message ||
+				       best == m.hids.channel || best == m.hids.constrain || best == m.hids.call;
+			if (!special)
+				ck_assert_int_eq(ms_tokenizer_decode(tok, (const int32_t *)&best, 1, false,
+								     &text, &len, &err), 0);
+			ms_harmony_parser_push(&hp, best, text ? text : "", len);
+			free(text);
+		}
+		c.free(st);
+		ck_assert_msg(hp.state == MS_HARMONY_DONE && seen.stop_call, "run %d: no call after %d "
+			      "tokens", run, steps);
+		ck_assert_int_eq(seen.begins, 1);
+		ck_assert_int_eq(seen.content, 0);
+		ck_assert_int_eq(hp.n_malformed, 0);
+		bool ok = false;
+		for (int i = 0; i < n; i++)
+			if (!strcmp(seen.name, nm[i]))
+				ok = true, chosen[i] += n == 3;
+		ck_assert_msg(ok, "run %d: a call of \"%s\"", run, seen.name);
+	}
+	/* with a choice, the model's logits choose: every name comes up */
+	for (int i = 0; i < 3; i++)
+		ck_assert_msg(chosen[i] > 0, "\"%s\" never chosen", names[i]);
+}
+END_TEST
+
 START_TEST(chat_messages_parsed)
 {
 	cJSON *req = cJSON_Parse(
@@ -930,13 +956,8 @@ END_TEST
 
 int main(void)
 {
-	char path[4096];
-	struct ms_err err = {0};
-	snprintf(path, sizeof(path), "%s/tokenizer.json", MS_DEFAULT_MODEL);
-	if (ms_tokenizer_load(&tok, path, &err)) {
-		fprintf(stderr, "test-server-requests: %s\n", err.msg);
+	if (reqtest_load("test-server-requests"))
 		return 1;
-	}
 	Suite *s = suite_create("server-requests");
 	TCase *tb = tcase_create("body");
 	tcase_add_test(tb, body_refusals);
@@ -958,6 +979,8 @@ int main(void)
 	tcase_add_test(th, chat_fields);
 	tcase_add_test(th, chat_content_and_tools);
 	tcase_add_test(th, chat_messages_parsed);
+	tcase_add_test(th, chat_tool_choice);
+	tcase_add_test(th, tool_choice_forces_a_call);
 	tcase_add_test(th, chat_refusals);
 	suite_add_tcase(s, th);
 	TCase *tt = tcase_create("tokenize");

@@ -1,0 +1,475 @@
+/*
+ * request-responses.c: POST /v1/responses into a chat request (see
+ * request.h's ms_req_responses). The Responses items become the chat
+ * messages the harmony renderer already takes, so both endpoints render
+ * the same prompt for the same conversation:
+ *
+ *   instructions                   a developer message, first
+ *   message (role, content)        that message; content a string or its
+ *                                  input_text / output_text parts joined
+ *   reasoning (content | summary)  the reasoning of the assistant turn that
+ *                                  follows it (kept by the renderer while a
+ *                                  tool-calling sequence lasts)
+ *   function_call                  a tool call of an assistant message
+ *                                  (calls in a row: one message)
+ *   function_call_output           a tool message, named by its call_id
+ *
+ * Items of hosted tools (web_search_call, local_shell_call, ...) and item
+ * references have nothing to render and are skipped.
+ */
+#include "request.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "request-int.h"
+
+#define refuse ms_req_refuse
+#define jget ms_req_jget
+
+/* What the items build: the chat messages, and the reasoning waiting for
+ * the assistant turn it belongs to. */
+struct conv {
+	cJSON *msgs;
+	char *reasoning;           /* malloc'd */
+	cJSON *calls;              /* the open assistant message's tool_calls, or NULL */
+};
+
+static const char *str_of(const cJSON *o, const char *k)
+{
+	const cJSON *v = jget(o, k);
+	return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* Text parts joined: a string, or a list of parts whose "text" is taken
+ * (input_text, output_text, text, summary_text, reasoning_text, refusal's
+ * "refusal"). 1 with *out malloc'd, 0 when v is not that. */
+static int parts_text(const cJSON *v, char **out, const char **bad)
+{
+	*out = NULL;
+	*bad = NULL;
+	if (cJSON_IsString(v))
+		return (*out = strdup(v->valuestring)) ? 1 : -ENOMEM;
+	if (!cJSON_IsArray(v))
+		return 0;
+	size_t len = 0, cap = 1;
+	const cJSON *p;
+	cJSON_ArrayForEach(p, v) {
+		const char *t = str_of(p, "text"), *ty = str_of(p, "type");
+		if (!t && ty && !strcmp(ty, "refusal"))
+			t = str_of(p, "refusal");
+		if (!t) {
+			*bad = ty ? ty : "(no type)";
+			return 0;
+		}
+		cap += strlen(t);
+	}
+	char *s = malloc(cap);
+	if (!s)
+		return -ENOMEM;
+	cJSON_ArrayForEach(p, v) {
+		const char *t = str_of(p, "text") ? str_of(p, "text") : str_of(p, "refusal");
+		memcpy(s + len, t, strlen(t));
+		len += strlen(t);
+	}
+	s[len] = '\0';
+	*out = s;
+	return 1;
+}
+
+/* A new chat message {role, content} at the end (content may be NULL). */
+static cJSON *add_msg(struct conv *c, const char *role, const char *content)
+{
+	cJSON *m = cJSON_CreateObject();
+	cJSON_AddStringToObject(m, "role", role);
+	if (content)
+		cJSON_AddStringToObject(m, "content", content);
+	else
+		cJSON_AddNullToObject(m, "content");
+	cJSON_AddItemToArray(c->msgs, m);
+	c->calls = NULL;
+	return m;
+}
+
+/* The waiting reasoning onto assistant message m. */
+static void take_reasoning(struct conv *c, cJSON *m)
+{
+	if (c->reasoning)
+		cJSON_AddStringToObject(m, "reasoning_content", c->reasoning);
+	free(c->reasoning);
+	c->reasoning = NULL;
+}
+
+static int item_message(struct conv *c, const cJSON *it, int i, struct ms_req_error *e)
+{
+	const char *role = str_of(it, "role");
+	static const char *const roles[] = {"user", "assistant", "system", "developer", NULL};
+	int r = 0;
+	while (role && roles[r] && strcmp(roles[r], role))
+		r++;
+	if (!role || !roles[r])
+		return refuse(e, "input", jget(it, "role"), "input[%d].role must be \"user\", "
+			      "\"assistant\", \"system\" or \"developer\"", i);
+	char *text;
+	const char *bad;
+	int ok = parts_text(jget(it, "content"), &text, &bad);
+	if (ok < 0)
+		return ms_req_oom(e);
+	if (!ok && bad)
+		return refuse(e, "input", NULL, "input[%d].content: parts of type \"%s\" are not "
+			      "supported (text parts only: input_text, output_text)", i, bad);
+	if (!ok)
+		return refuse(e, "input", jget(it, "content"), "input[%d].content must be a string "
+			      "or a list of text parts", i);
+	cJSON *m = add_msg(c, role, text);
+	free(text);
+	if (!strcmp(role, "assistant"))
+		take_reasoning(c, m);
+	return 0;
+}
+
+static int item_reasoning(struct conv *c, const cJSON *it, int i, struct ms_req_error *e)
+{
+	char *text = NULL;
+	const char *bad;
+	int ok = parts_text(jget(it, "content"), &text, &bad);
+	if (ok == 1 && !*text) {
+		free(text);
+		ok = 0;
+	}
+	if (ok == 0) /* no content text: the summary's */
+		ok = parts_text(jget(it, "summary"), &text, &bad);
+	if (ok < 0)
+		return ms_req_oom(e);
+	if (!ok)
+		return refuse(e, "input", NULL, "input[%d]: a reasoning item needs \"content\" or "
+			      "\"summary\" text", i);
+	free(c->reasoning); /* two in a row: the later one */
+	c->reasoning = text;
+	return 0;
+}
+
+static int item_call(struct conv *c, const cJSON *it, int i, struct ms_req_error *e)
+{
+	const char *name = str_of(it, "name"), *id = str_of(it, "call_id");
+	const cJSON *args = jget(it, "arguments");
+	if (!name || !id)
+		return refuse(e, "input", NULL, "input[%d]: a function_call item needs \"name\" and "
+			      "\"call_id\"", i);
+	if (!c->calls) {
+		cJSON *m = add_msg(c, "assistant", NULL);
+		take_reasoning(c, m);
+		c->calls = cJSON_AddArrayToObject(m, "tool_calls");
+	}
+	cJSON *tc = cJSON_CreateObject(), *fn;
+	cJSON_AddStringToObject(tc, "id", id);
+	cJSON_AddStringToObject(tc, "type", "function");
+	fn = cJSON_AddObjectToObject(tc, "function");
+	cJSON_AddStringToObject(fn, "name", name);
+	if (args)
+		cJSON_AddItemToObject(fn, "arguments", cJSON_Duplicate(args, true));
+	cJSON_AddItemToArray(c->calls, tc);
+	return 0;
+}
+
+static int item_output(struct conv *c, const cJSON *it, int i, struct ms_req_error *e)
+{
+	const char *id = str_of(it, "call_id");
+	char *text;
+	const char *bad;
+	int ok = parts_text(jget(it, "output"), &text, &bad);
+	if (ok < 0)
+		return ms_req_oom(e);
+	if (!id || !ok)
+		return refuse(e, "input", NULL, "input[%d]: a function_call_output item needs "
+			      "\"call_id\" and \"output\" (a string or text parts)", i);
+	cJSON *m = add_msg(c, "tool", text);
+	free(text);
+	cJSON_AddStringToObject(m, "tool_call_id", id);
+	return 0;
+}
+
+/* One item; i its index in the conversation. */
+static int item_of(struct conv *c, const cJSON *it, int i, struct ms_req_error *e)
+{
+	if (!cJSON_IsObject(it))
+		return refuse(e, "input", it, "input[%d] must be an object", i);
+	const char *type = str_of(it, "type");
+	if (!type || !strcmp(type, "message"))
+		return item_message(c, it, i, e);
+	if (!strcmp(type, "reasoning"))
+		return item_reasoning(c, it, i, e);
+	if (!strcmp(type, "function_call"))
+		return item_call(c, it, i, e);
+	if (!strcmp(type, "function_call_output"))
+		return item_output(c, it, i, e);
+	return 0; /* hosted tools' calls and outputs, item references: nothing to render */
+}
+
+/* The conversation's items: prev's, then "input" (a string is one user
+ * message), into r->items. */
+static int items_field(const cJSON *req, const cJSON *prev, struct ms_req_gen *r,
+		       struct ms_req_error *e)
+{
+	const cJSON *in = jget(req, "input");
+	if (!in || (!cJSON_IsString(in) && !cJSON_IsArray(in)))
+		return refuse(e, "input", in, "\"input\" must be a string or a list of items");
+	r->items = prev ? cJSON_Duplicate(prev, true) : cJSON_CreateArray();
+	if (!r->items)
+		return ms_req_oom(e);
+	if (cJSON_IsArray(in)) {
+		const cJSON *it;
+		cJSON_ArrayForEach(it, in)
+			cJSON_AddItemToArray(r->items, cJSON_Duplicate(it, true));
+		return 0;
+	}
+	cJSON *m = cJSON_CreateObject(), *parts, *p;
+	cJSON_AddStringToObject(m, "type", "message");
+	cJSON_AddStringToObject(m, "role", "user");
+	parts = cJSON_AddArrayToObject(m, "content");
+	cJSON_AddItemToArray(parts, p = cJSON_CreateObject());
+	cJSON_AddStringToObject(p, "type", "input_text");
+	cJSON_AddStringToObject(p, "text", in->valuestring);
+	cJSON_AddItemToArray(r->items, m);
+	return 0;
+}
+
+static int messages_of(const cJSON *req, struct ms_req_gen *r, cJSON *body, struct ms_req_error *e)
+{
+	struct conv c = {.msgs = cJSON_AddArrayToObject(body, "messages")};
+	const cJSON *ins = jget(req, "instructions");
+	if (ins && !cJSON_IsString(ins))
+		return refuse(e, "instructions", ins, "\"instructions\" must be a string");
+	if (ins)
+		add_msg(&c, "developer", ins->valuestring);
+	int i = 0, rc = 0;
+	const cJSON *it;
+	cJSON_ArrayForEach(it, r->items) {
+		if ((rc = item_of(&c, it, i++, e)))
+			break;
+	}
+	free(c.reasoning); /* none followed it */
+	if (!rc && !cJSON_GetArraySize(c.msgs))
+		return refuse(e, "input", NULL, "\"input\" holds no message (and there are no "
+			      "\"instructions\")");
+	return rc;
+}
+
+/* ---- tools, tool_choice ---- */
+
+/* A function tool (flat, or chat's nested form) as chat's; 0 when the tool
+ * is another kind (ignored). */
+static int tool_of(const cJSON *t, int i, cJSON *out, struct ms_req_gen *r, struct ms_req_error *e)
+{
+	const char *type = str_of(t, "type");
+	if (!cJSON_IsObject(t) || !type)
+		return refuse(e, "tools", t, "tools[%d] needs a \"type\"", i);
+	if (strcmp(type, "function")) {
+		if (!r->ignored_tool)
+			r->ignored_tool = type;
+		return 0;
+	}
+	const cJSON *fn = jget(t, "function") ? jget(t, "function") : t;
+	const cJSON *name = jget(fn, "name");
+	if (!cJSON_IsString(name) || !name->valuestring[0])
+		return refuse(e, "tools", name, "tools[%d].name is required", i);
+	cJSON *o = cJSON_CreateObject(), *f;
+	cJSON_AddStringToObject(o, "type", "function");
+	f = cJSON_AddObjectToObject(o, "function");
+	cJSON_AddStringToObject(f, "name", name->valuestring);
+	const char *keys[] = {"description", "parameters"};
+	for (int k = 0; k < 2; k++)
+		if (jget(fn, keys[k]))
+			cJSON_AddItemToObject(f, keys[k], cJSON_Duplicate(jget(fn, keys[k]), true));
+	cJSON_AddItemToArray(out, o);
+	return 1;
+}
+
+/* Whether the tools name `name`. */
+static bool has_tool(const cJSON *tools, const char *name)
+{
+	const cJSON *t;
+	cJSON_ArrayForEach(t, tools) {
+		const cJSON *f = jget(t, "function");
+		if (!strcmp(str_of(f, "name"), name))
+			return true;
+	}
+	return false;
+}
+
+static int tool_choice_check(const cJSON *req, const cJSON *tools, bool *none,
+			     struct ms_req_error *e)
+{
+	const cJSON *tc = jget(req, "tool_choice");
+	*none = false;
+	if (!tc)
+		return 0;
+	if (cJSON_IsString(tc)) {
+		if (!strcmp(tc->valuestring, "none"))
+			*none = true;
+		else if (strcmp(tc->valuestring, "auto") && strcmp(tc->valuestring, "required"))
+			return refuse(e, "tool_choice", tc, "\"tool_choice\" must be \"auto\", "
+				      "\"none\", \"required\" or {\"type\": \"function\", \"name\": ...}");
+		return 0;
+	}
+	const char *type = str_of(tc, "type"), *name = str_of(tc, "name");
+	if (!name && jget(tc, "function"))
+		name = str_of(jget(tc, "function"), "name");
+	if (type && !strcmp(type, "allowed_tools"))
+		return 0;
+	if (!type || strcmp(type, "function") || !name)
+		return refuse(e, "tool_choice", tc, "\"tool_choice\" must be \"auto\", \"none\", "
+			      "\"required\" or {\"type\": \"function\", \"name\": ...}");
+	if (!has_tool(tools, name))
+		return refuse(e, "tool_choice", NULL, "tool_choice names the function \"%s\", which "
+			      "is not among the function tools", name);
+	return 0;
+}
+
+/* A tool_choice that forces a call, in chat's form for its parser. */
+static int chat_tool_choice(const cJSON *req, cJSON *body)
+{
+	const cJSON *tc = jget(req, "tool_choice");
+	const char *name = tc ? str_of(tc, "name") : NULL;
+	if (!name && tc && jget(tc, "function"))
+		name = str_of(jget(tc, "function"), "name");
+	if (cJSON_IsString(tc) && !strcmp(tc->valuestring, "required")) {
+		cJSON_AddStringToObject(body, "tool_choice", "required");
+	} else if (name && !strcmp(str_of(tc, "type") ? str_of(tc, "type") : "", "function")) {
+		cJSON *c = cJSON_AddObjectToObject(body, "tool_choice");
+		cJSON_AddStringToObject(c, "type", "function");
+		cJSON_AddStringToObject(cJSON_AddObjectToObject(c, "function"), "name", name);
+	}
+	return 0;
+}
+
+static int tools_of(const cJSON *req, struct ms_req_gen *r, cJSON *body, struct ms_req_error *e)
+{
+	const cJSON *tools = jget(req, "tools"), *t;
+	if (tools && !cJSON_IsArray(tools))
+		return refuse(e, "tools", tools, "\"tools\" must be a list");
+	cJSON *out = cJSON_CreateArray();
+	int i = 0, rc = 0;
+	cJSON_ArrayForEach(t, tools) {
+		if ((rc = tool_of(t, i++, out, r, e)) < 0)
+			break;
+	}
+	bool none = false;
+	if (rc >= 0 && (rc = tool_choice_check(req, out, &none, e)) >= 0 && !none &&
+	    cJSON_GetArraySize(out)) {
+		cJSON_AddItemToObject(body, "tools", out);
+		return chat_tool_choice(req, body);
+	}
+	cJSON_Delete(out);
+	return rc < 0 ? rc : 0;
+}
+
+/* ---- the other fields ---- */
+
+static int reasoning_of(const cJSON *req, cJSON *body, struct ms_req_error *e)
+{
+	const cJSON *rs = jget(req, "reasoning");
+	if (!rs)
+		return 0;
+	if (!cJSON_IsObject(rs))
+		return refuse(e, "reasoning", rs, "\"reasoning\" must be an object");
+	const cJSON *ef = jget(rs, "effort");
+	if (!ef)
+		return 0;
+	/* harmony has three levels: "minimal" and "none" are its lowest */
+	static const char *const from[] = {"minimal", "none", "low", "medium", "high"};
+	static const char *const to[] = {"low", "low", "low", "medium", "high"};
+	for (int k = 0; cJSON_IsString(ef) && k < 5; k++)
+		if (!strcmp(ef->valuestring, from[k])) {
+			cJSON_AddStringToObject(body, "reasoning_effort", to[k]);
+			return 0;
+		}
+	return refuse(e, "reasoning.effort", ef, "\"reasoning.effort\" must be \"minimal\", \"low\", "
+		      "\"medium\" or \"high\"");
+}
+
+static int text_format_of(const cJSON *req, struct ms_req_error *e)
+{
+	const cJSON *tx = jget(req, "text"), *fmt = tx ? jget(tx, "format") : NULL;
+	if (tx && !cJSON_IsObject(tx))
+		return refuse(e, "text", tx, "\"text\" must be an object");
+	if (!fmt)
+		return 0;
+	const char *type = str_of(fmt, "type");
+	if (type && !strcmp(type, "text"))
+		return 0;
+	return refuse(e, "text.format", jget(fmt, "type"), "\"text.format\": only {\"type\": "
+		      "\"text\"} is served (structured output is not available yet)");
+}
+
+/* Sampling and length: the chat fields of the same meaning. */
+static int params_of(const cJSON *req, struct ms_req_gen *r, cJSON *body, struct ms_req_error *e)
+{
+	static const char *const from[] = {"max_output_tokens", "temperature", "top_p", "stream"};
+	static const char *const to[] = {"max_tokens", "temperature", "top_p", "stream"};
+	for (int k = 0; k < 4; k++)
+		if (jget(req, from[k]))
+			cJSON_AddItemToObject(body, to[k], cJSON_Duplicate(jget(req, from[k]), true));
+	const cJSON *st = jget(req, "store"), *prev = jget(req, "previous_response_id");
+	if (st && !cJSON_IsBool(st))
+		return refuse(e, "store", st, "\"store\" must be true or false");
+	if (prev && !cJSON_IsString(prev))
+		return refuse(e, "previous_response_id", prev, "\"previous_response_id\" must be a "
+			      "string");
+	r->store = !st || cJSON_IsTrue(st);
+	const cJSON *mo = jget(req, "max_output_tokens");
+	if (mo && (!cJSON_IsNumber(mo) || mo->valuedouble < 1))
+		return refuse(e, "max_output_tokens", mo, "\"max_output_tokens\" must be an integer "
+			      ">= 1");
+	return 0;
+}
+
+/* The chat parser's refusal, named by the Responses field. */
+static void rename_param(struct ms_req_error *e)
+{
+	static const char *const from[] = {"messages", "max_tokens", "reasoning_effort"};
+	static const char *const to[] = {"input", "max_output_tokens", "reasoning.effort"};
+	for (int k = 0; e->param && k < 3; k++)
+		if (!strcmp(e->param, from[k])) {
+			e->param = to[k];
+			break;
+		}
+}
+
+int ms_req_responses(const struct ms_req_model *m, cJSON *req, const cJSON *prev,
+		     struct ms_req_gen **out, struct ms_req_error *e)
+{
+	*out = NULL;
+	struct ms_req_gen tmp = {0};
+	cJSON *body = cJSON_CreateObject();
+	int rc = body ? 0 : ms_req_oom(e);
+	if (!rc)
+		rc = params_of(req, &tmp, body, e);
+	if (!rc)
+		rc = items_field(req, prev, &tmp, e);
+	if (!rc)
+		rc = messages_of(req, &tmp, body, e);
+	if (!rc)
+		rc = tools_of(req, &tmp, body, e);
+	if (!rc)
+		rc = reasoning_of(req, body, e);
+	if (!rc)
+		rc = text_format_of(req, e);
+	if (!rc && (rc = ms_req_chat(m, body, out, e)))
+		rename_param(e);
+	else if (rc)
+		cJSON_Delete(body);
+	if (rc) {
+		cJSON_Delete(tmp.items);
+		cJSON_Delete(req);
+		return rc;
+	}
+	struct ms_req_gen *r = *out;
+	r->responses = true;
+	r->store = tmp.store;
+	r->items = tmp.items;
+	r->rsp = req;
+	r->ignored_tool = tmp.ignored_tool; /* points into req, now r's */
+	return 0;
+}

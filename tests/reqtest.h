@@ -1,0 +1,127 @@
+/*
+ * reqtest.h: what the request parsers' tests share (test-server-requests.c,
+ * test-server-responses.c): the model they parse for (the default model's
+ * tokenizer, harmony tokens included), parsing a body as the server does,
+ * and the checks of an accepted and a refused body. Include once, in the
+ * test's one source file, after its own includes.
+ */
+#ifndef MS_TEST_REQTEST_H
+#define MS_TEST_REQTEST_H
+
+#ifndef MS_DEFAULT_MODEL
+#define MS_DEFAULT_MODEL "models/default/bf16"
+#endif
+
+static struct ms_tokenizer *tok;
+static const int32_t eos[] = {4084, 4081};
+
+#define VOCAB 4096
+#define CONTEXT 8192
+
+static inline struct ms_req_model model(void)
+{
+	struct ms_req_model m = {
+		.name = "kjv", .vocab = VOCAB, .max_model_len = CONTEXT, .tok = tok, .eos = eos, .n_eos = 2,
+	};
+	m.hids = (struct ms_harmony_ids){
+		ms_tokenizer_find(tok, "<|start|>"), ms_tokenizer_find(tok, "<|end|>"),
+		ms_tokenizer_find(tok, "<|message|>"), ms_tokenizer_find(tok, "<|channel|>"),
+		ms_tokenizer_find(tok, "<|constrain|>"), ms_tokenizer_find(tok, "<|return|>"),
+		ms_tokenizer_find(tok, "<|call|>")};
+	m.harmony = true;
+	return m;
+}
+
+typedef int (*parse_fn)(const struct ms_req_model *m, cJSON *req, struct ms_req_gen **out,
+			struct ms_req_error *e);
+
+/* The body as the server takes it: ms_req_body, then the endpoint's parser. */
+static inline int parse_with(const struct ms_req_model *m, parse_fn fn, const char *json,
+		      struct ms_req_gen **r, struct ms_req_error *e)
+{
+	cJSON *req;
+	*r = NULL;
+	int rc = ms_req_body(m, json, strlen(json), &req, e);
+	return rc ? rc : fn(m, req, r, e);
+}
+
+static inline struct ms_req_gen *accepted(parse_fn fn, const char *json)
+{
+	struct ms_req_model m = model();
+	struct ms_req_gen *r;
+	struct ms_req_error e = {0};
+	int rc = parse_with(&m, fn, json, &r, &e);
+	ck_assert_msg(rc == 0, "%s: refused: %d %s (param %s)", json, e.status, e.msg,
+		      e.param ? e.param : "null");
+	ck_assert_ptr_nonnull(r);
+	return r;
+}
+
+#define CMPL(json) accepted(ms_req_completion, json)
+#define CHAT(json) accepted(ms_req_chat, json)
+
+/* json refused with status and param (NULL: none), the message holding
+ * every needle. */
+static inline void refused_by(const struct ms_req_model *m, parse_fn fn, const char *json, int status,
+		       const char *param, const char *const *needles)
+{
+	struct ms_req_gen *r;
+	struct ms_req_error e = {0};
+	int rc = parse_with(m, fn, json, &r, &e);
+	ck_assert_msg(rc < 0, "%s: accepted", json);
+	ck_assert_msg(r == NULL, "%s: refused, yet a request came out", json);
+	ck_assert_msg(e.status == status, "%s: status %d, want %d (%s)", json, e.status, status, e.msg);
+	if (param)
+		ck_assert_msg(e.param && !strcmp(e.param, param), "%s: param %s, want %s (%s)", json,
+			      e.param ? e.param : "null", param, e.msg);
+	else
+		ck_assert_msg(!e.param, "%s: param %s, want null (%s)", json, e.param, e.msg);
+	for (const char *const *n = needles; *n; n++)
+		ck_assert_msg(strstr(e.msg, *n), "%s: the message \"%s\" lacks \"%s\"", json, e.msg, *n);
+}
+
+static inline void refused(parse_fn fn, const char *json, int status, const char *param,
+		    const char *const *needles)
+{
+	struct ms_req_model m = model();
+	refused_by(&m, fn, json, status, param, needles);
+}
+
+#define NEEDLES(...) ((const char *const[]){__VA_ARGS__, NULL})
+#define CMPL_BAD(json, param, ...) refused(ms_req_completion, json, 400, param, NEEDLES(__VA_ARGS__))
+#define CHAT_BAD(json, param, ...) refused(ms_req_chat, json, 400, param, NEEDLES(__VA_ARGS__))
+
+/* The ids of text, encoded as a completion prompt is (special tokens as text). */
+static inline size_t encode(const char *text, int32_t **ids)
+{
+	size_t n;
+	struct ms_err err = {0};
+	ck_assert_int_eq(ms_tokenizer_encode(tok, text, strlen(text), false, ids, &n, &err), 0);
+	return n;
+}
+
+/* The prompt as text, special tokens spelled out. */
+static inline char *prompt_text(const struct ms_req_gen *r, int i)
+{
+	char *text;
+	size_t len;
+	struct ms_err err = {0};
+	ck_assert_int_eq(ms_tokenizer_decode(tok, r->prompts[i], (size_t)r->n_prompt[i], false, &text,
+					     &len, &err), 0);
+	return text;
+}
+
+/* The default model's tokenizer into tok; 1 (said on stderr) when it
+ * cannot be read. */
+static inline int reqtest_load(const char *who)
+{
+	char path[4096];
+	struct ms_err err = {0};
+	snprintf(path, sizeof(path), "%s/tokenizer.json", MS_DEFAULT_MODEL);
+	if (!ms_tokenizer_load(&tok, path, &err))
+		return 0;
+	fprintf(stderr, "%s: %s\n", who, err.msg);
+	return 1;
+}
+
+#endif

@@ -1,0 +1,514 @@
+/*
+ * test-server-responses.c: POST /v1/responses without a daemon.
+ *
+ * The request (server/request-responses.c): every kind of input item, the
+ * instructions, flat and nested function tools, tool_choice none, a
+ * stored conversation and reasoning effort render exactly the prompt the
+ * equivalent chat request renders (the same ids); hosted tools are
+ * ignored and named; the fields Codex sends are accepted; every refusal
+ * names the Responses field.
+ *
+ * The answer (server/responses.c): scripted harmony output (reasoning,
+ * a function call, a final answer, a cut-off one) fed token by token as
+ * the engine's events: the output items in the order generated, their
+ * status, the usage's reasoning tokens; streamed, every event's "event:"
+ * line equal to its type, sequence numbers from 0 without a gap, each
+ * item's lifecycle in order, the deltas adding up to the final items and
+ * the final event's response equal to the non-streamed one. The store:
+ * what it keeps, least recently used evicted, deleted.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check-run.h"
+#include "http.h"
+#include "json.h"
+#include "request.h"
+#include "responses.h"
+#include "tokenizer.h"
+
+#include "reqtest.h"
+
+static int rsp_parse(const struct ms_req_model *m, cJSON *req, struct ms_req_gen **out,
+		     struct ms_req_error *e)
+{
+	return ms_req_responses(m, req, NULL, out, e);
+}
+
+#define RSP(json) accepted(rsp_parse, json)
+#define RSP_BAD(json, param, ...) refused(rsp_parse, json, 400, param, NEEDLES(__VA_ARGS__))
+
+static void same_prompt(struct ms_req_gen *a, struct ms_req_gen *b, const char *what)
+{
+	char *ta = prompt_text(a, 0), *tb = prompt_text(b, 0);
+	ck_assert_msg(a->n_prompt[0] == b->n_prompt[0] &&
+		      !memcmp(a->prompts[0], b->prompts[0], (size_t)a->n_prompt[0] * 4),
+		      "%s: responses renders\n%s\nchat renders\n%s", what, ta, tb);
+	free(ta), free(tb);
+	ms_req_gen_free(a);
+	ms_req_gen_free(b);
+}
+
+/* ==== the request ==== */
+
+START_TEST(renders_as_chat)
+{
+	same_prompt(RSP("{\"input\": \"Hello\"}"),
+		    CHAT("{\"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}]}"), "string");
+	same_prompt(RSP("{\"instructions\": \"Be brief.\", \"reasoning\": {\"effort\": \"high\"},"
+			"\"input\": [{\"role\": \"user\", \"content\": [{\"type\": \"input_text\","
+			"\"text\": \"Weather \"}, {\"type\": \"input_text\", \"text\": \"in Paris?\"}]}]}"),
+		    CHAT("{\"reasoning_effort\": \"high\", \"messages\": [{\"role\": \"developer\","
+			 "\"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": \"Weather in "
+			 "Paris?\"}]}"), "instructions, parts, effort");
+	/* a tool-calling turn sent back: reasoning, two calls in a row, their outputs */
+	const char *tools_flat = "\"tools\": [{\"type\": \"function\", \"name\": \"get_weather\","
+				 "\"description\": \"Current weather\", \"parameters\": {\"type\": "
+				 "\"object\", \"properties\": {\"city\": {\"type\": \"string\"}}},"
+				 "\"strict\": true}, {\"type\": \"web_search\"}]";
+	const char *tools_chat = "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": "
+				 "\"get_weather\", \"description\": \"Current weather\", \"parameters\": "
+				 "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": "
+				 "\"string\"}}}}}]";
+	char rb[4096], cb[4096];
+	snprintf(rb, sizeof(rb), "{%s, \"input\": [{\"type\": \"message\", \"role\": \"user\", "
+		 "\"content\": \"Paris and Rome?\"}, {\"type\": \"reasoning\", \"summary\": [], "
+		 "\"content\": [{\"type\": \"reasoning_text\", \"text\": \"Two cities.\"}]}, "
+		 "{\"type\": \"function_call\", \"call_id\": \"c1\", \"name\": \"get_weather\", "
+		 "\"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}, {\"type\": \"function_call\", "
+		 "\"call_id\": \"c2\", \"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": "
+		 "\\\"Rome\\\"}\"}, {\"type\": \"function_call_output\", \"call_id\": \"c1\", "
+		 "\"output\": \"21 C\"}, {\"type\": \"function_call_output\", \"call_id\": \"c2\", "
+		 "\"output\": [{\"type\": \"input_text\", \"text\": \"25 C\"}]}, "
+		 "{\"type\": \"web_search_call\", \"id\": \"ws_1\", \"status\": \"completed\"}]}",
+		 tools_flat);
+	snprintf(cb, sizeof(cb), "{%s, \"messages\": [{\"role\": \"user\", \"content\": \"Paris and "
+		 "Rome?\"}, {\"role\": \"assistant\", \"content\": null, \"reasoning_content\": "
+		 "\"Two cities.\", \"tool_calls\": [{\"id\": \"c1\", \"type\": \"function\", "
+		 "\"function\": {\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": "
+		 "\\\"Paris\\\"}\"}}, {\"id\": \"c2\", \"type\": \"function\", \"function\": {\"name\": "
+		 "\"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Rome\\\"}\"}}]}, {\"role\": "
+		 "\"tool\", \"tool_call_id\": \"c1\", \"content\": \"21 C\"}, {\"role\": \"tool\", "
+		 "\"tool_call_id\": \"c2\", \"content\": \"25 C\"}]}", tools_chat);
+	struct ms_req_gen *r = RSP(rb);
+	ck_assert_str_eq(r->ignored_tool, "web_search");
+	char *txt = prompt_text(r, 0);
+	ck_assert_msg(strstr(txt, "Two cities."), "the tool-calling turn's reasoning is kept: %s", txt);
+	free(txt);
+	same_prompt(r, CHAT(cb), "a tool-calling turn");
+	/* tool_choice none: no tools rendered */
+	snprintf(rb, sizeof(rb), "{%s, \"tool_choice\": \"none\", \"input\": \"Hi\"}", tools_flat);
+	same_prompt(RSP(rb), CHAT("{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}"),
+		    "tool_choice none");
+	/* nested tools as chat's, tool_choice named */
+	snprintf(rb, sizeof(rb), "{%s, \"tool_choice\": {\"type\": \"function\", \"name\": "
+		 "\"get_weather\"}, \"input\": \"Hi\"}", tools_chat);
+	snprintf(cb, sizeof(cb), "{%s, \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}",
+		 tools_chat);
+	same_prompt(RSP(rb), CHAT(cb), "nested tools");
+}
+END_TEST
+
+/* previous_response_id's stored items come before this turn's input. */
+START_TEST(continues_a_conversation)
+{
+	struct ms_req_model m = model();
+	cJSON *prev = cJSON_Parse("[{\"type\": \"message\", \"role\": \"user\", \"content\": "
+				  "[{\"type\": \"input_text\", \"text\": \"Hi\"}]}, {\"id\": \"rs_1\", "
+				  "\"type\": \"reasoning\", \"summary\": [], \"content\": [{\"type\": "
+				  "\"reasoning_text\", \"text\": \"Greet back.\"}]}, {\"id\": \"msg_1\", "
+				  "\"type\": \"message\", \"role\": \"assistant\", \"status\": "
+				  "\"completed\", \"content\": [{\"type\": \"output_text\", \"text\": "
+				  "\"Hello!\", \"annotations\": []}]}]");
+	const char *body = "{\"input\": \"And now?\", \"previous_response_id\": \"resp_1\"}";
+	cJSON *req;
+	struct ms_req_gen *r;
+	struct ms_req_error e = {0};
+	ck_assert_int_eq(ms_req_body(&m, body, strlen(body), &req, &e), 0);
+	ck_assert_msg(ms_req_responses(&m, req, prev, &r, &e) == 0, "%s", e.msg);
+	ck_assert_int_eq(cJSON_GetArraySize(r->items), 4);
+	/* after a final answer the reasoning is dropped, as the template does */
+	same_prompt(r, CHAT("{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": "
+			    "\"assistant\", \"content\": \"Hello!\", \"reasoning_content\": \"Greet "
+			    "back.\"}, {\"role\": \"user\", \"content\": \"And now?\"}]}"), "continued");
+	cJSON_Delete(prev);
+}
+END_TEST
+
+START_TEST(fields)
+{
+	struct ms_req_gen *r = RSP("{\"model\": \"kjv\", \"input\": \"x\", \"max_output_tokens\": 77, "
+				   "\"temperature\": 0.5, \"top_p\": 0.9, \"stream\": true, \"store\": "
+				   "false, \"include\": [\"reasoning.encrypted_content\"], "
+				   "\"prompt_cache_key\": \"k\", \"service_tier\": \"auto\", "
+				   "\"truncation\": \"disabled\", \"client_metadata\": {\"a\": 1}, "
+				   "\"metadata\": {\"b\": \"c\"}, \"user\": \"u\", "
+				   "\"parallel_tool_calls\": false, \"text\": {\"format\": {\"type\": "
+				   "\"text\"}}, \"reasoning\": {\"effort\": \"minimal\", \"summary\": "
+				   "\"auto\"}}");
+	ck_assert(r->responses && r->chat && r->stream && !r->store);
+	ck_assert_int_eq(r->params.max_tokens, 77);
+	ck_assert_float_eq(r->params.sampling.temperature, 0.5f);
+	ck_assert_float_eq(r->params.sampling.top_p, 0.9f);
+	char *txt = prompt_text(r, 0);
+	ck_assert_msg(strstr(txt, "Reasoning: low"), "minimal effort is harmony's low: %s", txt);
+	free(txt);
+	ms_req_gen_free(r);
+	r = RSP("{\"input\": [], \"instructions\": \"Be brief.\"}");
+	ck_assert(r->store && !r->stream);
+	ck_assert_int_eq(r->params.max_tokens, CONTEXT - r->n_prompt[0]);
+	ms_req_gen_free(r);
+}
+END_TEST
+
+START_TEST(refusals)
+{
+	RSP_BAD("{}", "input", "\"input\"");
+	RSP_BAD("{\"input\": 3}", "input", "\"input\" must be");
+	RSP_BAD("{\"input\": []}", "input", "no message");
+	RSP_BAD("{\"input\": [{\"role\": \"robot\", \"content\": \"x\"}]}", "input", "input[0].role");
+	RSP_BAD("{\"input\": [{\"role\": \"user\", \"content\": [{\"type\": \"input_image\", "
+		"\"image_url\": \"x\"}]}]}", "input", "input_image");
+	RSP_BAD("{\"input\": [{\"type\": \"function_call\", \"name\": \"f\"}]}", "input", "call_id");
+	RSP_BAD("{\"input\": [{\"type\": \"function_call_output\", \"output\": \"x\"}]}", "input",
+		"call_id");
+	RSP_BAD("{\"input\": [{\"type\": \"reasoning\"}]}", "input", "reasoning");
+	RSP_BAD("{\"input\": \"x\", \"instructions\": 4}", "instructions", "string");
+	RSP_BAD("{\"input\": \"x\", \"tools\": {}}", "tools", "list");
+	RSP_BAD("{\"input\": \"x\", \"tools\": [{\"type\": \"function\"}]}", "tools", "tools[0].name");
+	RSP_BAD("{\"input\": \"x\", \"tool_choice\": \"always\"}", "tool_choice", "\"auto\"");
+	RSP_BAD("{\"input\": \"x\", \"tool_choice\": {\"type\": \"function\", \"name\": \"nope\"}}",
+		"tool_choice", "\"nope\"");
+	RSP_BAD("{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"json_schema\"}}}",
+		"text.format", "json_schema");
+	RSP_BAD("{\"input\": \"x\", \"reasoning\": {\"effort\": \"extreme\"}}", "reasoning.effort",
+		"extreme");
+	RSP_BAD("{\"input\": \"x\", \"max_output_tokens\": 0}", "max_output_tokens", ">= 1");
+	RSP_BAD("{\"input\": \"x\", \"store\": \"yes\"}", "store", "true or false");
+	RSP_BAD("{\"input\": \"x\", \"previous_response_id\": 5}", "previous_response_id", "string");
+	RSP_BAD("{\"input\": \"x\", \"temperature\": -1}", "temperature", "temperature");
+}
+END_TEST
+
+/* ==== the answer ==== */
+
+static struct ms_server srv;
+
+/* A job as bridge.c makes one, for the parsed request body. */
+static struct ms_job *job_for(const char *body)
+{
+	struct ms_job *jb = calloc(1, sizeof(*jb));
+	jb->s = &srv;
+	jb->rq = RSP(body);
+	jb->n = 1;
+	jb->ch = calloc(1, sizeof(*jb->ch));
+	jb->created = 1700000000;
+	snprintf(jb->id, sizeof(jb->id), "resp_%d", (int)atomic_fetch_add(&srv.counter, 1));
+	ms_harmony_parser_init(&jb->ch[0].hp, &srv.hids, NULL, NULL);
+	return jb;
+}
+
+static void job_free(struct ms_job *jb)
+{
+	ms_rsp_free(jb->rsp);
+	ms_req_gen_free(jb->rq);
+	ms_strbuf_free(&jb->out);
+	free(jb->ch);
+	free(jb);
+}
+
+/* The model's output, harmony text with special tokens spelled out, as
+ * token events (special tokens without text, as the engine sends them),
+ * then the finish. */
+static void feed(struct ms_job *jb, const char *script, enum ms_finish fin)
+{
+	int32_t *ids;
+	size_t n;
+	struct ms_err err = {0};
+	ck_assert_int_eq(ms_tokenizer_encode(tok, script, strlen(script), true, &ids, &n, &err), 0);
+	for (size_t i = 0; i < n; i++) {
+		char *text = NULL;
+		size_t len = 0;
+		bool special = ids[i] == srv.hids.start || ids[i] == srv.hids.end ||
+			       ids[i] == srv.hids.message || ids[i] == srv.hids.channel ||
+			       ids[i] == srv.hids.constrain || ids[i] == srv.hids.ret ||
+			       ids[i] == srv.hids.call;
+		if (!special)
+			ck_assert_int_eq(ms_tokenizer_decode(tok, &ids[i], 1, false, &text, &len, &err), 0);
+		struct ms_ev e = {.kind = MS_EV_TOKEN, .token = ids[i], .text = text, .len = len};
+		ms_rsp_event(jb, &e);
+		free(text);
+	}
+	struct ms_ev f = {.kind = MS_EV_FINISH, .finish = fin, .prompt_tokens = 50,
+			  .cached_tokens = 10, .completion_tokens = (int64_t)n};
+	ms_rsp_event(jb, &f);
+	free(ids);
+}
+
+static size_t n_tokens(const char *text)
+{
+	int32_t *ids;
+	size_t n = encode(text, &ids);
+	free(ids);
+	return n;
+}
+
+static const cJSON *get(const cJSON *o, const char *k)
+{
+	return cJSON_GetObjectItemCaseSensitive(o, k);
+}
+
+static const char *sget(const cJSON *o, const char *k)
+{
+	const cJSON *v = get(o, k);
+	ck_assert_msg(cJSON_IsString(v), "no string \"%s\"", k);
+	return v->valuestring;
+}
+
+static double nget(const cJSON *o, const char *k)
+{
+	const cJSON *v = get(o, k);
+	ck_assert_msg(cJSON_IsNumber(v), "no number \"%s\"", k);
+	return v->valuedouble;
+}
+
+/* Item i's text: a message's or reasoning's content[0].text, a call's
+ * arguments. */
+static const char *item_text(const cJSON *out, int i)
+{
+	const cJSON *it = cJSON_GetArrayItem(out, i);
+	if (!strcmp(sget(it, "type"), "function_call"))
+		return sget(it, "arguments");
+	return sget(cJSON_GetArrayItem(get(it, "content"), 0), "text");
+}
+
+static const char *SCRIPT_CALL =
+	"<|channel|>analysis<|message|>The user wants weather. Call it.<|end|><|start|>assistant"
+	"<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+	"{\"city\": \"Paris\"}<|call|>";
+static const char *SCRIPT_FINAL =
+	"<|channel|>analysis<|message|>Say hello.<|end|><|start|>assistant<|channel|>final"
+	"<|message|>Hello, world!<|return|>";
+static const char *TOOLS = "\"tools\": [{\"type\": \"function\", \"name\": \"get_weather\", "
+			   "\"parameters\": {\"type\": \"object\"}}]";
+
+START_TEST(items_in_order)
+{
+	char body[512];
+	snprintf(body, sizeof(body), "{\"input\": \"Weather?\", \"instructions\": \"x\", %s}", TOOLS);
+	struct ms_job *jb = job_for(body);
+	feed(jb, SCRIPT_CALL, MS_FINISH_STOP);
+	cJSON *r = ms_rsp_final(jb);
+	ck_assert_str_eq(sget(r, "object"), "response");
+	ck_assert_str_eq(sget(r, "status"), "completed");
+	ck_assert_str_eq(sget(r, "instructions"), "x");
+	ck_assert_str_eq(sget(cJSON_GetArrayItem(get(r, "tools"), 0), "name"), "get_weather");
+	const cJSON *out = get(r, "output");
+	ck_assert_int_eq(cJSON_GetArraySize(out), 2);
+	const cJSON *rs = cJSON_GetArrayItem(out, 0), *fc = cJSON_GetArrayItem(out, 1);
+	ck_assert_str_eq(sget(rs, "type"), "reasoning");
+	ck_assert(!strncmp(sget(rs, "id"), "rs_", 3));
+	ck_assert_str_eq(item_text(out, 0), "The user wants weather. Call it.");
+	ck_assert_str_eq(sget(fc, "type"), "function_call");
+	ck_assert_str_eq(sget(fc, "name"), "get_weather");
+	ck_assert(!strncmp(sget(fc, "call_id"), "call_", 5) && !strncmp(sget(fc, "id"), "fc_", 3));
+	ck_assert_str_eq(sget(fc, "arguments"), "{\"city\": \"Paris\"}");
+	ck_assert_str_eq(sget(fc, "status"), "completed");
+	const cJSON *u = get(r, "usage");
+	ck_assert_int_eq((int)nget(u, "input_tokens"), 50);
+	ck_assert_int_eq((int)nget(get(u, "input_tokens_details"), "cached_tokens"), 10);
+	ck_assert_int_eq((int)nget(get(u, "output_tokens_details"), "reasoning_tokens"),
+			 (int)n_tokens("The user wants weather. Call it."));
+	ck_assert_int_eq((int)nget(u, "total_tokens"), 50 + (int)nget(u, "output_tokens"));
+	cJSON_Delete(r);
+	job_free(jb);
+	/* a final answer after reasoning; then one cut off by max_output_tokens */
+	jb = job_for("{\"input\": \"Hi\"}");
+	feed(jb, SCRIPT_FINAL, MS_FINISH_STOP);
+	r = ms_rsp_final(jb);
+	out = get(r, "output");
+	ck_assert_int_eq(cJSON_GetArraySize(out), 2);
+	ck_assert_str_eq(sget(cJSON_GetArrayItem(out, 1), "type"), "message");
+	ck_assert_str_eq(sget(cJSON_GetArrayItem(out, 1), "role"), "assistant");
+	ck_assert_str_eq(item_text(out, 1), "Hello, world!");
+	ck_assert(cJSON_IsNull(get(r, "incomplete_details")) && cJSON_IsNull(get(r, "error")));
+	cJSON_Delete(r);
+	job_free(jb);
+	jb = job_for("{\"input\": \"Hi\", \"max_output_tokens\": 9}");
+	feed(jb, "<|channel|>final<|message|>Hello, wor", MS_FINISH_LENGTH);
+	r = ms_rsp_final(jb);
+	ck_assert_str_eq(sget(r, "status"), "incomplete");
+	ck_assert_str_eq(sget(get(r, "incomplete_details"), "reason"), "max_output_tokens");
+	ck_assert_str_eq(sget(cJSON_GetArrayItem(get(r, "output"), 0), "status"), "incomplete");
+	ck_assert_int_eq((int)nget(r, "max_output_tokens"), 9);
+	cJSON_Delete(r);
+	job_free(jb);
+}
+END_TEST
+
+/* The SSE text as events: each "event: T\ndata: J" checked and parsed. */
+static cJSON *sse_events(const char *sse)
+{
+	cJSON *evs = cJSON_CreateArray();
+	const char *p = sse;
+	long seq = 0;
+	while (*p) {
+		const char *end = strstr(p, "\n\n");
+		ck_assert_msg(end, "an SSE event without its blank line: %s", p);
+		ck_assert_msg(!strncmp(p, "event: ", 7), "no event line: %.80s", p);
+		const char *nl = strchr(p, '\n');
+		ck_assert_msg(!strncmp(nl + 1, "data: ", 6), "no data line: %.80s", p);
+		cJSON *j = cJSON_ParseWithLength(nl + 7, (size_t)(end - nl - 7));
+		ck_assert_msg(j, "data is not JSON: %.80s", nl + 7);
+		char type[96];
+		snprintf(type, sizeof(type), "%.*s", (int)(nl - p - 7), p + 7);
+		ck_assert_str_eq(sget(j, "type"), type);
+		ck_assert_int_eq((long)nget(j, "sequence_number"), seq++);
+		cJSON_AddItemToArray(evs, j);
+		p = end + 2;
+	}
+	return evs;
+}
+
+/* Each item's events in order; their deltas add up to the final items. */
+static void check_lifecycle(const cJSON *evs, const cJSON *out)
+{
+	int n = cJSON_GetArraySize(evs), k = 0;
+	ck_assert_str_eq(sget(cJSON_GetArrayItem(evs, k++), "type"), "response.created");
+	ck_assert_str_eq(sget(cJSON_GetArrayItem(evs, k++), "type"), "response.in_progress");
+	for (int i = 0; i < cJSON_GetArraySize(out); i++) {
+		const cJSON *want = cJSON_GetArrayItem(out, i), *e = cJSON_GetArrayItem(evs, k++);
+		const char *type = sget(want, "type");
+		bool call = !strcmp(type, "function_call"), rs = !strcmp(type, "reasoning");
+		ck_assert_str_eq(sget(e, "type"), "response.output_item.added");
+		ck_assert_int_eq((int)nget(e, "output_index"), i);
+		ck_assert_str_eq(sget(get(e, "item"), "id"), sget(want, "id"));
+		ck_assert_str_eq(sget(get(e, "item"), "status"), "in_progress");
+		if (!call)
+			ck_assert_str_eq(sget(cJSON_GetArrayItem(evs, k++), "type"),
+					 "response.content_part.added");
+		const char *dt = call ? "response.function_call_arguments.delta" : rs
+			? "response.reasoning_text.delta" : "response.output_text.delta";
+		char acc[1024] = "";
+		while (k < n && !strcmp(sget(cJSON_GetArrayItem(evs, k), "type"), dt)) {
+			e = cJSON_GetArrayItem(evs, k++);
+			ck_assert_str_eq(sget(e, "item_id"), sget(want, "id"));
+			strncat(acc, sget(e, "delta"), sizeof(acc) - strlen(acc) - 1);
+		}
+		ck_assert_str_eq(acc, item_text(out, i));
+		const char *done = call ? "response.function_call_arguments.done" : rs
+			? "response.reasoning_text.done" : "response.output_text.done";
+		e = cJSON_GetArrayItem(evs, k++);
+		ck_assert_str_eq(sget(e, "type"), done);
+		ck_assert_str_eq(sget(e, call ? "arguments" : "text"), acc);
+		if (!call)
+			ck_assert_str_eq(sget(cJSON_GetArrayItem(evs, k++), "type"),
+					 "response.content_part.done");
+		e = cJSON_GetArrayItem(evs, k++);
+		ck_assert_str_eq(sget(e, "type"), "response.output_item.done");
+		ck_assert(cJSON_Compare(get(e, "item"), want, true));
+	}
+	ck_assert_int_eq(k, n - 1);
+}
+
+START_TEST(stream_events)
+{
+	const char *scripts[] = {SCRIPT_CALL, SCRIPT_FINAL};
+	for (int s = 0; s < 2; s++) {
+		char body[512];
+		snprintf(body, sizeof(body), "{\"input\": \"Weather?\", \"stream\": true, %s}", TOOLS);
+		struct ms_job *jb = job_for(body);
+		feed(jb, scripts[s], MS_FINISH_STOP);
+		ms_rsp_stream_end(jb);
+		ck_assert(!jb->failed);
+		char *sse = ms_strbuf_take(&jb->out);
+		cJSON *evs = sse_events(sse);
+		const cJSON *last = cJSON_GetArrayItem(evs, cJSON_GetArraySize(evs) - 1);
+		ck_assert_str_eq(sget(last, "type"), "response.completed");
+		const cJSON *resp = get(last, "response");
+		ck_assert_str_eq(sget(resp, "status"), "completed");
+		ck_assert_str_eq(sget(resp, "id"), jb->id);
+		check_lifecycle(evs, get(resp, "output"));
+		/* the same output as the answer not streamed */
+		struct ms_job *j2 = job_for(body);
+		j2->rq->stream = false;
+		feed(j2, scripts[s], MS_FINISH_STOP);
+		cJSON *r2 = ms_rsp_final(j2);
+		const cJSON *o1 = get(resp, "output"), *o2 = get(r2, "output");
+		ck_assert_int_eq(cJSON_GetArraySize(o1), cJSON_GetArraySize(o2));
+		for (int i = 0; i < cJSON_GetArraySize(o1); i++)
+			ck_assert_str_eq(item_text(o1, i), item_text(o2, i));
+		cJSON_Delete(r2);
+		job_free(j2);
+		cJSON_Delete(evs);
+		free(sse);
+		job_free(jb);
+	}
+}
+END_TEST
+
+START_TEST(stored_and_evicted)
+{
+	ms_rsp_store_free(&srv.rstore);
+	ms_rsp_store_init(&srv.rstore, 2);
+	char ids[3][64];
+	for (int i = 0; i < 3; i++) {
+		struct ms_job *jb = job_for(i == 2 ? "{\"input\": \"Hi\", \"store\": false}"
+					    : "{\"input\": \"Hi\"}");
+		feed(jb, SCRIPT_FINAL, MS_FINISH_STOP);
+		cJSON_Delete(ms_rsp_final(jb));
+		snprintf(ids[i], sizeof(ids[i]), "%s", jb->id);
+		job_free(jb);
+	}
+	cJSON *resp, *items;
+	ck_assert(!ms_rsp_store_get(&srv.rstore, ids[2], NULL, NULL)); /* store: false */
+	ck_assert(ms_rsp_store_get(&srv.rstore, ids[0], &resp, &items));
+	ck_assert_str_eq(sget(resp, "id"), ids[0]);
+	/* the conversation: the input, then the output's reasoning and message */
+	ck_assert_int_eq(cJSON_GetArraySize(items), 3);
+	ck_assert_str_eq(sget(cJSON_GetArrayItem(items, 2), "type"), "message");
+	cJSON_Delete(resp), cJSON_Delete(items);
+	/* ids[0] was used last: a third stored evicts ids[1] */
+	struct ms_job *jb = job_for("{\"input\": \"Hi\"}");
+	feed(jb, SCRIPT_FINAL, MS_FINISH_STOP);
+	cJSON_Delete(ms_rsp_final(jb));
+	ck_assert(ms_rsp_store_get(&srv.rstore, jb->id, NULL, NULL));
+	ck_assert(ms_rsp_store_get(&srv.rstore, ids[0], NULL, NULL));
+	ck_assert(!ms_rsp_store_get(&srv.rstore, ids[1], NULL, NULL));
+	ck_assert(ms_rsp_store_delete(&srv.rstore, ids[0]));
+	ck_assert(!ms_rsp_store_delete(&srv.rstore, ids[0]));
+	ck_assert(!ms_rsp_store_get(&srv.rstore, ids[0], NULL, NULL));
+	job_free(jb);
+}
+END_TEST
+
+int main(void)
+{
+	if (reqtest_load("test-server-responses"))
+		return 1;
+	ms_json_init();
+	struct ms_req_model m = model();
+	srv.cfg.model_name = "kjv";
+	srv.hids = m.hids;
+	ms_rsp_store_init(&srv.rstore, 100);
+	Suite *s = suite_create("server-responses");
+	TCase *tr = tcase_create("request");
+	tcase_add_test(tr, renders_as_chat);
+	tcase_add_test(tr, continues_a_conversation);
+	tcase_add_test(tr, fields);
+	tcase_add_test(tr, refusals);
+	suite_add_tcase(s, tr);
+	TCase *ta = tcase_create("answer");
+	tcase_add_test(ta, items_in_order);
+	tcase_add_test(ta, stream_events);
+	tcase_add_test(ta, stored_and_evicted);
+	suite_add_tcase(s, ta);
+	int failed = ms_check_run(s);
+	ms_rsp_store_free(&srv.rstore);
+	ms_tokenizer_free(tok);
+	return failed ? 1 : 0;
+}
