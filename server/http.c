@@ -316,6 +316,7 @@ static struct ms_req_model req_model(const struct ms_server *s)
 		.name = s->cfg.model_name, .vocab = s->model ? s->model->cfg.vocab : 0,
 		.max_model_len = s->max_model_len, .tok = s->tok, .harmony = s->harmony,
 		.hids = s->hids, .eos = s->eos, .n_eos = s->n_eos,
+		.default_max_tokens = s->cfg.max_tokens,
 	};
 }
 

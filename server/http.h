@@ -32,6 +32,7 @@ struct ms_server_config {
 	int keepalive_s;                /* SSE comment interval while waiting */
 	bool log_json;
 	int responses_store;            /* responses kept (responses.h); 0: none */
+	int64_t max_tokens;             /* chat/responses without a limit; 0: the context */
 };
 
 enum ms_server_state {

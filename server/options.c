@@ -112,6 +112,9 @@ static const struct opt_def serve_opts[] = {
 	 "tokens per forward pass (decodes + prefill)"},
 	{"ctx-size", 0, T_I64, F(ctx_size), 0, 1 << 24, NULL, "0",
 	 "0 (the model's, at most 8192)", "N", "context per request (prompt + generated)"},
+	{"max-tokens", 0, T_I64, F(max_tokens), 0, 1 << 24, NULL, "0",
+	 "0 (the rest of the context)", "N", "tokens a chat or responses request may generate\n"
+	 "when it sets no limit (agents such as Codex\nsend none)"},
 	{"no-prefix-cache", 0, T_BOOL, F(no_prefix_cache), 0, 0, NULL, "false", NULL, NULL,
 	 "turn prefix-cache reuse off"},
 };

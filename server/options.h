@@ -73,6 +73,8 @@ struct ms_serve_options {
 	int max_running;           /* sequences decoding together; 64 */
 	int64_t max_batch_tokens;  /* tokens per forward pass; 256 */
 	int64_t ctx_size;          /* context per request (prompt + generated) */
+	int64_t max_tokens;        /* chat / responses requests that set no limit: at most
+	                              this many tokens; 0: the rest of the context */
 	bool no_prefix_cache;      /* turn prefix reuse off; false */
 	/* where the configuration came from (informational) */
 	char *config;              /* the config file read, or NULL */

@@ -142,9 +142,11 @@ static int item_reasoning(struct conv *c, const cJSON *it, int i, struct ms_req_
 		ok = parts_text(jget(it, "summary"), &text, &bad);
 	if (ok < 0)
 		return ms_req_oom(e);
-	if (!ok)
-		return refuse(e, "input", NULL, "input[%d]: a reasoning item needs \"content\" or "
-			      "\"summary\" text", i);
+	(void)i;
+	if (!ok || !*text) { /* only encrypted_content, or nothing: nothing to render */
+		free(text);
+		return 0;
+	}
 	free(c->reasoning); /* two in a row: the later one */
 	c->reasoning = text;
 	return 0;

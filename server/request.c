@@ -812,9 +812,12 @@ int ms_req_chat(const struct ms_req_model *m, cJSON *req, struct ms_req_gen **ou
 	}
 	/* the rest of the context; at least one token, so that a prompt that
 	 * fills it is the engine's "exceeds the context" (both sizes named) */
-	if (!jget(req, "max_tokens") && !jget(req, "max_completion_tokens"))
+	if (!jget(req, "max_tokens") && !jget(req, "max_completion_tokens")) {
 		r->params.max_tokens = m->max_model_len - r->n_prompt[0] > 1
 				       ? m->max_model_len - r->n_prompt[0] : 1;
+		if (m->default_max_tokens > 0 && m->default_max_tokens < r->params.max_tokens)
+			r->params.max_tokens = m->default_max_tokens; /* serve --max-tokens */
+	}
 	int ne = 0;
 	r->stop_ids[ne++] = m->hids.ret;
 	r->stop_ids[ne++] = m->hids.call;

@@ -30,6 +30,7 @@ struct ms_req_model {
 	struct ms_harmony_ids hids;
 	const int32_t *eos;             /* the model's eos ids (generation stops there) */
 	int n_eos;
+	int64_t default_max_tokens;     /* chat without a limit: at most this; 0: the context */
 };
 
 struct ms_req_error {

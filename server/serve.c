@@ -168,7 +168,7 @@ int ms_cmd_serve(int argc, char **argv, const char *default_model)
 		.host = o.host, .port = o.port, .api_key = o.api_key, .model_name = name,
 		.max_body_bytes = (size_t)o.max_body_bytes, .cors_origin = o.cors_origin,
 		.keepalive_s = o.keepalive_s ? o.keepalive_s : 1000000,
-		.responses_store = o.responses_store,
+		.responses_store = o.responses_store, .max_tokens = o.max_tokens,
 		.log_json = o.log_format == MS_LOG_FORMAT_JSON,
 	};
 	static struct ms_server srv;

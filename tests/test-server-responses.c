@@ -59,6 +59,12 @@ START_TEST(renders_as_chat)
 {
 	same_prompt(RSP("{\"input\": \"Hello\"}"),
 		    CHAT("{\"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}]}"), "string");
+	/* a reasoning item with nothing to render (only encrypted_content) */
+	same_prompt(RSP("{\"input\": [{\"type\": \"reasoning\", \"summary\": [], "
+			"\"encrypted_content\": \"gAAA\"}, {\"role\": \"user\", \"content\": "
+			"\"Hello\"}]}"),
+		    CHAT("{\"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}]}"),
+		    "an encrypted reasoning item");
 	same_prompt(RSP("{\"instructions\": \"Be brief.\", \"reasoning\": {\"effort\": \"high\"},"
 			"\"input\": [{\"role\": \"user\", \"content\": [{\"type\": \"input_text\","
 			"\"text\": \"Weather \"}, {\"type\": \"input_text\", \"text\": \"in Paris?\"}]}]}"),
@@ -176,7 +182,7 @@ START_TEST(refusals)
 	RSP_BAD("{\"input\": [{\"type\": \"function_call\", \"name\": \"f\"}]}", "input", "call_id");
 	RSP_BAD("{\"input\": [{\"type\": \"function_call_output\", \"output\": \"x\"}]}", "input",
 		"call_id");
-	RSP_BAD("{\"input\": [{\"type\": \"reasoning\"}]}", "input", "reasoning");
+
 	RSP_BAD("{\"input\": \"x\", \"instructions\": 4}", "instructions", "string");
 	RSP_BAD("{\"input\": \"x\", \"tools\": {}}", "tools", "list");
 	RSP_BAD("{\"input\": \"x\", \"tools\": [{\"type\": \"function\"}]}", "tools", "tools[0].name");
