@@ -7,7 +7,7 @@ PKGS=(
   gcc libc6-dev pkg-config cmake meson ninja-build   # toolchain; cmake finds oneDNN
   libcjson-dev libmicrohttpd-dev libdnnl-dev libnuma-dev check libpcre2-dev
   ocl-icd-opencl-dev   # dnnl-config.cmake requires OpenCL; only a Recommends of libdnnl-dev
-  python3 python3-numpy python3-yaml wrk            # tools/ and the golden tests; yaml: tests/deploy_check.py; wrk: tests/load.sh
+  python3 python3-numpy python3-yaml python3-jinja2 wrk  # tools/ and the golden tests; yaml: tests/deploy_check.py; jinja2: tests/chat_template_check.py; wrk: tests/load.sh
   hipcc libamdhip64-dev   # the rocm backend's GPU kernels (Debian's HIP 5.2: compiles for gfx90a/gfx940 without a GPU)
 )
 

@@ -23,6 +23,7 @@
 #include "quant.h"
 #include "tokenizer.h"
 #include "bench.h"
+#include "request.h"
 #include "serve.h"
 #include "ms-clock.h"
 #include "ms-malloc.h"
@@ -672,7 +673,10 @@ static void tokenize_help(void)
 	       "  --decode          ids in, text out\n"
 	       "  --jsonl           one case per line: a JSON string in, a line of ids out\n"
 	       "                    (with --decode: a line of ids in, a JSON string out)\n"
-	       "  --bench FILE      encode FILE repeatedly and print \"encode: X MB/s\"\n");
+	       "  --bench FILE      encode FILE repeatedly and print \"encode: X MB/s\"\n"
+	       "  --chat            stdin is a chat completions body (messages, tools,\n"
+	       "                    reasoning_effort; with --jsonl one per line): print the\n"
+	       "                    harmony prompt `serve` renders for it, as a JSON string\n");
 }
 
 /* Slurp a stream into a malloc'd buffer. */
@@ -801,7 +805,7 @@ static long parse_id_list(const char *s, int32_t *out, size_t cap)
 
 struct tok_args {
 	const char *model, *file, *bench;
-	bool special, decode, jsonl;
+	bool special, decode, jsonl, chat;
 };
 
 static int tokenize_args(int argc, char **argv, struct tok_args *a)
@@ -813,6 +817,7 @@ static int tokenize_args(int argc, char **argv, struct tok_args *a)
 		{"decode", no_argument, NULL, 'd'},
 		{"jsonl", no_argument, NULL, 'j'},
 		{"bench", required_argument, NULL, 'b'},
+		{"chat", no_argument, NULL, 'c'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -827,6 +832,7 @@ static int tokenize_args(int argc, char **argv, struct tok_args *a)
 		case 'd': a->decode = true; break;
 		case 'j': a->jsonl = true; break;
 		case 'b': a->bench = optarg; break;
+		case 'c': a->chat = true; break;
 		case 'h': tokenize_help(); return EX_OK;
 		default: return usage_error("tokenize", "%s", "invalid option");
 		}
@@ -918,6 +924,33 @@ static int encode_line(const struct ms_tokenizer *t, const struct tok_args *a, c
 	return EX_OK;
 }
 
+/* --chat: one chat body to its rendered prompt (the chat endpoint's
+ * renderer and message parser, so the text is the daemon's). */
+static int render_line(const char *line, size_t ll)
+{
+	cJSON *req = cJSON_ParseWithLength(line, ll);
+	struct ms_req_chat c;
+	struct ms_req_error e = {0};
+	struct ms_err err = {0};
+	char *text = NULL;
+	size_t tl = 0;
+	if (!req) {
+		fprintf(stderr, "moeserve: error: --chat: the input is not JSON\n");
+		return EX_DATAERR;
+	}
+	int rc = ms_req_chat_messages(req, &c, &e);
+	if (rc)
+		fprintf(stderr, "moeserve: error: --chat: %s (%s)\n", e.msg, e.param ? e.param : "body");
+	else if ((rc = ms_harmony_render(&c.cr, &text, &tl, &err)))
+		fprintf(stderr, "moeserve: error: --chat: %s\n", err.msg);
+	else
+		print_json_string(text, tl);
+	free(text);
+	ms_req_chat_free(&c);
+	cJSON_Delete(req);
+	return rc ? EX_DATAERR : EX_OK;
+}
+
 /* stdin, whole or line by line (--jsonl), encoded or decoded. */
 static int tokenize_input(const struct ms_tokenizer *t, const struct tok_args *a)
 {
@@ -932,8 +965,9 @@ static int tokenize_input(const struct ms_tokenizer *t, const struct tok_args *a
 	while (buf && idbuf && ex == EX_OK && (a->jsonl ? line < end : line == in)) {
 		char *nl = a->jsonl ? memchr(line, '\n', (size_t)(end - line)) : NULL;
 		size_t ll = (size_t)((nl ? nl : end) - line);
-		ex = a->decode ? decode_line(t, a->jsonl, line, ll, idbuf, n / 2 + 2)
-			       : encode_line(t, a, line, ll, buf);
+		ex = a->chat ? render_line(line, ll)
+		     : a->decode ? decode_line(t, a->jsonl, line, ll, idbuf, n / 2 + 2)
+				 : encode_line(t, a, line, ll, buf);
 		line += ll + 1;
 	}
 	if (!buf || !idbuf)
