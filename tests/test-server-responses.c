@@ -182,7 +182,6 @@ START_TEST(refusals)
 	RSP_BAD("{\"input\": [{\"type\": \"function_call\", \"name\": \"f\"}]}", "input", "call_id");
 	RSP_BAD("{\"input\": [{\"type\": \"function_call_output\", \"output\": \"x\"}]}", "input",
 		"call_id");
-
 	RSP_BAD("{\"input\": \"x\", \"instructions\": 4}", "instructions", "string");
 	RSP_BAD("{\"input\": \"x\", \"tools\": {}}", "tools", "list");
 	RSP_BAD("{\"input\": \"x\", \"tools\": [{\"type\": \"function\"}]}", "tools", "tools[0].name");
