@@ -183,9 +183,11 @@ static int item_output(struct conv *c, const cJSON *it, int i, struct ms_req_err
 	int ok = parts_text(jget(it, "output"), &text, &bad);
 	if (ok < 0)
 		return ms_req_oom(e);
-	if (!id || !ok)
+	if (!id || !ok) {
+		free(text);
 		return refuse(e, "input", NULL, "input[%d]: a function_call_output item needs "
 			      "\"call_id\" and \"output\" (a string or text parts)", i);
+	}
 	cJSON *m = add_msg(c, "tool", text);
 	free(text);
 	cJSON_AddStringToObject(m, "tool_call_id", id);
