@@ -1219,6 +1219,20 @@ def chat_cases(d, model_name, sdk):
         gen1 = metric(d.metrics(), "moeserve:generation_tokens_total")
         check(gen1 - gen0 < 4000, f"{gen1 - gen0} tokens generated for a request cancelled at once")
         print(f"     streamed request cancelled {t_idle - t_close:.2f} s after the disconnect")
+        # the Responses API's stream: the same
+        before = cancelled()
+        body = json.dumps({"input": P, "max_output_tokens": 8000, "temperature": 0,
+                           "stream": True}).encode()
+        s = socket.create_connection(("127.0.0.1", d.port), timeout=T(30))
+        s.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        got = b""
+        while b"response.created" not in got:
+            chunk = s.recv(4096)
+            check(chunk, f"the responses stream closed before its first event: {got[:300]!r}")
+            got += chunk
+        s.close()
+        wait_idle(before, "responses streamed")
         # not streamed: the client leaves while it waits for the whole answer
         before = cancelled()
         body = json.dumps({"prompt": P, "max_tokens": 8000, "temperature": 0, "logit_bias": NO_EOS_CHAT}).encode()
@@ -1309,7 +1323,7 @@ def chat_cases(d, model_name, sdk):
         ("chat: 400 invalid JSON, wrong types, out of range, over the context", errors_400),
         ("chat: 404 unknown route or model, 405 wrong method", errors_404_405),
         ("chat: requests and errors on one kept-alive connection", keepalive_connection),
-        ("chat: cancellation on disconnect (streamed and not)", cancel_on_disconnect),
+        ("chat: cancellation on disconnect (streamed and not; a responses stream)", cancel_on_disconnect),
         ("chat: 16 concurrent clients, 8 concurrent chats, all correct", concurrent_clients),
         ("chat: /metrics counted all of it", metrics_after),
     ]
