@@ -45,12 +45,6 @@ struct state {
 
 /* ---- building ---- */
 
-static int encode_into(const struct ms_tokenizer *tok, const char *text, int32_t **ids, size_t *n,
-		       struct ms_err *err)
-{
-	return ms_tokenizer_encode(tok, text, strlen(text), false, ids, n, err);
-}
-
 int ms_tool_force_new(const struct ms_tokenizer *tok, const struct ms_harmony_ids *ids,
 		      const int32_t *eos, int n_eos, const char *const *names, int n,
 		      struct ms_tool_force **out, struct ms_err *err)
@@ -58,12 +52,14 @@ int ms_tool_force_new(const struct ms_tokenizer *tok, const struct ms_harmony_id
 	*out = NULL;
 	if (n < 1 || n > MAX_NAMES)
 		return ms_err_set(err, -EINVAL, "tool_choice: %d functions (1 to %d)", n, MAX_NAMES);
+	/* in SP_ANALYSIS .. SP_TAIL order; the tail's specials added below */
 	const char *fixed[] = {"analysis", "assistant", "commentary to=functions.", "json"};
 	int32_t *parts[4 + MAX_NAMES] = {0};
 	size_t lens[4 + MAX_NAMES] = {0}, total = 0;
 	int rc = 0;
 	for (int i = 0; i < 4 + n && !rc; i++) {
-		rc = encode_into(tok, i < 4 ? fixed[i] : names[i - 4], &parts[i], &lens[i], err);
+		const char *t = i < 4 ? fixed[i] : names[i - 4];
+		rc = ms_tokenizer_encode(tok, t, strlen(t), false, &parts[i], &lens[i], err);
 		total += lens[i];
 	}
 	size_t n_bans = 7 + (size_t)n_eos;
@@ -76,14 +72,14 @@ int ms_tool_force_new(const struct ms_tokenizer *tok, const struct ms_harmony_id
 		f->end = ids->end, f->call = ids->call;
 		size_t at = 0;
 		for (int i = 0; i < 4 + n; i++) {
-			int32_t *o = i < 4 ? (i == 3 ? &f->off[SP_TAIL] : &f->off[i]) : &f->name_off[i - 4];
-			int32_t *l = i < 4 ? (i == 3 ? &f->len[SP_TAIL] : &f->len[i]) : &f->name_len[i - 4];
+			int32_t *o = i < 4 ? &f->off[i] : &f->name_off[i - 4];
+			int32_t *l = i < 4 ? &f->len[i] : &f->name_len[i - 4];
 			*o = (int32_t)at;
-			if (i == 3) /* the tail: <|constrain|> json <|message|> */
+			if (i == SP_TAIL) /* <|constrain|> json <|message|> */
 				f->seq[at++] = ids->constrain;
 			memcpy(f->seq + at, parts[i], lens[i] * 4);
 			at += lens[i];
-			if (i == 3)
+			if (i == SP_TAIL)
 				f->seq[at++] = ids->message;
 			*l = (int32_t)at - *o;
 		}

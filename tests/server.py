@@ -1200,38 +1200,34 @@ def chat_cases(d, model_name, sdk):
                                          f"waiting {wait}, cancelled {c} (before {before})")
                 time.sleep(0.05)
 
-        body = json.dumps({"prompt": P, "max_tokens": 8000, "temperature": 0, "stream": True,
-                           "logit_bias": NO_EOS_CHAT}).encode()
+        def stream_then_leave(path, body, marker):
+            """POST body to path streamed, read up to its first event, hang up."""
+            body = json.dumps(body).encode()
+            s = socket.create_connection(("127.0.0.1", d.port), timeout=T(30))
+            s.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                      b"application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            got = b""
+            while marker not in got:
+                chunk = s.recv(4096)
+                check(chunk, f"{path}: the stream closed before its first event: {got[:300]!r}")
+                got += chunk
+            check(b" 200 " in got.split(b"\r\n", 1)[0], f"status line {got[:100]!r}")
+            s.close()
+            return time.monotonic()
+
         before = cancelled()
         gen0 = metric(d.metrics(), "moeserve:generation_tokens_total")
-        s = socket.create_connection(("127.0.0.1", d.port), timeout=T(30))
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        got = b""
-        while b"data: {" not in got:
-            chunk = s.recv(4096)
-            check(chunk, f"the stream closed before its first chunk: {got[:300]!r}")
-            got += chunk
-        check(b" 200 " in got.split(b"\r\n", 1)[0], f"status line {got[:100]!r}")
-        s.close()
-        t_close = time.monotonic()
+        t_close = stream_then_leave("/v1/completions", {
+            "prompt": P, "max_tokens": 8000, "temperature": 0, "stream": True,
+            "logit_bias": NO_EOS_CHAT}, b"data: {")
         t_idle = wait_idle(before, "streamed")
         gen1 = metric(d.metrics(), "moeserve:generation_tokens_total")
         check(gen1 - gen0 < 4000, f"{gen1 - gen0} tokens generated for a request cancelled at once")
         print(f"     streamed request cancelled {t_idle - t_close:.2f} s after the disconnect")
         # the Responses API's stream: the same
         before = cancelled()
-        body = json.dumps({"input": P, "max_output_tokens": 8000, "temperature": 0,
-                           "stream": True}).encode()
-        s = socket.create_connection(("127.0.0.1", d.port), timeout=T(30))
-        s.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        got = b""
-        while b"response.created" not in got:
-            chunk = s.recv(4096)
-            check(chunk, f"the responses stream closed before its first event: {got[:300]!r}")
-            got += chunk
-        s.close()
+        stream_then_leave("/v1/responses", {"input": P, "max_output_tokens": 8000, "temperature": 0,
+                                            "stream": True}, b"response.created")
         wait_idle(before, "responses streamed")
         # not streamed: the client leaves while it waits for the whole answer
         before = cancelled()

@@ -193,15 +193,25 @@ GPU_DEV void mm_stage_w_f4(const struct ms_gpu_mat *m, int64_t r, int64_t k, int
 	sm->wsc[row][c] = n ? m->scales[r * m->scale_row_bytes + k / GPU_CHUNK] : 127;
 }
 
+/* Input q of the tile's chunk c of the slab at k0: its columns (0 past the
+ * tile's inputs or the matrix's columns) and *x, their first. */
+GPU_DEV int mm_input_chunk(const struct ms_gpu_gemv *g, int64_t q0, int64_t q1, int64_t k0, int q,
+			   int c, const float **x)
+{
+	int64_t k = k0 + GPU_CHUNK * c;
+	int n = q0 + q < q1 && k < g->cols ? (int)(g->cols - k < GPU_CHUNK ? g->cols - k : GPU_CHUNK) : 0;
+	*x = n ? g->x + gpu_input_id(g, q0 + q) / g->xdiv * g->ldx + k : NULL;
+	return n;
+}
+
 /* Input chunk (q, c) as e4m3 bytes and a power of two: FP8 inputs as they
  * are (2^0); MXFP4 ones (c * 2^e, c e2m1) over 2^e of their largest, so
  * every value is exact in e4m3. Zeros past the inputs and columns. */
 GPU_DEV void mm_stage_x8(const struct ms_gpu_gemv *g, int64_t q0, int64_t q1, int64_t k0,
 			 int q, int c, int mx, struct mm_smem *sm)
 {
-	int64_t k = k0 + GPU_CHUNK * c;
-	int n = q0 + q < q1 && k < g->cols ? (int)(g->cols - k < GPU_CHUNK ? g->cols - k : GPU_CHUNK) : 0;
-	const float *x = n ? g->x + gpu_input_id(g, q0 + q) / g->xdiv * g->ldx + k : NULL;
+	const float *x;
+	int n = mm_input_chunk(g, q0, q1, k0, q, c, &x);
 	float amax = 0;
 	for (int j = 0; mx && j < n; j++)
 		amax = fmaxf(amax, fabsf(x[j]));
@@ -219,9 +229,8 @@ GPU_DEV void mm_stage_x8(const struct ms_gpu_gemv *g, int64_t q0, int64_t q1, in
 GPU_DEV void mm_stage_x16(const struct ms_gpu_gemv *g, int64_t q0, int64_t q1, int64_t k0,
 			  int q, int c, struct mm_smem *sm)
 {
-	int64_t k = k0 + GPU_CHUNK * c;
-	int n = q0 + q < q1 && k < g->cols ? (int)(g->cols - k < GPU_CHUNK ? g->cols - k : GPU_CHUNK) : 0;
-	const float *x = n ? g->x + gpu_input_id(g, q0 + q) / g->xdiv * g->ldx + k : NULL;
+	const float *x;
+	int n = mm_input_chunk(g, q0, q1, k0, q, c, &x);
 	for (int v = 0; v < GPU_CHUNK / 4; v++) {
 		uint64_t word = 0;
 		for (int j = 0; j < 4 && 4 * v + j < n; j++)
