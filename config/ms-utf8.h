@@ -49,4 +49,29 @@ static inline size_t ms_utf8_encode(unsigned c, char out[4])
 	return 4;
 }
 
+/* One strict UTF-8 code point at s (n bytes available) into *cp: its
+ * length, or -1 (truncated, overlong, surrogate, beyond U+10FFFF, a stray
+ * continuation byte). */
+static inline int ms_utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
+{
+	if (!n)
+		return -1;
+	unsigned c = s[0];
+	int len = c < 0x80 ? 1 : c >= 0xC2 && c < 0xE0 ? 2 : c >= 0xE0 && c < 0xF0 ? 3
+		  : c >= 0xF0 && c < 0xF5 ? 4 : -1;
+	if (len < 0 || (size_t)len > n)
+		return -1;
+	uint32_t v = len == 1 ? c : c & (0x7Fu >> len);
+	for (int i = 1; i < len; i++) {
+		if ((s[i] & 0xC0) != 0x80)
+			return -1;
+		v = v << 6 | (s[i] & 0x3Fu);
+	}
+	static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
+	if (v < min[len] || v > 0x10FFFF || (v >= 0xD800 && v < 0xE000))
+		return -1;
+	*cp = v;
+	return len;
+}
+
 #endif

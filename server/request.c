@@ -751,7 +751,8 @@ static int tool_choice_field(const struct ms_req_model *m, struct ms_req_gen *r,
 			      "which is not among the tools" : "tool_choice \"required\" needs tools%s",
 			      named ? named : "");
 	struct ms_err err = {0};
-	int rc = ms_tool_force_new(m->tok, &m->hids, m->eos, m->n_eos, names, n, &r->force, &err);
+	struct ms_force_spec sp = {.names = names, .n_names = n};
+	int rc = ms_tool_force_new(m->tok, &m->hids, m->eos, m->n_eos, &sp, &r->force, &err);
 	if (rc)
 		return rc == -ENOMEM ? oom(e) : refuse(e, "tool_choice", NULL, "%s", err.msg);
 	r->con = ms_tool_force_constraint(r->force);

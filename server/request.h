@@ -20,12 +20,15 @@
 #include "tokenizer.h"
 #include "tool-force.h"
 
+struct ms_grammar_cache;
+
 /* What the parsers need to know of the model served. */
 struct ms_req_model {
 	const char *name;               /* the served model id ("model" must match) */
 	int64_t vocab;                  /* token ids are in [0, vocab) */
 	int64_t max_model_len;          /* the context advertised */
 	const struct ms_tokenizer *tok; /* NULL: token prompts only, no chat */
+	struct ms_grammar_cache *grammars; /* structured outputs (NULL: none: no tokenizer) */
 	bool harmony;                   /* tok has the harmony special tokens (chat) */
 	struct ms_harmony_ids hids;
 	const int32_t *eos;             /* the model's eos ids (generation stops there) */
@@ -118,6 +121,17 @@ struct ms_req_chat {
  * error; c is to be freed with ms_req_chat_free either way. */
 int ms_req_chat_messages(const cJSON *req, struct ms_req_chat *c, struct ms_req_error *e);
 void ms_req_chat_free(struct ms_req_chat *c);
+
+/* Structured outputs (request-structured.c). The grammar the request's
+ * answer must match (response_format, structured_outputs, guided_json,
+ * guided_regex, guided_choice, guided_grammar, grammar, json_schema: one
+ * of them): 1 with *out a reference, 0 when none is asked for. */
+int ms_req_answer_grammar(const struct ms_req_model *m, const cJSON *req, struct ms_tmask **out,
+			  struct ms_req_error *e);
+/* The arguments' grammar of function fn (tools[k].function): its
+ * "parameters" schema, any object when it has none. */
+int ms_req_tool_grammar(const struct ms_req_model *m, const cJSON *fn, int k, struct ms_tmask **out,
+			struct ms_req_error *e);
 
 /* POST /tokenize ({"prompt" or "text", "add_special_tokens"}): *ids
  * malloc'd. POST /detokenize ({"tokens"}): *text malloc'd. */

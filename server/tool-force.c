@@ -1,4 +1,4 @@
-/* tool-force.c: tool_choice enforced by a token constraint (tool-force.h). */
+/* tool-force.c: the answer's shape enforced by a token constraint (tool-force.h). */
 #include "tool-force.h"
 
 #include <errno.h>
@@ -7,107 +7,241 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_NAMES 128
+#define MAX_NAMES MS_FORCE_MAX_NAMES
+#define CLOSE_SLACK 8   /* tokens beyond the shortest completion when closing starts */
 
-/* The spans of seq[]: fixed pieces, then each name's tokens. */
-enum { SP_ANALYSIS, SP_ASSISTANT, SP_HEAD, SP_TAIL, SP_BANS, SP_COUNT };
+/* The first choice after <|channel|>, then the names (candidates 3..). */
+enum { C_ANALYSIS, C_FINAL, C_HEAD, C_NAMES, N_CAND = C_NAMES + MAX_NAMES };
 
 /* One contiguous block, so that a request's state is a copy of it. */
 struct ms_tool_force {
 	size_t bytes;
-	int32_t channel, message, start, end, call;
-	int32_t off[SP_COUNT], len[SP_COUNT];
+	int32_t channel, message, end, call, ret;
+	int32_t cand_off[N_CAND], cand_len[N_CAND];  /* len 0: not allowed */
 	int n_names;
-	int32_t name_off[MAX_NAMES], name_len[MAX_NAMES];
+	int32_t restart_off, restart_len;            /* <|start|> assistant <|channel|> */
+	int32_t bans_off, bans_len;                  /* specials and end of text */
+	int32_t eos_off, n_eos;
+	struct ms_tmask *final, *args[MAX_NAMES];
+	bool plain;
+	int64_t budget;
+	int64_t cost_final, cost_call, cost_answer;  /* tokens, at the fewest */
 	int32_t seq[];
 };
 
 enum phase {
-	PH_CHANNEL,     /* the header's <|channel|> */
-	PH_CHOOSE,      /* analysis (once), or the call's header */
-	PH_ANALYSIS,    /* "analysis", then <|message|> */
-	PH_REASON,      /* free text up to <|end|> */
-	PH_RESTART,     /* <|start|> assistant */
-	PH_HEAD,        /* "commentary to=functions." */
-	PH_NAME,        /* one of the names, token by token */
-	PH_TAIL,        /* <|constrain|> json <|message|> */
-	PH_ARGS,        /* free text up to <|call|> */
+	PH_FIXED,   /* fixed tokens, then next */
+	PH_PICK,    /* one of the candidates [lo, hi), token by token */
+	PH_REASON,  /* free text up to <|end|> */
+	PH_BODY,    /* a message's body (free or a grammar's) up to its end */
 	PH_DONE,
 };
 
 struct state {
-	enum phase ph;
+	enum phase ph, next;
 	int pos;
+	int32_t fixed_off, fixed_len;
+	int lo, hi;
 	bool reasoned;
-	bool cand[MAX_NAMES];
+	bool alive[N_CAND];
+	int64_t n_out;
+	struct ms_tmask *gt;      /* the body's grammar, or NULL */
+	struct ms_gmatch gm;
+	bool gm_ok;
+	int32_t body_end;         /* the body's end token; -1: end of text */
 	struct ms_tool_force f;   /* a copy; its seq follows */
 };
 
 /* ---- building ---- */
 
+/* Append text's tokens (or one special id when text is NULL) to f->seq. */
+static int put(struct ms_tool_force *f, size_t *at, size_t cap, const struct ms_tokenizer *tok,
+	       const char *text, int32_t special, struct ms_err *err)
+{
+	if (!text) {
+		if (*at >= cap)
+			return ms_err_set(err, -E2BIG, "tool_choice: the sequences are too long");
+		f->seq[(*at)++] = special;
+		return 0;
+	}
+	int32_t *ids;
+	size_t n;
+	int rc = ms_tokenizer_encode(tok, text, strlen(text), false, &ids, &n, err);
+	if (rc)
+		return rc;
+	if (*at + n > cap) {
+		free(ids);
+		return ms_err_set(err, -E2BIG, "tool_choice: the sequences are too long");
+	}
+	memcpy(f->seq + *at, ids, n * 4);
+	*at += n;
+	free(ids);
+	return 0;
+}
+
+/* A candidate's tokens: parts (text, or NULL for the next special). */
+static int cand(struct ms_tool_force *f, int c, size_t *at, size_t cap, const struct ms_tokenizer *tok,
+		const char *const *texts, const int32_t *specials, int n, struct ms_err *err)
+{
+	f->cand_off[c] = (int32_t)*at;
+	int rc = 0;
+	for (int i = 0, k = 0; i < n && !rc; i++)
+		rc = put(f, at, cap, tok, texts[i], texts[i] ? 0 : specials[k++], err);
+	f->cand_len[c] = (int32_t)(*at - (size_t)f->cand_off[c]);
+	return rc;
+}
+
+static int64_t grammar_min(const struct ms_tmask *t)
+{
+	if (!t)
+		return 0;
+	struct ms_gmatch m;
+	if (ms_gmatch_init(&m, ms_tmask_grammar(t)))
+		return 0;
+	int64_t v = ms_gmatch_min_bytes(&m);
+	ms_gmatch_free(&m);
+	return v > INT32_MAX ? INT32_MAX : v;
+}
+
+static void costs(struct ms_tool_force *f, const struct ms_force_spec *sp)
+{
+	f->cost_final = f->cand_len[C_FINAL] ? f->cand_len[C_FINAL] + grammar_min(sp->final) + 1 : INT32_MAX;
+	int64_t best = INT32_MAX;
+	for (int i = 0; i < f->n_names; i++) {
+		int64_t c = f->cand_len[C_NAMES + i] + grammar_min(sp->args ? sp->args[i] : NULL);
+		if (c < best)
+			best = c;
+	}
+	f->cost_call = f->n_names ? f->cand_len[C_HEAD] + best + 1 : INT32_MAX;
+	f->cost_answer = f->cost_final < f->cost_call ? f->cost_final : f->cost_call;
+}
+
+static int build(struct ms_tool_force *f, size_t cap, const struct ms_tokenizer *tok,
+		 const struct ms_harmony_ids *ids, const int32_t *eos, int n_eos,
+		 const struct ms_force_spec *sp, struct ms_err *err)
+{
+	size_t at = 0;
+	int rc = 0;
+	const int32_t msg[1] = {ids->message}, cj[2] = {ids->constrain, ids->message};
+	const int32_t rs[2] = {ids->start, ids->channel};
+	if (!sp->plain) {
+		rc = cand(f, C_ANALYSIS, &at, cap, tok, (const char *[]){"analysis", NULL}, msg, 2, err);
+		if (!rc && sp->final_ok && sp->final)
+			rc = cand(f, C_FINAL, &at, cap, tok, (const char *[]){"final", NULL, "json", NULL}, cj, 4, err);
+		else if (!rc && sp->final_ok)
+			rc = cand(f, C_FINAL, &at, cap, tok, (const char *[]){"final", NULL}, msg, 2, err);
+		if (!rc && sp->n_names)
+			rc = cand(f, C_HEAD, &at, cap, tok, (const char *[]){"commentary to=functions."}, NULL, 1, err);
+		for (int i = 0; !rc && i < sp->n_names; i++)
+			rc = cand(f, C_NAMES + i, &at, cap, tok, (const char *[]){sp->names[i], NULL, "json", NULL},
+				  cj, 4, err);
+		f->restart_off = (int32_t)at;
+		if (!rc)
+			rc = put(f, &at, cap, tok, NULL, rs[0], err);
+		if (!rc)
+			rc = put(f, &at, cap, tok, "assistant", 0, err);
+		if (!rc)
+			rc = put(f, &at, cap, tok, NULL, rs[1], err);
+		f->restart_len = (int32_t)at - f->restart_off;
+	}
+	/* banned in free text: every special token and end of text */
+	int32_t sp7[7] = {ids->start, ids->end, ids->message, ids->channel, ids->constrain, ids->ret, ids->call};
+	f->bans_off = (int32_t)at;
+	for (int i = 0; !rc && i < 7 + n_eos; i++)
+		rc = put(f, &at, cap, tok, NULL, i < 7 ? sp7[i] : eos[i - 7], err);
+	f->bans_len = (int32_t)at - f->bans_off;
+	f->eos_off = f->bans_off + 7;
+	f->n_eos = n_eos;
+	return rc;
+}
+
 int ms_tool_force_new(const struct ms_tokenizer *tok, const struct ms_harmony_ids *ids,
-		      const int32_t *eos, int n_eos, const char *const *names, int n,
+		      const int32_t *eos, int n_eos, const struct ms_force_spec *sp,
 		      struct ms_tool_force **out, struct ms_err *err)
 {
 	*out = NULL;
-	if (n < 1 || n > MAX_NAMES)
-		return ms_err_set(err, -EINVAL, "tool_choice: %d functions (1 to %d)", n, MAX_NAMES);
-	/* in SP_ANALYSIS .. SP_TAIL order; the tail's specials added below */
-	const char *fixed[] = {"analysis", "assistant", "commentary to=functions.", "json"};
-	int32_t *parts[4 + MAX_NAMES] = {0};
-	size_t lens[4 + MAX_NAMES] = {0}, total = 0;
-	int rc = 0;
-	for (int i = 0; i < 4 + n && !rc; i++) {
-		const char *t = i < 4 ? fixed[i] : names[i - 4];
-		rc = ms_tokenizer_encode(tok, t, strlen(t), false, &parts[i], &lens[i], err);
-		total += lens[i];
+	if (sp->n_names < 0 || sp->n_names > MAX_NAMES)
+		return ms_err_set(err, -EINVAL, "tool_choice: %d functions (at most %d)", sp->n_names, MAX_NAMES);
+	if (!sp->n_names && !sp->final_ok)
+		return ms_err_set(err, -EINVAL, "tool_choice: no function to call");
+	size_t cap = 64 + (size_t)n_eos;
+	for (int i = 0; i < sp->n_names; i++)
+		cap += strlen(sp->names[i]) + 4;
+	struct ms_tool_force *f = calloc(1, sizeof(*f) + cap * 4);
+	if (!f)
+		return ms_err_set(err, -ENOMEM, "out of memory");
+	f->bytes = sizeof(*f) + cap * 4;
+	f->channel = ids->channel, f->message = ids->message, f->end = ids->end;
+	f->call = ids->call, f->ret = ids->ret;
+	f->n_names = sp->n_names;
+	f->plain = sp->plain;
+	f->budget = sp->budget;
+	int rc = build(f, cap, tok, ids, eos, n_eos, sp, err);
+	if (rc) {
+		free(f);
+		return rc;
 	}
-	size_t n_bans = 7 + (size_t)n_eos;
-	struct ms_tool_force *f = rc ? NULL : calloc(1, sizeof(*f) + (total + 2 + n_bans) * 4);
-	if (!rc && !f)
-		rc = ms_err_set(err, -ENOMEM, "out of memory");
-	if (!rc) {
-		f->bytes = sizeof(*f) + (total + 2 + n_bans) * 4;
-		f->channel = ids->channel, f->message = ids->message, f->start = ids->start;
-		f->end = ids->end, f->call = ids->call;
-		size_t at = 0;
-		for (int i = 0; i < 4 + n; i++) {
-			int32_t *o = i < 4 ? &f->off[i] : &f->name_off[i - 4];
-			int32_t *l = i < 4 ? &f->len[i] : &f->name_len[i - 4];
-			*o = (int32_t)at;
-			if (i == SP_TAIL) /* <|constrain|> json <|message|> */
-				f->seq[at++] = ids->constrain;
-			memcpy(f->seq + at, parts[i], lens[i] * 4);
-			at += lens[i];
-			if (i == SP_TAIL)
-				f->seq[at++] = ids->message;
-			*l = (int32_t)at - *o;
-		}
-		/* banned in a message's text: every special token and end of text */
-		f->off[SP_BANS] = (int32_t)at;
-		int32_t sp[7] = {ids->start, ids->end, ids->message, ids->channel, ids->constrain,
-				 ids->ret, ids->call};
-		memcpy(f->seq + at, sp, sizeof(sp));
-		memcpy(f->seq + at + 7, eos, (size_t)n_eos * 4);
-		f->len[SP_BANS] = (int32_t)n_bans;
-		f->n_names = n;
-	}
-	for (int i = 0; i < 4 + n; i++)
-		free(parts[i]);
+	f->final = sp->final ? ms_tmask_ref(sp->final) : NULL;
+	for (int i = 0; i < sp->n_names; i++)
+		f->args[i] = sp->args && sp->args[i] ? ms_tmask_ref(sp->args[i]) : NULL;
+	costs(f, sp);
 	*out = f;
-	return rc;
+	return 0;
 }
 
 void ms_tool_force_free(struct ms_tool_force *f)
 {
+	if (!f)
+		return;
+	ms_tmask_unref(f->final);
+	for (int i = 0; i < f->n_names; i++)
+		ms_tmask_unref(f->args[i]);
 	free(f);
 }
 
 /* ---- the state machine ---- */
 
-static const int32_t *span(const struct ms_tool_force *f, int s)
+static int64_t left(const struct state *s)
 {
-	return f->seq + f->off[s];
+	return s->f.budget > 0 ? s->f.budget - s->n_out : INT64_MAX / 4;
+}
+
+static void fixed(struct state *s, int32_t off, int32_t len, enum phase next)
+{
+	s->ph = PH_FIXED;
+	s->fixed_off = off;
+	s->fixed_len = len;
+	s->next = next;
+	s->pos = 0;
+}
+
+static void pick(struct state *s, int lo, int hi)
+{
+	s->ph = PH_PICK;
+	s->lo = lo;
+	s->hi = hi;
+	s->pos = 0;
+	for (int c = lo; c < hi; c++)
+		s->alive[c] = s->f.cand_len[c] > 0;
+	if (lo == C_ANALYSIS) {
+		/* reasoning once, and only while the answer still fits after it */
+		int64_t need = s->f.cand_len[C_ANALYSIS] + 2 + s->f.restart_len + s->f.cost_answer;
+		s->alive[C_ANALYSIS] &= !s->reasoned && left(s) > need;
+		if (s->alive[C_FINAL] && s->alive[C_HEAD]) {
+			/* when only one of them fits, that one */
+			bool ff = left(s) >= s->f.cost_final, fc = left(s) >= s->f.cost_call;
+			if (ff != fc)
+				s->alive[ff ? C_HEAD : C_FINAL] = false;
+		}
+	}
+}
+
+static void body(struct state *s, struct ms_tmask *t, int32_t end)
+{
+	s->ph = PH_BODY;
+	s->gt = t;
+	s->body_end = end;
+	s->gm_ok = t && !ms_gmatch_init(&s->gm, ms_tmask_grammar(t));
 }
 
 static void *st_init(const void *arg)
@@ -117,132 +251,235 @@ static void *st_init(const void *arg)
 	if (!s)
 		return NULL;
 	memcpy(&s->f, f, f->bytes);
-	s->ph = PH_CHANNEL;
-	for (int i = 0; i < f->n_names; i++)
-		s->cand[i] = true;
+	/* the grammars are the state's too: the request may outlive the parse */
+	if (s->f.final)
+		ms_tmask_ref(s->f.final);
+	for (int i = 0; i < s->f.n_names; i++)
+		if (s->f.args[i])
+			ms_tmask_ref(s->f.args[i]);
+	if (f->plain) {
+		body(s, s->f.final, -1);
+		if (s->f.final && !s->gm_ok) {
+			free(s);
+			return NULL;
+		}
+	} else {
+		s->ph = PH_FIXED;
+		s->fixed_off = -1;  /* <|channel|> */
+		s->fixed_len = 1;
+		s->next = PH_PICK;
+	}
 	return s;
 }
 
 static void st_free(void *st)
 {
-	free(st);
-}
-
-/* The tokens allowed now, when only some are: into a[], their count; -1
- * when only the bans apply (free text). */
-static int allowed(const struct state *s, int32_t *a)
-{
-	const struct ms_tool_force *f = &s->f;
-	int n = 0;
-	switch (s->ph) {
-	case PH_CHANNEL: a[n++] = f->channel; return n;
-	case PH_CHOOSE:
-		a[n++] = span(f, SP_HEAD)[0];
-		if (!s->reasoned && span(f, SP_ANALYSIS)[0] != a[0])
-			a[n++] = span(f, SP_ANALYSIS)[0];
-		return n;
-	case PH_ANALYSIS:
-		a[n++] = s->pos < f->len[SP_ANALYSIS] ? span(f, SP_ANALYSIS)[s->pos] : f->message;
-		return n;
-	case PH_RESTART:
-		a[n++] = s->pos == 0 ? f->start : s->pos <= f->len[SP_ASSISTANT]
-			 ? span(f, SP_ASSISTANT)[s->pos - 1] : f->channel;
-		return n;
-	case PH_HEAD: a[n++] = span(f, SP_HEAD)[s->pos]; return n;
-	case PH_TAIL: a[n++] = span(f, SP_TAIL)[s->pos]; return n;
-	case PH_NAME:
-		for (int i = 0; i < f->n_names; i++) {
-			if (!s->cand[i])
-				continue;
-			/* a name complete here: the tail may follow */
-			a[n++] = s->pos < f->name_len[i] ? f->seq[f->name_off[i] + s->pos]
-							  : span(f, SP_TAIL)[0];
-		}
-		return n;
-	default:
-		return -1;
-	}
-}
-
-static void st_mask(void *st, float *z, int64_t vocab)
-{
 	struct state *s = st;
-	const struct ms_tool_force *f = &s->f;
-	int32_t a[MAX_NAMES + 2];
-	int n = allowed(s, a);
-	if (n < 0) {
-		/* free text: no special token but the one that ends it */
-		int32_t keep = s->ph == PH_REASON ? f->end : s->ph == PH_ARGS ? f->call : -1;
-		const int32_t *b = span(f, SP_BANS);
-		for (int i = 0; i < f->len[SP_BANS]; i++)
-			if (b[i] != keep && b[i] >= 0 && b[i] < vocab)
-				z[b[i]] = -INFINITY;
-		return;
-	}
-	float v[MAX_NAMES + 2];
+	if (s->gm_ok)
+		ms_gmatch_free(&s->gm);
+	ms_tmask_unref(s->f.final);
+	for (int i = 0; i < s->f.n_names; i++)
+		ms_tmask_unref(s->f.args[i]);
+	free(s);
+}
+
+static int32_t fixed_tok(const struct state *s)
+{
+	return s->fixed_off < 0 ? s->f.channel : s->f.seq[s->fixed_off + s->pos];
+}
+
+/* Leave only a[0..n) (an allowed token the model gives no chance still
+ * wins over nothing). */
+static void only(float *z, int64_t vocab, const int32_t *a, int n)
+{
+	float v[MAX_NAMES + 16];
 	for (int i = 0; i < n; i++)
 		v[i] = a[i] >= 0 && a[i] < vocab ? z[a[i]] : -INFINITY;
 	for (int64_t i = 0; i < vocab; i++)
 		z[i] = -INFINITY;
-	/* an allowed token the model gives no chance still wins over nothing */
 	for (int i = 0; i < n; i++)
 		if (a[i] >= 0 && a[i] < vocab)
 			z[a[i]] = isfinite(v[i]) ? v[i] : -1e30f;
 }
 
-/* The name phase: keep the names that continue with tok. */
-static void name_accept(struct state *s, int32_t tok)
+/* The body's end tokens into a (its count). */
+static int ends(const struct state *s, int32_t *a)
 {
-	const struct ms_tool_force *f = &s->f;
-	bool tail = tok == span(f, SP_TAIL)[0];
-	for (int i = 0; i < f->n_names; i++)
-		if (s->cand[i])
-			s->cand[i] = tail ? s->pos == f->name_len[i]
-				     : s->pos < f->name_len[i] && f->seq[f->name_off[i] + s->pos] == tok;
-	if (tail) {
-		s->ph = PH_TAIL;
-		s->pos = 1;
-		if (s->pos == f->len[SP_TAIL])
-			s->ph = PH_ARGS;
-	} else {
-		s->pos++;
+	if (s->body_end >= 0) {
+		a[0] = s->body_end;
+		return 1;
+	}
+	int n = s->f.n_eos < 16 ? s->f.n_eos : 16;
+	memcpy(a, s->f.seq + s->f.eos_off, (size_t)n * 4);
+	return n;
+}
+
+/* Free text: no special token but end (or end of text when end < 0). */
+static void free_text(const struct state *s, float *z, int64_t vocab, int32_t end)
+{
+	const int32_t *b = s->f.seq + s->f.bans_off;
+	for (int i = 0; i < s->f.bans_len; i++) {
+		bool keep = end >= 0 ? b[i] == end : i >= 7;
+		if (!keep && b[i] >= 0 && b[i] < vocab)
+			z[b[i]] = -INFINITY;
 	}
 }
 
-/* A forced step's move to its next position or phase. */
-static void step(struct state *s, int len, enum phase next)
+/* Closing: only the bytes along a shortest completion (each a token of its
+ * own), and the end once complete. */
+static void closing(struct state *s, float *z, int64_t vocab)
 {
-	if (++s->pos >= len) {
-		s->ph = next;
-		s->pos = 0;
+	int32_t a[256 + 16];
+	int n = 0;
+	const struct ms_vocab_trie *v = ms_tmask_vocab(s->gt);
+	int64_t need = ms_gmatch_min_bytes(&s->gm);
+	for (int b = 0; b < 256 && need > 0; b++) {
+		int32_t t = ms_vocab_trie_byte_token(v, (uint8_t)b);
+		struct ms_gmatch c;
+		if (t < 0 || ms_gmatch_copy(&c, &s->gm))
+			continue;
+		uint8_t byte = (uint8_t)b;
+		if (ms_gmatch_feed(&c, &byte, 1) && ms_gmatch_min_bytes(&c) < need)
+			a[n++] = t;
+		ms_gmatch_free(&c);
+	}
+	if (s->gm.accept || !n)
+		n += ends(s, a + n);
+	only(z, vocab, a, n);
+}
+
+static void body_mask(struct state *s, float *z, int64_t vocab)
+{
+	int32_t e[16];
+	int ne = ends(s, e);
+	if (!s->gt) {
+		if (left(s) <= 1)
+			only(z, vocab, e, ne);
+		else
+			free_text(s, z, vocab, s->body_end);
+		return;
+	}
+	if (!s->gm_ok || (!ms_gmatch_open(&s->gm) && s->gm.accept)) {
+		only(z, vocab, e, ne);
+		return;
+	}
+	if (left(s) <= ms_gmatch_min_bytes(&s->gm) + 1 + CLOSE_SLACK) {
+		closing(s, z, vocab);
+		return;
+	}
+	float keep[16];
+	for (int i = 0; i < ne; i++)
+		keep[i] = e[i] >= 0 && e[i] < vocab ? z[e[i]] : -INFINITY;
+	if (ms_tmask_apply(s->gt, &s->gm, z, vocab)) {
+		only(z, vocab, e, ne);  /* out of memory: end the body */
+		return;
+	}
+	if (s->gm.accept)
+		for (int i = 0; i < ne; i++)
+			if (e[i] >= 0 && e[i] < vocab)
+				z[e[i]] = keep[i];
+}
+
+static void st_mask(void *st, float *z, int64_t vocab)
+{
+	struct state *s = st;
+	int32_t a[N_CAND];
+	int n = 0;
+	switch (s->ph) {
+	case PH_FIXED:
+		a[n++] = fixed_tok(s);
+		break;
+	case PH_PICK:
+		for (int c = s->lo; c < s->hi; c++)
+			if (s->alive[c] && n < MAX_NAMES + 8)
+				a[n++] = s->f.seq[s->f.cand_off[c] + s->pos];
+		break;
+	case PH_REASON:
+		if (left(s) > 1 + s->f.restart_len + s->f.cost_answer) {
+			free_text(s, z, vocab, s->f.end);
+			return;
+		}
+		a[n++] = s->f.end;  /* the answer needs the rest */
+		break;
+	case PH_BODY:
+		body_mask(s, z, vocab);
+		return;
+	default:
+		break;
+	}
+	if (!n)  /* nothing left to choose (done): the end */
+		n = ends(s, a);
+	only(z, vocab, a, n);
+}
+
+/* A candidate complete: its phase. */
+static void chosen(struct state *s, int c)
+{
+	if (c == C_ANALYSIS)
+		s->ph = PH_REASON;
+	else if (c == C_FINAL)
+		body(s, s->f.final, s->f.ret);
+	else if (c == C_HEAD)
+		pick(s, C_NAMES, C_NAMES + s->f.n_names);
+	else
+		body(s, s->f.args[c - C_NAMES], s->f.call);
+}
+
+static void pick_accept(struct state *s, int32_t tok)
+{
+	int done = -1;
+	for (int c = s->lo; c < s->hi; c++) {
+		if (!s->alive[c])
+			continue;
+		s->alive[c] = s->f.seq[s->f.cand_off[c] + s->pos] == tok;
+		if (s->alive[c] && s->pos + 1 == s->f.cand_len[c])
+			done = c;
+	}
+	s->pos++;
+	if (done >= 0)
+		chosen(s, done);
+}
+
+static void body_accept(struct state *s, int32_t tok)
+{
+	int32_t e[16];
+	int ne = ends(s, e);
+	for (int i = 0; i < ne; i++)
+		if (tok == e[i]) {
+			s->ph = PH_DONE;
+			return;
+		}
+	if (!s->gt || !s->gm_ok)
+		return;
+	uint32_t len;
+	const uint8_t *b = ms_vocab_trie_bytes(ms_tmask_vocab(s->gt), tok, &len);
+	if (!b || !ms_gmatch_feed(&s->gm, b, len)) {
+		ms_gmatch_free(&s->gm);  /* cannot happen under the mask: end it */
+		s->gm_ok = false;
 	}
 }
 
 static void st_accept(void *st, int32_t tok)
 {
 	struct state *s = st;
-	const struct ms_tool_force *f = &s->f;
+	s->n_out++;
 	switch (s->ph) {
-	case PH_CHANNEL: s->ph = PH_CHOOSE; break;
-	case PH_CHOOSE:
-		s->ph = tok == span(f, SP_HEAD)[0] ? PH_HEAD : PH_ANALYSIS;
-		s->pos = 0;
-		step(s, s->ph == PH_HEAD ? f->len[SP_HEAD] : f->len[SP_ANALYSIS] + 1,
-		     s->ph == PH_HEAD ? PH_NAME : PH_REASON);
+	case PH_FIXED:
+		if (++s->pos >= s->fixed_len) {
+			if (s->next == PH_PICK)
+				pick(s, C_ANALYSIS, C_NAMES);
+			else
+				s->ph = s->next;
+		}
 		break;
-	case PH_ANALYSIS: step(s, f->len[SP_ANALYSIS] + 1, PH_REASON); break;
+	case PH_PICK: pick_accept(s, tok); break;
 	case PH_REASON:
-		if (tok == f->end)
-			s->ph = PH_RESTART, s->pos = 0, s->reasoned = true;
+		if (tok == s->f.end) {
+			s->reasoned = true;
+			fixed(s, s->f.restart_off, s->f.restart_len, PH_PICK);
+		}
 		break;
-	case PH_RESTART: step(s, f->len[SP_ASSISTANT] + 2, PH_CHOOSE); break;
-	case PH_HEAD: step(s, f->len[SP_HEAD], PH_NAME); break;
-	case PH_NAME: name_accept(s, tok); break;
-	case PH_TAIL: step(s, f->len[SP_TAIL], PH_ARGS); break;
-	case PH_ARGS:
-		if (tok == f->call)
-			s->ph = PH_DONE;
-		break;
+	case PH_BODY: body_accept(s, tok); break;
 	default: break;
 	}
 }

@@ -1,37 +1,67 @@
 /*
- * tool-force.h: tool_choice "required" and a named function, enforced (server/
- * only). A token constraint (engine.h's struct ms_constraint) that lets the
- * model reason first, in the analysis channel, and then makes its next
- * message a call: `<|channel|>commentary to=functions.NAME<|constrain|>json
- * <|message|>` with NAME one of the allowed functions (each its own token
- * sequence, chosen by the model token by token among those still possible),
- * the arguments free until <|call|>. While it reasons, and in the
- * arguments, no special token other than the one that ends the message can
- * be drawn, nor an end of text: generation cannot end without the call.
+ * tool-force.h: the shape of an answer, enforced by a token constraint
+ * (engine.h's struct ms_constraint; server/ only): tool_choice "required"
+ * or a named function, structured outputs (a final answer that matches a
+ * grammar), strict tool arguments.
+ *
+ * With harmony the model may reason first, in the analysis channel, free
+ * (no special token but the <|end|> that closes it), then its next message
+ * is one of those allowed: a call, `<|channel|>commentary to=functions.NAME
+ * <|constrain|>json<|message|> ARGS <|call|>` with NAME among the allowed
+ * functions (each its own token sequence, chosen token by token), or a
+ * final answer, `<|channel|>final<|constrain|>json<|message|> TEXT
+ * <|return|>` (`<|channel|>final<|message|>` when it is free). Where a
+ * grammar is given (token-mask.h) the body is held to it and, once the
+ * grammar is complete, only its end token can follow; generation cannot
+ * end before.
  *
  *   <|channel|> ( analysis <|message|> TEXT <|end|> <|start|> assistant <|channel|> )?
- *   commentary to=functions. NAME <|constrain|> json <|message|> ARGS <|call|>
+ *   ( commentary to=functions. NAME <|constrain|> json <|message|> ARGS <|call|>
+ *   | final (<|constrain|> json)? <|message|> BODY <|return|> )
+ *
+ * Without harmony (plain, /v1/completions) the body is the whole output
+ * and an end-of-text token ends it.
+ *
+ * The budget (the request's max_tokens) is kept: the reasoning is closed,
+ * and a grammar's body is driven along its shortest completion, early
+ * enough that the answer is complete within it whenever the frame and the
+ * grammar's shortest sentence fit at all.
  */
 #ifndef MS_SERVER_TOOL_FORCE_H
 #define MS_SERVER_TOOL_FORCE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "engine.h"
 #include "harmony.h"
 #include "ms-error.h"
+#include "token-mask.h"
 #include "tokenizer.h"
 
-struct ms_tool_force; /* the token sequences (immutable once built) */
+#define MS_FORCE_MAX_NAMES 128
 
-/* For the n function names (n >= 1); eos: the model's end-of-text ids. */
+struct ms_force_spec {
+	const char *const *names;        /* the functions a call may name */
+	int n_names;
+	struct ms_tmask *const *args;    /* per name its arguments' grammar (NULL: free); or NULL */
+	bool final_ok;                   /* a final answer may come instead of a call */
+	struct ms_tmask *final;          /* the final answer's grammar, NULL: free */
+	bool plain;                      /* no harmony: the output is final's body */
+	int64_t budget;                  /* max_tokens (0: unbounded) */
+};
+
+struct ms_tool_force; /* the token sequences and grammars (immutable once built) */
+
+/* For spec (names and grammars copied or referenced: spec need not
+ * outlive the call); eos: the model's end-of-text ids. */
 int ms_tool_force_new(const struct ms_tokenizer *tok, const struct ms_harmony_ids *ids,
-		      const int32_t *eos, int n_eos, const char *const *names, int n,
+		      const int32_t *eos, int n_eos, const struct ms_force_spec *spec,
 		      struct ms_tool_force **out, struct ms_err *err);
 void ms_tool_force_free(struct ms_tool_force *f);   /* NULL is fine */
 
 /* The constraint over f (f must outlive the submit; each request's state
- * copies what it needs). */
+ * copies what it needs and references the grammars). */
 struct ms_constraint ms_tool_force_constraint(const struct ms_tool_force *f);
 
 #endif

@@ -638,7 +638,8 @@ START_TEST(tool_choice_forces_a_call)
 		const char *const *nm = run % 2 ? names : &names[1 + run % 3 % 2];
 		struct ms_tool_force *f;
 		struct ms_err err = {0};
-		ck_assert_int_eq(ms_tool_force_new(tok, &m.hids, eos, 2, nm, n, &f, &err), 0);
+		struct ms_force_spec sp = {.names = nm, .n_names = n};
+		ck_assert_int_eq(ms_tool_force_new(tok, &m.hids, eos, 2, &sp, &f, &err), 0);
 		struct ms_constraint c = ms_tool_force_constraint(f);
 		void *st = c.init(c.arg);
 		ms_tool_force_free(f); /* the state does not need it */

@@ -1,0 +1,68 @@
+/*
+ * token-mask.h: which tokens a grammar allows next (server/ only).
+ *
+ * The tokenizer's normal tokens (special ones are the caller's: the
+ * harmony frame, end of text) form a byte trie laid out in preorder, so
+ * that a walk is one pass over an array that skips a whole subtree when
+ * its prefix is refused. A walk starts from a match state (grammar.h) and
+ * steps the grammar one byte per trie edge, with one table lookup per byte
+ * where the grammar stays inside one rule; a token is allowed when the
+ * grammar survives all its bytes. The result, a bitset over the
+ * vocabulary, is cached by match state (equal states, equal masks), so
+ * each state is walked once per grammar, whichever request reaches it:
+ * inside a JSON string every token of the string hits the same entry. The
+ * cache is an LRU bounded in bytes, shared by every request of the grammar
+ * (a mutex; the walk runs under it).
+ */
+#ifndef MS_SERVER_TOKEN_MASK_H
+#define MS_SERVER_TOKEN_MASK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "grammar.h"
+#include "ms-error.h"
+#include "tokenizer.h"
+
+struct ms_vocab_trie;
+
+/* The trie of tok's normal tokens with ids below vocab (the model's logits;
+ * larger ids and ids the tokenizer lacks are never allowed). */
+int ms_vocab_trie_new(const struct ms_tokenizer *tok, int64_t vocab, struct ms_vocab_trie **out,
+		      struct ms_err *err);
+void ms_vocab_trie_free(struct ms_vocab_trie *v);   /* NULL is fine */
+int64_t ms_vocab_trie_vocab(const struct ms_vocab_trie *v);
+/* A token's bytes (len 0: special, absent or empty: never a grammar's). */
+const uint8_t *ms_vocab_trie_bytes(const struct ms_vocab_trie *v, int32_t id, uint32_t *len);
+
+/* The token that is byte b alone, or -1 (byte-level BPE has all 256). */
+int32_t ms_vocab_trie_byte_token(const struct ms_vocab_trie *v, uint8_t b);
+
+struct ms_tmask;
+
+/* g (taken, freed with the mask) over v (must outlive it); cache_bytes:
+ * the cache's bound (0: 64 MiB). Starts with one reference. */
+int ms_tmask_new(struct ms_grammar *g, const struct ms_vocab_trie *v, size_t cache_bytes,
+		 struct ms_tmask **out, struct ms_err *err);
+struct ms_tmask *ms_tmask_ref(struct ms_tmask *t);
+void ms_tmask_unref(struct ms_tmask *t);             /* NULL is fine */
+const struct ms_grammar *ms_tmask_grammar(const struct ms_tmask *t);
+const struct ms_vocab_trie *ms_tmask_vocab(const struct ms_tmask *t);
+
+/* Set logits[i] = -INFINITY for every normal token m refuses and for every
+ * special token (vocab entries). -ENOMEM: nothing changed (the caller
+ * refuses everything but its ends). */
+int ms_tmask_apply(struct ms_tmask *t, const struct ms_gmatch *m, float *logits, int64_t vocab);
+
+/* The allowed set as a bitset into bits[(vocab + 63) / 64] (tests, bench). */
+int ms_tmask_bits(struct ms_tmask *t, const struct ms_gmatch *m, uint64_t *bits);
+
+struct ms_tmask_stats {
+	uint64_t hits, misses, evictions;
+	size_t bytes, entries;
+	double walk_s;             /* time spent walking on misses */
+};
+
+void ms_tmask_get_stats(struct ms_tmask *t, struct ms_tmask_stats *s);
+
+#endif
