@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 
 #include "bridge.h"
+#include "grammar-cache.h"
 #include "json.h"
 #include "model.h"
 #include "ms-clock.h"
@@ -314,7 +315,8 @@ static struct ms_req_model req_model(const struct ms_server *s)
 {
 	return (struct ms_req_model){
 		.name = s->cfg.model_name, .vocab = s->model ? s->model->cfg.vocab : 0,
-		.max_model_len = s->max_model_len, .tok = s->tok, .harmony = s->harmony,
+		.max_model_len = s->max_model_len, .tok = s->tok, .grammars = s->grammars,
+		.harmony = s->harmony,
 		.hids = s->hids, .eos = s->eos, .n_eos = s->n_eos,
 		.default_max_tokens = s->cfg.max_tokens,
 	};
@@ -731,6 +733,10 @@ void ms_server_set_ready(struct ms_server *s, struct ms_model *m, struct ms_toke
 			ms_tokenizer_find(tok, "<|call|>")};
 		s->harmony = s->hids.start >= 0 && s->hids.end >= 0 && s->hids.message >= 0 &&
 			     s->hids.channel >= 0 && s->hids.ret >= 0 && s->hids.call >= 0;
+		/* structured outputs; without (out of memory) they are refused */
+		struct ms_err err = {0};
+		if (ms_grammar_cache_new(tok, m->cfg.vocab, s->cfg.grammar_cache, &s->grammars, &err))
+			fprintf(stderr, "moeserve: structured outputs are off: %s\n", err.msg);
 	}
 	if (s->metrics)
 		ms_metrics_set_loaded(s->metrics, true);
@@ -762,6 +768,8 @@ void ms_server_stop(struct ms_server *s)
 		MHD_stop_daemon(s->daemon); /* joins its threads: none reads the reason now */
 		pthread_mutex_destroy(&s->reason_mu);
 		ms_rsp_store_free(&s->rstore);
+		ms_grammar_cache_free(s->grammars);
+		s->grammars = NULL;
 	}
 	s->daemon = NULL;
 }

@@ -33,6 +33,7 @@ struct ms_server_config {
 	bool log_json;
 	int responses_store;            /* responses kept (responses.h); 0: none */
 	int64_t max_tokens;             /* chat/responses without a limit; 0: the context */
+	int grammar_cache;              /* compiled grammars kept (grammar-cache.h; 0: 64) */
 };
 
 enum ms_server_state {
@@ -53,6 +54,7 @@ struct ms_server {
 	char reason[512];
 	struct ms_model *model;
 	struct ms_tokenizer *tok;       /* NULL: token prompts only */
+	struct ms_grammar_cache *grammars; /* structured outputs (with tok) */
 	struct ms_engine *engine;
 	struct ms_metrics *metrics;
 	int64_t max_model_len;

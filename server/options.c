@@ -85,6 +85,9 @@ static const struct opt_def serve_opts[] = {
 	{"responses-store", 0, T_INT, F(responses_store), 0, 1000000, NULL, "1000", NULL, "N",
 	 "/v1/responses kept in memory for\nprevious_response_id and GET (least recently\nused "
 	 "evicted; 0: none)"},
+	{"grammar-cache", 0, T_INT, F(grammar_cache), 1, 100000, NULL, "64", NULL, "N",
+	 "structured outputs: compiled grammars kept,\nwith their token masks (least recently used\n"
+	 "evicted)"},
 	{"log-format", 0, T_ENUM, F(log_format), 0, 0, log_formats, "text", NULL, "FMT",
 	 "text or json (one object per line)"},
 	{"log-level", 0, T_ENUM, F(log_level), 0, 0, log_levels, "info", NULL, "LEVEL",

@@ -55,6 +55,7 @@ struct ms_serve_options {
 	int keepalive_s;           /* SSE comment every N idle seconds; 0: off; 10 */
 	int shutdown_timeout_s;    /* SIGTERM: seconds to let requests finish; 30 */
 	int responses_store;       /* /v1/responses kept in memory (LRU); 1000; 0: none */
+	int grammar_cache;         /* compiled grammars kept (LRU); 64 */
 	/* logs */
 	enum ms_log_format log_format;  /* text */
 	enum ms_log_level log_level;    /* info */

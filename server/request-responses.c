@@ -282,8 +282,8 @@ static int tool_of(const cJSON *t, int i, cJSON *out, struct ms_req_gen *r, stru
 	cJSON_AddStringToObject(o, "type", "function");
 	f = cJSON_AddObjectToObject(o, "function");
 	cJSON_AddStringToObject(f, "name", name->valuestring);
-	const char *keys[] = {"description", "parameters"};
-	for (int k = 0; k < 2; k++)
+	const char *keys[] = {"description", "parameters", "strict"};
+	for (int k = 0; k < 3; k++)
 		if (jget(fn, keys[k]))
 			cJSON_AddItemToObject(f, keys[k], cJSON_Duplicate(jget(fn, keys[k]), true));
 	cJSON_AddItemToArray(out, o);
@@ -393,7 +393,9 @@ static int reasoning_of(const cJSON *req, cJSON *body, struct ms_req_error *e)
 		      "\"medium\" or \"high\"");
 }
 
-static int text_format_of(const cJSON *req, struct ms_req_error *e)
+/* "text.format": the chat body's response_format of the same meaning
+ * (json_schema's name, schema and strict sit flat in the format). */
+static int text_format_of(const cJSON *req, cJSON *body, struct ms_req_error *e)
 {
 	const cJSON *tx = jget(req, "text"), *fmt = tx ? jget(tx, "format") : NULL;
 	if (tx && !cJSON_IsObject(tx))
@@ -401,10 +403,26 @@ static int text_format_of(const cJSON *req, struct ms_req_error *e)
 	if (!fmt)
 		return 0;
 	const char *type = str_of(fmt, "type");
-	if (type && !strcmp(type, "text"))
+	if (!cJSON_IsObject(fmt) || !type || (strcmp(type, "text") && strcmp(type, "json_object") &&
+					      strcmp(type, "json_schema")))
+		return refuse(e, "text.format", cJSON_IsObject(fmt) ? jget(fmt, "type") : fmt,
+			      "\"text.format\" must be {\"type\": \"text\"}, {\"type\": \"json_object\"} "
+			      "or {\"type\": \"json_schema\", \"name\", \"schema\", \"strict\"}");
+	if (!strcmp(type, "text"))
 		return 0;
-	return refuse(e, "text.format", jget(fmt, "type"), "\"text.format\": only {\"type\": "
-		      "\"text\"} is served (structured output is not available yet)");
+	cJSON *rf = cJSON_AddObjectToObject(body, "response_format");
+	if (!rf || !cJSON_AddStringToObject(rf, "type", type))
+		return ms_req_oom(e);
+	if (!strcmp(type, "json_object"))
+		return 0;
+	const cJSON *schema = jget(fmt, "schema");
+	if (!schema)
+		return refuse(e, "text.format.schema", NULL, "\"text.format\" of type json_schema needs "
+			      "\"schema\"");
+	cJSON *js = cJSON_AddObjectToObject(rf, "json_schema");
+	if (!js || !cJSON_AddItemToObject(js, "schema", cJSON_Duplicate(schema, true)))
+		return ms_req_oom(e);
+	return 0;
 }
 
 /* Sampling and length: the chat fields of the same meaning. */
@@ -432,9 +450,11 @@ static int params_of(const cJSON *req, struct ms_req_gen *r, cJSON *body, struct
 /* The chat parser's refusal, named by the Responses field. */
 static void rename_param(struct ms_req_error *e)
 {
-	static const char *const from[] = {"messages", "max_tokens", "reasoning_effort"};
-	static const char *const to[] = {"input", "max_output_tokens", "reasoning.effort"};
-	for (int k = 0; e->param && k < 3; k++)
+	static const char *const from[] = {"messages", "max_tokens", "reasoning_effort",
+					   "response_format", "response_format.json_schema.schema"};
+	static const char *const to[] = {"input", "max_output_tokens", "reasoning.effort",
+					 "text.format", "text.format.schema"};
+	for (int k = 0; e->param && k < 5; k++)
 		if (!strcmp(e->param, from[k])) {
 			e->param = to[k];
 			break;
@@ -459,7 +479,7 @@ int ms_req_responses(const struct ms_req_model *m, cJSON *req, const cJSON *prev
 	if (!rc)
 		rc = reasoning_of(req, body, e);
 	if (!rc)
-		rc = text_format_of(req, e);
+		rc = text_format_of(req, body, e);
 	if (!rc && (rc = ms_req_chat(m, body, out, e)))
 		rename_param(e);
 	else if (rc)

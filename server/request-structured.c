@@ -159,20 +159,100 @@ int ms_req_answer_grammar(const struct ms_req_model *m, const cJSON *req, struct
 	struct want w;
 	*out = NULL;
 	int rc = answer_field(req, &w, e);
-	return rc <= 0 ? rc : get(m, &w, out, e);
+	if (rc > 0 && !(rc = get(m, &w, out, e)))
+		rc = 1;
+	return rc;
 }
 
-int ms_req_tool_grammar(const struct ms_req_model *m, const cJSON *fn, int k, struct ms_tmask **out,
-			struct ms_req_error *e)
+/* The arguments' grammar of function fn (tools[k].function): its
+ * "parameters" (any object without). A schema that does not compile is a
+ * refusal when the function is strict; otherwise the arguments are held
+ * to be a JSON object only, as they would be free without tool_choice. */
+static int tool_grammar(const struct ms_req_model *m, const cJSON *fn, int k, bool strict,
+			struct ms_tmask **out, struct ms_req_error *e)
 {
 	char field[64];
 	snprintf(field, sizeof(field), "tools[%d].function.parameters", k);
 	const cJSON *ps = jget(fn, "parameters");
 	struct want w = {field, ps ? MS_GK_JSON_SCHEMA : MS_GK_JSON_OBJECT, ps};
 	*out = NULL;
-	/* the error names the field; the text outlives the call only in copies */
 	int rc = get(m, &w, out, e);
-	if (rc && e->param == field)
+	if (rc == -EINVAL && !strict) {
+		w.kind = MS_GK_JSON_OBJECT;
+		rc = get(m, &w, out, e);
+	}
+	if (rc && e->param == field) /* field is on this stack */
 		e->param = "tools";
 	return rc;
+}
+
+/* Each function of the chat body's tools that a call may name (all, or
+ * the named one), with its arguments' grammar: every one when a call is
+ * forced, the strict ones otherwise. The count, or an error. */
+static int call_targets(const struct ms_req_model *m, const struct ms_req_gen *r,
+			const char **names, struct ms_tmask **args, bool *any_strict,
+			struct ms_req_error *e)
+{
+	const cJSON *tools = jget(r->req, "tools"), *t;
+	bool forced = r->tool_choice == MS_TC_REQUIRED || r->tool_choice == MS_TC_NAMED;
+	int n = 0, k = 0, rc = 0;
+	*any_strict = false;
+	cJSON_ArrayForEach(t, tools) {
+		const cJSON *fn = jget(t, "function"), *nm = jget(fn, "name");
+		bool strict = cJSON_IsTrue(jget(fn, "strict"));
+		k++;
+		if (!cJSON_IsString(nm) || (r->tool_named && strcmp(r->tool_named, nm->valuestring)))
+			continue;
+		if (n == MS_FORCE_MAX_NAMES)
+			return refuse(e, "tools", NULL, "at most %d functions can be called under "
+				      "tool_choice or strict", MS_FORCE_MAX_NAMES);
+		names[n] = nm->valuestring;
+		args[n] = NULL;
+		*any_strict |= strict;
+		if ((forced || strict) && (rc = tool_grammar(m, fn, k - 1, strict, &args[n], e)))
+			return rc;
+		n++;
+	}
+	return n;
+}
+
+static void unref_all(struct ms_tmask **t, int n)
+{
+	for (int i = 0; i < n; i++)
+		ms_tmask_unref(t[i]);
+}
+
+int ms_req_shape(const struct ms_req_model *m, struct ms_req_gen *r, struct ms_req_error *e)
+{
+	struct ms_tmask *final = NULL, *args[MS_FORCE_MAX_NAMES];
+	const char *names[MS_FORCE_MAX_NAMES];
+	bool any_strict = false;
+	int rc = ms_req_answer_grammar(m, r->req, &final, e), n = 0;
+	if (rc < 0)
+		return rc;
+	if (r->chat && r->tool_choice != MS_TC_NONE && (n = call_targets(m, r, names, args,
+									   &any_strict, e)) < 0) {
+		ms_tmask_unref(final);
+		return n;
+	}
+	bool forced = r->tool_choice == MS_TC_REQUIRED || r->tool_choice == MS_TC_NAMED;
+	if (!forced && !any_strict && !final) {
+		unref_all(args, n);
+		return 0;  /* free: no constraint at all */
+	}
+	struct ms_force_spec sp = {
+		.names = names, .n_names = n, .args = args,
+		.final_ok = !forced, .final = final, .plain = !r->chat,
+		.budget = r->params.max_tokens,
+	};
+	struct ms_err err = {0};
+	rc = ms_tool_force_new(m->tok, &m->hids, m->eos, m->n_eos, &sp, &r->force, &err);
+	unref_all(args, n);
+	ms_tmask_unref(final);
+	if (rc)
+		return rc == -ENOMEM ? ms_req_oom(e) : refuse(e, forced ? "tool_choice" : NULL, NULL,
+							       "%s", err.msg);
+	r->con = ms_tool_force_constraint(r->force);
+	r->params.constraint = &r->con;
+	return 0;
 }

@@ -311,7 +311,9 @@ const char *ms_req_unknown_field(const cJSON *req)
 		"top_p", "top_k", "min_p", "seed", "stop", "n", "presence_penalty",
 		"frequency_penalty", "repetition_penalty", "logit_bias", "logprobs", "top_logprobs",
 		"echo", "stream", "stream_options", "tools", "tool_choice", "reasoning_effort", "user",
-		"suffix", "best_of", "parallel_tool_calls", "response_format", NULL,
+		"suffix", "best_of", "parallel_tool_calls", "response_format", "structured_outputs",
+		"guided_json", "guided_regex", "guided_choice", "guided_grammar", "grammar", "json_schema",
+		NULL,
 	};
 	const cJSON *it;
 	cJSON_ArrayForEach(it, req) {
@@ -466,6 +468,8 @@ int ms_req_completion(const struct ms_req_model *m, cJSON *req, struct ms_req_ge
 		return oom(e);
 	}
 	int rc = completion_fields(m, r, e);
+	if (!rc)
+		rc = ms_req_shape(m, r, e);
 	if (rc) {
 		ms_req_gen_free(r);
 		return rc;
@@ -722,42 +726,33 @@ static int encode_rendered(const struct ms_tokenizer *tok, const char *text, siz
 }
 
 /* "tool_choice": none renders no tools; "required" or a named function
- * forces a call (tool-force.h); auto (and absent) leaves the model free. */
-static int tool_choice_field(const struct ms_req_model *m, struct ms_req_gen *r,
-			     struct ms_req_chat *c, struct ms_req_error *e)
+ * forces a call (request-structured.c builds it once max_tokens is known);
+ * auto (and absent) leaves the model free. */
+static int tool_choice_field(struct ms_req_gen *r, struct ms_req_chat *c, struct ms_req_error *e)
 {
 	const cJSON *tc = jget(r->req, "tool_choice");
-	const char *named = NULL;
 	if (!tc || (cJSON_IsString(tc) && !strcmp(tc->valuestring, "auto")))
 		return 0;
 	if (cJSON_IsString(tc) && !strcmp(tc->valuestring, "none")) {
+		r->tool_choice = MS_TC_NONE;
 		c->cr.n_tools = 0;
 		return 0;
 	}
+	r->tool_choice = MS_TC_REQUIRED;
 	if (!cJSON_IsString(tc) || strcmp(tc->valuestring, "required")) {
 		const cJSON *fn = jget(tc, "function"), *nm = jget(fn ? fn : tc, "name");
 		if (!cJSON_IsString(nm))
 			return refuse(e, "tool_choice", tc, "\"tool_choice\" must be \"auto\", \"none\", "
 				      "\"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
-		named = nm->valuestring;
+		r->tool_choice = MS_TC_NAMED;
+		r->tool_named = nm->valuestring;
 	}
-	const char *names[128];
-	int n = 0;
-	for (int i = 0; i < c->cr.n_tools && n < 128; i++)
-		if (!named || !strcmp(named, c->cr.tools[i].name))
-			names[n++] = c->cr.tools[i].name;
-	if (!n)
-		return refuse(e, "tool_choice", NULL, named ? "tool_choice names the function \"%s\", "
-			      "which is not among the tools" : "tool_choice \"required\" needs tools%s",
-			      named ? named : "");
-	struct ms_err err = {0};
-	struct ms_force_spec sp = {.names = names, .n_names = n};
-	int rc = ms_tool_force_new(m->tok, &m->hids, m->eos, m->n_eos, &sp, &r->force, &err);
-	if (rc)
-		return rc == -ENOMEM ? oom(e) : refuse(e, "tool_choice", NULL, "%s", err.msg);
-	r->con = ms_tool_force_constraint(r->force);
-	r->params.constraint = &r->con;
-	return 0;
+	for (int i = 0; i < c->cr.n_tools; i++)
+		if (!r->tool_named || !strcmp(r->tool_named, c->cr.tools[i].name))
+			return 0;
+	return refuse(e, "tool_choice", NULL, r->tool_named ? "tool_choice names the function \"%s\", "
+		      "which is not among the tools" : "tool_choice \"required\" needs tools%s",
+		      r->tool_named ? r->tool_named : "");
 }
 
 /* The messages rendered with harmony and encoded: the request's one prompt. */
@@ -770,7 +765,7 @@ static int chat_prompt(const struct ms_req_model *m, struct ms_req_gen *r, struc
 	struct ms_err err = {0};
 	int rc = ms_req_chat_messages(r->req, &c, e);
 	if (!rc)
-		rc = tool_choice_field(m, r, &c, e);
+		rc = tool_choice_field(r, &c, e);
 	if (!rc && (rc = ms_harmony_render_ex(&c.cr, &text, &tlen, &sp, &nsp, &err)))
 		rc = rc == -ENOMEM ? oom(e) : refuse(e, "messages", NULL, "%s", err.msg);
 	ms_req_chat_free(&c);
@@ -818,6 +813,10 @@ int ms_req_chat(const struct ms_req_model *m, cJSON *req, struct ms_req_gen **ou
 				       ? m->max_model_len - r->n_prompt[0] : 1;
 		if (m->default_max_tokens > 0 && m->default_max_tokens < r->params.max_tokens)
 			r->params.max_tokens = m->default_max_tokens; /* serve --max-tokens */
+	}
+	if ((rc = ms_req_shape(m, r, e))) {
+		ms_req_gen_free(r);
+		return rc;
 	}
 	int ne = 0;
 	r->stop_ids[ne++] = m->hids.ret;

@@ -70,7 +70,10 @@ struct ms_req_gen {
 	cJSON *items;                   /* the conversation: previous_response_id's items, then
 					 * this turn's input, as Responses items */
 	const char *ignored_tool;       /* the first tool type other than function (ignored) */
-	/* tool_choice "required" or a named function: the forced call */
+	/* The answer's shape (request-structured.c): tool_choice, strict
+	 * tools, a grammar for the answer; force NULL when it is free. */
+	enum ms_req_tool_choice { MS_TC_AUTO, MS_TC_NONE, MS_TC_REQUIRED, MS_TC_NAMED } tool_choice;
+	const char *tool_named;         /* MS_TC_NAMED: the function (in req) */
 	struct ms_tool_force *force;
 	struct ms_constraint con;       /* params.constraint points here */
 };
@@ -122,17 +125,19 @@ struct ms_req_chat {
 int ms_req_chat_messages(const cJSON *req, struct ms_req_chat *c, struct ms_req_error *e);
 void ms_req_chat_free(struct ms_req_chat *c);
 
-/* Structured outputs (request-structured.c). The grammar the request's
+/* Structured outputs (request-structured.c). r's constraint, once its
+ * prompt, tool_choice and max_tokens are known: a forced call, strict
+ * tool arguments, the answer held to a grammar (chat: harmony's final
+ * message; completions, plain: the whole output). Sets r->force and
+ * params.constraint, or leaves both unset when the answer is free. */
+int ms_req_shape(const struct ms_req_model *m, struct ms_req_gen *r, struct ms_req_error *e);
+
+/* The grammar the request's
  * answer must match (response_format, structured_outputs, guided_json,
  * guided_regex, guided_choice, guided_grammar, grammar, json_schema: one
  * of them): 1 with *out a reference, 0 when none is asked for. */
 int ms_req_answer_grammar(const struct ms_req_model *m, const cJSON *req, struct ms_tmask **out,
 			  struct ms_req_error *e);
-/* The arguments' grammar of function fn (tools[k].function): its
- * "parameters" schema, any object when it has none. */
-int ms_req_tool_grammar(const struct ms_req_model *m, const cJSON *fn, int k, struct ms_tmask **out,
-			struct ms_req_error *e);
-
 /* POST /tokenize ({"prompt" or "text", "add_special_tokens"}): *ids
  * malloc'd. POST /detokenize ({"tokens"}): *text malloc'd. */
 int ms_req_tokenize(const struct ms_req_model *m, const cJSON *req, int32_t **ids, size_t *n,

@@ -169,6 +169,7 @@ int ms_cmd_serve(int argc, char **argv, const char *default_model)
 		.max_body_bytes = (size_t)o.max_body_bytes, .cors_origin = o.cors_origin,
 		.keepalive_s = o.keepalive_s ? o.keepalive_s : 1000000,
 		.responses_store = o.responses_store, .max_tokens = o.max_tokens,
+		.grammar_cache = o.grammar_cache,
 		.log_json = o.log_format == MS_LOG_FORMAT_JSON,
 	};
 	static struct ms_server srv;

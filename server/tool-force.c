@@ -9,6 +9,12 @@
 
 #define MAX_NAMES MS_FORCE_MAX_NAMES
 #define CLOSE_SLACK 8   /* tokens beyond the shortest completion when closing starts */
+/* Within NEAR tokens of closing, one token could open more than the rest
+ * of the budget can close (a key that starts a nested object): there only
+ * the NEAR_TOP likeliest allowed tokens are candidates, each kept only
+ * when the answer can still be finished after it. */
+#define NEAR 64
+#define NEAR_TOP 64
 
 /* The first choice after <|channel|>, then the names (candidates 3..). */
 enum { C_ANALYSIS, C_FINAL, C_HEAD, C_NAMES, N_CAND = C_NAMES + MAX_NAMES };
@@ -26,6 +32,7 @@ struct ms_tool_force {
 	bool plain;
 	int64_t budget;
 	int64_t cost_final, cost_call, cost_answer;  /* tokens, at the fewest */
+	int64_t cost_name[MAX_NAMES];                /* a call of each, from its name on */
 	int32_t seq[];
 };
 
@@ -108,11 +115,12 @@ static void costs(struct ms_tool_force *f, const struct ms_force_spec *sp)
 	f->cost_final = f->cand_len[C_FINAL] ? f->cand_len[C_FINAL] + grammar_min(sp->final) + 1 : INT32_MAX;
 	int64_t best = INT32_MAX;
 	for (int i = 0; i < f->n_names; i++) {
-		int64_t c = f->cand_len[C_NAMES + i] + grammar_min(sp->args ? sp->args[i] : NULL);
+		int64_t c = f->cand_len[C_NAMES + i] + grammar_min(sp->args ? sp->args[i] : NULL) + 1;
+		f->cost_name[i] = c;
 		if (c < best)
 			best = c;
 	}
-	f->cost_call = f->n_names ? f->cand_len[C_HEAD] + best + 1 : INT32_MAX;
+	f->cost_call = f->n_names ? f->cand_len[C_HEAD] + best : INT32_MAX;
 	f->cost_answer = f->cost_final < f->cost_call ? f->cost_final : f->cost_call;
 }
 
@@ -223,6 +231,15 @@ static void pick(struct state *s, int lo, int hi)
 	s->pos = 0;
 	for (int c = lo; c < hi; c++)
 		s->alive[c] = s->f.cand_len[c] > 0;
+	if (lo == C_NAMES) {
+		/* the names whose call still fits (the cheapest one at least) */
+		int best = lo;
+		for (int c = lo; c < hi; c++) {
+			best = s->f.cost_name[c - lo] < s->f.cost_name[best - lo] ? c : best;
+			s->alive[c] &= s->f.cost_name[c - lo] <= left(s);
+		}
+		s->alive[best] = true;
+	}
 	if (lo == C_ANALYSIS) {
 		/* reasoning once, and only while the answer still fits after it */
 		int64_t need = s->f.cand_len[C_ANALYSIS] + 2 + s->f.restart_len + s->f.cost_answer;
@@ -348,6 +365,59 @@ static void closing(struct state *s, float *z, int64_t vocab)
 	only(z, vocab, a, n);
 }
 
+/* Whether the answer can still be finished after token t (its end
+ * included) within the budget left after t. */
+static bool finishes_after(const struct state *s, int32_t t)
+{
+	uint32_t len;
+	const uint8_t *b = ms_vocab_trie_bytes(ms_tmask_vocab(s->gt), t, &len);
+	struct ms_gmatch c;
+	if (!b || !len || ms_gmatch_copy(&c, &s->gm))
+		return false;
+	bool ok = ms_gmatch_feed(&c, b, len) && ms_gmatch_min_bytes(&c) + 1 <= left(s) - 1;
+	ms_gmatch_free(&c);
+	return ok;
+}
+
+/* Near the end of the budget: of the allowed tokens (z already masked),
+ * the NEAR_TOP likeliest that leave the answer finishable, and the ends
+ * when complete; never nothing (the bytes of closing() otherwise). */
+static void near_end(struct state *s, float *z, int64_t vocab, const int32_t *e, int ne,
+		     const float *keep)
+{
+	int32_t top[NEAR_TOP];
+	int n = 0;
+	for (int64_t i = 0; i < vocab; i++) {
+		if (z[i] == -INFINITY)
+			continue;
+		int k = n < NEAR_TOP ? n++ : NEAR_TOP; /* insertion into the sorted top */
+		if (k == NEAR_TOP && z[i] <= z[top[NEAR_TOP - 1]])
+			continue;
+		for (k = k == NEAR_TOP ? NEAR_TOP - 1 : k; k > 0 && z[top[k - 1]] < z[i]; k--)
+			top[k] = top[k - 1];
+		top[k] = (int32_t)i;
+	}
+	int32_t ok[NEAR_TOP + 16];
+	int m = 0;
+	for (int i = 0; i < n; i++)
+		if (finishes_after(s, top[i]))
+			ok[m++] = top[i];
+	if (!m && !s->gm.accept) {
+		closing(s, z, vocab);
+		return;
+	}
+	float v[NEAR_TOP];
+	for (int i = 0; i < m; i++)
+		v[i] = z[ok[i]];
+	for (int64_t i = 0; i < vocab; i++)
+		z[i] = -INFINITY;
+	for (int i = 0; i < m; i++)
+		z[ok[i]] = v[i];
+	for (int i = 0; s->gm.accept && i < ne; i++)
+		if (e[i] >= 0 && e[i] < vocab)
+			z[e[i]] = isfinite(keep[i]) ? keep[i] : -1e30f;
+}
+
 static void body_mask(struct state *s, float *z, int64_t vocab)
 {
 	int32_t e[16];
@@ -372,6 +442,10 @@ static void body_mask(struct state *s, float *z, int64_t vocab)
 		keep[i] = e[i] >= 0 && e[i] < vocab ? z[e[i]] : -INFINITY;
 	if (ms_tmask_apply(s->gt, &s->gm, z, vocab)) {
 		only(z, vocab, e, ne);  /* out of memory: end the body */
+		return;
+	}
+	if (left(s) <= ms_gmatch_min_bytes(&s->gm) + 1 + CLOSE_SLACK + NEAR) {
+		near_end(s, z, vocab, e, ne, keep);
 		return;
 	}
 	if (s->gm.accept)

@@ -13,6 +13,7 @@
 #endif
 
 static struct ms_tokenizer *tok;
+static struct ms_grammar_cache *grammars; /* made at the first model(), kept */
 static const int32_t eos[] = {4084, 4081};
 
 #define VOCAB 4096
@@ -29,6 +30,12 @@ static inline struct ms_req_model model(void)
 		ms_tokenizer_find(tok, "<|constrain|>"), ms_tokenizer_find(tok, "<|return|>"),
 		ms_tokenizer_find(tok, "<|call|>")};
 	m.harmony = true;
+	struct ms_err err = {0};
+	if (!grammars && ms_grammar_cache_new(tok, VOCAB, 0, &grammars, &err)) {
+		fprintf(stderr, "reqtest: %s\n", err.msg);
+		abort(); /* outside a test case too: no ck_assert here */
+	}
+	m.grammars = grammars;
 	return m;
 }
 

@@ -1024,6 +1024,8 @@ def chat_cases(d, model_name, sdk):
         expect_error(d.post(R, {"input": [{"role": "user", "content": [{"type": "input_image"}]}]}),
                      400, "input", ("input_image",))
         expect_error(d.post(R, {"input": "x", "text": {"format": {"type": "json_schema"}}}), 400,
+                     "text.format.schema")
+        expect_error(d.post(R, {"input": "x", "text": {"format": {"type": "xml"}}}), 400,
                      "text.format")
         expect_error(d.post(R, {"input": "x", "tool_choice": {"type": "function", "name": "nope"}}),
                      400, "tool_choice", ("nope",))

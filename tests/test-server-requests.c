@@ -13,6 +13,7 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 
 #include "check-run.h"
 #include "json.h"
+#include "grammar-cache.h"
 #include "request.h"
 #include "sampler.h"
 #include "tokenizer.h"
@@ -90,7 +92,7 @@ START_TEST(unknown_fields)
 	ck_assert_ptr_null(ms_req_unknown_field(req));
 	cJSON_Delete(req);
 	req = cJSON_Parse("{\"prompt\": \"x\", \"guided_json\": {}, \"foo\": 1}");
-	ck_assert_str_eq(ms_req_unknown_field(req), "guided_json");
+	ck_assert_str_eq(ms_req_unknown_field(req), "foo");
 	cJSON_Delete(req);
 }
 END_TEST
@@ -690,6 +692,117 @@ START_TEST(tool_choice_forces_a_call)
 }
 END_TEST
 
+/* The answer's text, collected by the harmony parser. */
+struct answer_seen {
+	char text[8192];
+	size_t len;
+	int reasoning;
+	bool stopped;
+};
+
+static int on_answer(void *ctx, enum ms_harmony_event ev, const char *data, size_t len)
+{
+	struct answer_seen *a = ctx;
+	a->reasoning += ev == MS_HARMONY_REASONING;
+	a->stopped |= ev == MS_HARMONY_STOP;
+	if ((ev == MS_HARMONY_CONTENT || ev == MS_HARMONY_TOOL_ARGS) && a->len + len < sizeof(a->text)) {
+		memcpy(a->text + a->len, data, len);
+		a->len += len;
+	}
+	return 0;
+}
+
+/* One constrained answer driven as the sampler would (random logits with
+ * the ends pulled far ahead at random steps, the mask, the largest
+ * survivor). The answer's bytes (tokens as the vocabulary spells them:
+ * a token may hold part of a character) into a. */
+static void drive(const struct ms_req_gen *r, const struct ms_req_model *m, const struct ms_tmask *t,
+		  uint32_t *seed, struct answer_seen *a)
+{
+	const struct ms_constraint *c = r->params.constraint;
+	void *st = c->init(c->arg);
+	ck_assert_ptr_nonnull(st);
+	struct ms_harmony_parser hp;
+	ms_harmony_parser_init(&hp, &m->hids, on_answer, a);
+	static float z[VOCAB];
+	bool end = false;
+	for (int steps = 0; steps < r->params.max_tokens && !end; steps++) {
+		bool pull = lcg(seed) % 3 == 0;
+		for (int i = 0; i < VOCAB; i++)
+			z[i] = (float)(lcg(seed) % 1000) / 100.0f;
+		z[m->hids.ret] = z[m->hids.end] = z[m->hids.call] = z[eos[0]] = pull ? 50.0f : 0.0f;
+		c->mask(st, z, VOCAB);
+		int best = 0;
+		for (int i = 1; i < VOCAB; i++)
+			best = z[i] > z[best] ? i : best;
+		ck_assert_msg(z[best] > -INFINITY, "step %d: nothing allowed", steps);
+		c->accept(st, best);
+		end = best == m->hids.ret || best == m->hids.call || best == eos[0] || best == eos[1];
+		uint32_t len = 0;
+		const uint8_t *b = ms_vocab_trie_bytes(ms_tmask_vocab(t), best, &len);
+		if (r->chat) {
+			ms_harmony_parser_push(&hp, best, b ? (const char *)b : "", b ? len : 0);
+		} else if (!end) {
+			ck_assert_uint_lt(a->len + len, sizeof(a->text));
+			memcpy(a->text + a->len, b, len);
+			a->len += len;
+		}
+	}
+	c->free(st);
+	ck_assert_msg(end, "no end within max_tokens %lld", (long long)r->params.max_tokens);
+}
+
+/* Every answer held to a grammar is a sentence of it, complete within
+ * max_tokens (from the shortest that fits the frame and the shortest
+ * sentence up), whether the model reasons first or not, in chat and
+ * plain completions; the JSON ones parse. */
+START_TEST(grammar_answers_within_budget)
+{
+	static const char *const fields[] = {
+		"\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"a\", "
+		"\"schema\": {\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"integer\"}, "
+		"\"tags\": {\"type\": \"array\", \"items\": {\"enum\": [\"x\", \"yy\"]}, \"maxItems\": 3}, "
+		"\"sub\": {\"type\": \"object\", \"properties\": {\"s\": {\"type\": \"string\", "
+		"\"maxLength\": 5}}, \"required\": [\"s\"]}}, \"required\": [\"n\", \"sub\"]}}}",
+		"\"response_format\": {\"type\": \"json_object\"}",
+		"\"guided_json\": {\"$defs\": {\"t\": {\"type\": \"object\", \"properties\": {\"k\": "
+		"{\"type\": \"array\", \"items\": {\"$ref\": \"#/$defs/t\"}}}, \"required\": [\"k\"]}}, "
+		"\"$ref\": \"#/$defs/t\"}",
+		"\"guided_regex\": \"[a-z]{3,6}(-[0-9]{2})+\"",
+		"\"guided_choice\": [\"alpha\", \"beta\", \"gamma delta\"]",
+		"\"grammar\": \"root ::= \\\"(\\\" [a-c]+ (\\\",\\\" [a-c]+)* \\\")\\\"\"",
+	};
+	struct ms_req_model m = model();
+	uint32_t seed = 7u;
+	for (int run = 0; run < 240; run++) {
+		bool chat = run % 2;
+		const char *f = fields[run / 2 % 6];
+		long budget = 40 + (long)(lcg(&seed) % 160);
+		char json[2048];
+		snprintf(json, sizeof(json), chat ? "{\"messages\": [{\"role\": \"user\", \"content\": "
+			 "\"x\"}], \"max_tokens\": %ld, %s}" : "{\"prompt\": \"x\", \"max_tokens\": %ld, %s}",
+			 budget, f);
+		struct ms_req_gen *r = chat ? CHAT(json) : CMPL(json);
+		ck_assert_ptr_nonnull(r->params.constraint);
+		struct ms_tmask *t;
+		struct ms_req_error e = {0};
+		ck_assert_int_eq(ms_req_answer_grammar(&m, r->req, &t, &e), 1);
+		struct answer_seen a = {0};
+		drive(r, &m, t, &seed, &a);
+		a.text[a.len] = 0;
+		if (run / 2 % 6 < 3) { /* the JSON ones: objects */
+			cJSON *v = cJSON_ParseWithLength(a.text, a.len);
+			ck_assert_msg(cJSON_IsObject(v), "run %d (%s): not a JSON object: %s", run, f, a.text);
+			cJSON_Delete(v);
+		}
+		ck_assert_msg(ms_grammar_accepts(ms_tmask_grammar(t), a.text, a.len), "run %d (%s): "
+			      "not a sentence: %s", run, f, a.text);
+		ms_tmask_unref(t);
+		ms_req_gen_free(r);
+	}
+}
+END_TEST
+
 START_TEST(chat_messages_parsed)
 {
 	cJSON *req = cJSON_Parse(
@@ -982,6 +1095,7 @@ int main(void)
 	tcase_add_test(th, chat_messages_parsed);
 	tcase_add_test(th, chat_tool_choice);
 	tcase_add_test(th, tool_choice_forces_a_call);
+	tcase_add_test(th, grammar_answers_within_budget);
 	tcase_add_test(th, chat_refusals);
 	suite_add_tcase(s, th);
 	TCase *tt = tcase_create("tokenize");

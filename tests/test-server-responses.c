@@ -27,6 +27,7 @@
 #include "check-run.h"
 #include "http.h"
 #include "json.h"
+#include "grammar-cache.h"
 #include "request.h"
 #include "responses.h"
 #include "tokenizer.h"
@@ -189,7 +190,11 @@ START_TEST(refusals)
 	RSP_BAD("{\"input\": \"x\", \"tool_choice\": {\"type\": \"function\", \"name\": \"nope\"}}",
 		"tool_choice", "\"nope\"");
 	RSP_BAD("{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"json_schema\"}}}",
-		"text.format", "json_schema");
+		"text.format.schema", "json_schema");
+	RSP_BAD("{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"yaml\"}}}",
+		"text.format", "json_object");
+	RSP_BAD("{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"json_schema\", \"name\": \"n\", "
+		"\"schema\": {\"type\": \"object\", \"not\": {}}}}}", "text.format.schema", "\"not\" at /");
 	RSP_BAD("{\"input\": \"x\", \"reasoning\": {\"effort\": \"extreme\"}}", "reasoning.effort",
 		"extreme");
 	RSP_BAD("{\"input\": \"x\", \"max_output_tokens\": 0}", "max_output_tokens", ">= 1");
