@@ -64,8 +64,22 @@ static int vllm_object(const char *field, const cJSON *so, struct want *w, struc
 	static const char *const keys[] = {"json", "regex", "choice", "grammar", "json_object"};
 	static const enum ms_grammar_kind kinds[] = {MS_GK_JSON_SCHEMA, MS_GK_REGEX, MS_GK_CHOICE,
 						     MS_GK_GBNF, MS_GK_JSON_OBJECT};
+	/* vLLM's options with no meaning here (whitespace is bounded anyway) */
+	static const char *const hints[] = {"disable_fallback", "disable_any_whitespace",
+					    "disable_additional_properties"};
 	if (!cJSON_IsObject(so))
 		return refuse(e, field, so, "\"%s\" must be an object", field);
+	const cJSON *it;
+	cJSON_ArrayForEach(it, so) {
+		bool known = cJSON_IsNull(it);
+		for (int i = 0; i < 5 && !known; i++)
+			known = !strcmp(it->string, keys[i]);
+		for (int i = 0; i < 3 && !known; i++)
+			known = !strcmp(it->string, hints[i]);
+		if (!known)
+			return refuse(e, field, NULL, "\"%s.%s\" is not supported (json, regex, choice, "
+				      "grammar, json_object are)", field, it->string);
+	}
 	int found = 0;
 	for (int i = 0; i < 5; i++) {
 		const cJSON *v = jget(so, keys[i]);

@@ -803,6 +803,73 @@ START_TEST(grammar_answers_within_budget)
 }
 END_TEST
 
+/* Each field that asks for a grammar builds a constraint; what cannot be
+ * enforced is refused naming the field (and, for a schema, the keyword
+ * and its JSON path). */
+START_TEST(structured_fields)
+{
+	static const char *const ok[] = {
+		"\"response_format\": {\"type\": \"json_object\"}",
+		"\"response_format\": {\"type\": \"json_object\", \"schema\": {\"type\": \"object\"}}",
+		"\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"a\", "
+		"\"schema\": {\"type\": \"integer\"}, \"strict\": true}}",
+		"\"structured_outputs\": {\"regex\": \"a+\", \"disable_any_whitespace\": true}",
+		"\"structured_outputs\": {\"json_object\": true}",
+		"\"guided_json\": \"{\\\"type\\\": \\\"boolean\\\"}\"",
+		"\"guided_json\": {\"enum\": [1, \"a\", null]}",
+		"\"guided_regex\": \"[0-9]{4}\"", "\"guided_choice\": [\"a\", \"b\"]",
+		"\"guided_grammar\": \"root ::= [a-z]+\"", "\"grammar\": \"root ::= \\\"x\\\" | \\\"y\\\"\"",
+		"\"json_schema\": {\"type\": \"array\", \"maxItems\": 2}",
+	};
+	for (int i = 0; i < (int)(sizeof(ok) / sizeof(ok[0])); i++) {
+		char json[512];
+		snprintf(json, sizeof(json), "{\"prompt\": \"x\", %s}", ok[i]);
+		struct ms_req_gen *r = CMPL(json);
+		ck_assert_msg(r->params.constraint && r->force, "%s: no constraint", json);
+		ms_req_gen_free(r);
+	}
+	struct ms_req_gen *r = CMPL("{\"prompt\": \"x\", \"response_format\": {\"type\": \"text\"}}");
+	ck_assert_ptr_null(r->params.constraint);
+	ms_req_gen_free(r);
+	CMPL_BAD("{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": "
+		 "{\"schema\": {\"properties\": {\"a\": {\"not\": {}}}}}}}",
+		 "response_format.json_schema.schema", "\"not\"", "/properties/a");
+	CMPL_BAD("{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\"}}",
+		 "response_format.json_schema.schema", "needs");
+	CMPL_BAD("{\"prompt\": \"x\", \"response_format\": \"json\"}", "response_format", "type");
+	CMPL_BAD("{\"prompt\": \"x\", \"response_format\": {\"type\": \"xml\"}}", "response_format.type",
+		 "json_schema");
+	CMPL_BAD("{\"prompt\": \"x\", \"structured_outputs\": {\"structural_tag\": \"{}\"}}",
+		 "structured_outputs", "structural_tag");
+	CMPL_BAD("{\"prompt\": \"x\", \"structured_outputs\": {\"regex\": \"a\", \"choice\": [\"a\"]}}",
+		 "structured_outputs", "only one");
+	CMPL_BAD("{\"prompt\": \"x\", \"guided_regex\": \"a\", \"guided_choice\": [\"a\"]}",
+		 "guided_choice", "both");
+	CMPL_BAD("{\"prompt\": \"x\", \"guided_regex\": \"(a\"}", "guided_regex", "guided_regex");
+	CMPL_BAD("{\"prompt\": \"x\", \"guided_regex\": \"(a)\\\\1\"}", "guided_regex", "backreference");
+	CMPL_BAD("{\"prompt\": \"x\", \"guided_regex\": \"\"}", "guided_regex", "non-empty");
+	CMPL_BAD("{\"prompt\": \"x\", \"guided_choice\": \"a\"}", "guided_choice", "list");
+	CMPL_BAD("{\"prompt\": \"x\", \"grammar\": \"root ::= nowhere\"}", "grammar", "nowhere");
+	CMPL_BAD("{\"prompt\": \"x\", \"grammar\": \"root ::= root \\\"a\\\"\"}", "grammar", "left-recursive");
+	CMPL_BAD("{\"prompt\": \"x\", \"json_schema\": {\"$ref\": \"#/$defs/none\"}}", "json_schema",
+		 "/$defs/none");
+	/* tools: a strict function's schema must compile; a forced call's
+	 * that does not falls back to any object */
+	CHAT_BAD("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": "
+		 "\"function\", \"function\": {\"name\": \"f\", \"strict\": true, \"parameters\": "
+		 "{\"type\": \"object\", \"if\": {}}}}]}", "tools", "\"if\"", "tools[0]");
+	r = CHAT("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": "
+		 "\"required\", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", "
+		 "\"parameters\": {\"type\": \"object\", \"if\": {}}}}]}");
+	ck_assert_ptr_nonnull(r->params.constraint);
+	ms_req_gen_free(r);
+	r = CHAT("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": "
+		 "\"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\"}}}]}");
+	ck_assert_ptr_null(r->params.constraint); /* auto, nothing strict: free */
+	ms_req_gen_free(r);
+}
+END_TEST
+
 START_TEST(chat_messages_parsed)
 {
 	cJSON *req = cJSON_Parse(
@@ -1096,6 +1163,7 @@ int main(void)
 	tcase_add_test(th, chat_tool_choice);
 	tcase_add_test(th, tool_choice_forces_a_call);
 	tcase_add_test(th, grammar_answers_within_budget);
+	tcase_add_test(th, structured_fields);
 	tcase_add_test(th, chat_refusals);
 	suite_add_tcase(s, th);
 	TCase *tt = tcase_create("tokenize");
