@@ -532,13 +532,29 @@ static int put_tool(struct ms_strbuf *b, const struct ms_chat_request *req, int 
 	return 0;
 }
 
+/* The "# Response Formats" section (the harmony guide's structured
+ * output): the format's name, its description as a comment, the schema. */
+static void put_response_format(struct ms_strbuf *b, const struct ms_chat_request *req)
+{
+	ms_strbuf_str(b, "# Response Formats\n\n## ");
+	ms_strbuf_str(b, nonempty(req->response_format_name) ? req->response_format_name : "response");
+	ms_strbuf_str(b, "\n\n");
+	if (nonempty(req->response_format_desc)) {
+		ms_strbuf_str(b, "// ");
+		ms_strbuf_str(b, req->response_format_desc);
+		ms_strbuf_str(b, "\n");
+	}
+	ms_strbuf_str(b, req->response_format);
+}
+
 /* The developer message: the first message's content when it is a system
- * or developer message, then the tools. */
+ * or developer message, then the tools, then the response format. */
 static int put_developer(struct render *r, const struct ms_chat_request *req, const char *instr,
 			 struct ms_err *err)
 {
 	struct ms_strbuf *b = &r->text;
-	if (!nonempty(instr) && req->n_tools == 0)
+	bool fmt = nonempty(req->response_format);
+	if (!nonempty(instr) && req->n_tools == 0 && !fmt)
 		return 0;
 	tpl(r, "<|start|>developer<|message|>");
 	if (nonempty(instr)) {
@@ -554,7 +570,11 @@ static int put_developer(struct render *r, const struct ms_chat_request *req, co
 				return rc;
 		}
 		ms_strbuf_str(b, "} // namespace functions");
+		if (fmt)
+			ms_strbuf_str(b, "\n\n");
 	}
+	if (fmt)
+		put_response_format(b, req);
 	tpl(r, "<|end|>");
 	return 0;
 }

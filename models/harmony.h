@@ -87,6 +87,12 @@ struct ms_chat_request {
 	const char *reasoning_effort; /* "low" "medium" "high"; NULL = medium */
 	const char *date;             /* "YYYY-MM-DD"; NULL = today (UTC) */
 	const char *model_identity;   /* NULL = the template's default */
+	/* Structured output: the answer's JSON Schema (text), rendered as the
+	 * developer message's "# Response Formats" section, which tells the
+	 * model what the grammar will hold it to; NULL: none. */
+	const char *response_format;
+	const char *response_format_name;  /* NULL: "response" */
+	const char *response_format_desc;  /* NULL: no `// ...` line */
 };
 
 /* Render req. On success *out is malloc'd (NUL-terminated, the caller

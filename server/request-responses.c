@@ -422,6 +422,11 @@ static int text_format_of(const cJSON *req, cJSON *body, struct ms_req_error *e)
 	cJSON *js = cJSON_AddObjectToObject(rf, "json_schema");
 	if (!js || !cJSON_AddItemToObject(js, "schema", cJSON_Duplicate(schema, true)))
 		return ms_req_oom(e);
+	static const char *const keys[] = {"name", "description", "strict"};
+	for (int k = 0; k < 3; k++)
+		if (jget(fmt, keys[k]) && !cJSON_AddItemToObject(js, keys[k],
+								 cJSON_Duplicate(jget(fmt, keys[k]), true)))
+			return ms_req_oom(e);
 	return 0;
 }
 

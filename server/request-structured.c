@@ -167,6 +167,23 @@ static int get(const struct ms_req_model *m, const struct want *w, struct ms_tma
 	return 0;
 }
 
+const cJSON *ms_req_answer_schema(const cJSON *req, const char **name, const char **desc)
+{
+	struct want w;
+	struct ms_req_error e = {0};
+	*name = *desc = NULL;
+	if (answer_field(req, &w, &e) <= 0 || w.kind != MS_GK_JSON_SCHEMA ||
+	    !(cJSON_IsObject(w.value) || cJSON_IsString(w.value)))
+		return NULL;  /* the refusals are ms_req_shape's */
+	const cJSON *js = jget(jget(req, "response_format"), "json_schema");
+	if (js && w.value == jget(js, "schema")) {
+		const cJSON *n = jget(js, "name"), *d = jget(js, "description");
+		*name = cJSON_IsString(n) ? n->valuestring : NULL;
+		*desc = cJSON_IsString(d) ? d->valuestring : NULL;
+	}
+	return w.value;
+}
+
 int ms_req_answer_grammar(const struct ms_req_model *m, const cJSON *req, struct ms_tmask **out,
 			  struct ms_req_error *e)
 {

@@ -755,6 +755,19 @@ static int tool_choice_field(struct ms_req_gen *r, struct ms_req_chat *c, struct
 		      r->tool_named ? r->tool_named : "");
 }
 
+/* The answer's schema, shown to the model in the developer message. */
+static int response_format_text(struct ms_req_gen *r, struct ms_req_chat *c, struct ms_req_error *e)
+{
+	const char *name, *desc;
+	const cJSON *sch = ms_req_answer_schema(r->req, &name, &desc);
+	if (!sch)
+		return 0;
+	c->cr.response_format = cJSON_IsString(sch) ? sch->valuestring : keep_json(c, sch);
+	c->cr.response_format_name = name;
+	c->cr.response_format_desc = desc;
+	return c->cr.response_format ? 0 : oom(e);
+}
+
 /* The messages rendered with harmony and encoded: the request's one prompt. */
 static int chat_prompt(const struct ms_req_model *m, struct ms_req_gen *r, struct ms_req_error *e)
 {
@@ -766,6 +779,8 @@ static int chat_prompt(const struct ms_req_model *m, struct ms_req_gen *r, struc
 	int rc = ms_req_chat_messages(r->req, &c, e);
 	if (!rc)
 		rc = tool_choice_field(r, &c, e);
+	if (!rc)
+		rc = response_format_text(r, &c, e);
 	if (!rc && (rc = ms_harmony_render_ex(&c.cr, &text, &tlen, &sp, &nsp, &err)))
 		rc = rc == -ENOMEM ? oom(e) : refuse(e, "messages", NULL, "%s", err.msg);
 	ms_req_chat_free(&c);

@@ -132,6 +132,11 @@ void ms_req_chat_free(struct ms_req_chat *c);
  * params.constraint, or leaves both unset when the answer is free. */
 int ms_req_shape(const struct ms_req_model *m, struct ms_req_gen *r, struct ms_req_error *e);
 
+/* The JSON Schema the answer is held to (a JSON object or its text), with
+ * response_format's name and description (or NULL): what the prompt
+ * shows the model. NULL when the answer is not held to a schema. */
+const cJSON *ms_req_answer_schema(const cJSON *req, const char **name, const char **desc);
+
 /* The grammar the request's
  * answer must match (response_format, structured_outputs, guided_json,
  * guided_regex, guided_choice, guided_grammar, grammar, json_schema: one

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,8 +17,11 @@
 #define NEAR 64
 #define NEAR_TOP 64
 
-/* The first choice after <|channel|>, then the names (candidates 3..). */
-enum { C_ANALYSIS, C_FINAL, C_HEAD, C_NAMES, N_CAND = C_NAMES + MAX_NAMES };
+/* The choices after <|channel|>: reasoning, the final answer, a call of
+ * each function (`commentary to=functions.NAME <|constrain|>json
+ * <|message|>`, the harmony guide's header, its text encoded in one piece
+ * as the model read it in training). */
+enum { C_ANALYSIS, C_FINAL, C_NAMES, N_CAND = C_NAMES + MAX_NAMES };
 
 /* One contiguous block, so that a request's state is a copy of it. */
 struct ms_tool_force {
@@ -31,8 +35,8 @@ struct ms_tool_force {
 	struct ms_tmask *final, *args[MAX_NAMES];
 	bool plain;
 	int64_t budget;
-	int64_t cost_final, cost_call, cost_answer;  /* tokens, at the fewest */
-	int64_t cost_name[MAX_NAMES];                /* a call of each, from its name on */
+	int64_t cost[N_CAND];      /* tokens of each answer, at the fewest (not C_ANALYSIS) */
+	int64_t cost_answer;       /* the cheapest answer's */
 	int32_t seq[];
 };
 
@@ -110,18 +114,30 @@ static int64_t grammar_min(const struct ms_tmask *t)
 	return v > INT32_MAX ? INT32_MAX : v;
 }
 
+/* A call's header: its text in one piece, then <|constrain|> json <|message|>. */
+static int call_cand(struct ms_tool_force *f, int c, size_t *at, size_t cap,
+		     const struct ms_tokenizer *tok, const char *name, const int32_t cj[2],
+		     struct ms_err *err)
+{
+	size_t n = strlen(name) + 32;
+	char *head = malloc(n);
+	if (!head)
+		return ms_err_set(err, -ENOMEM, "out of memory");
+	snprintf(head, n, "commentary to=functions.%s ", name);
+	int rc = cand(f, c, at, cap, tok, (const char *[]){head, NULL, "json", NULL}, cj, 4, err);
+	free(head);
+	return rc;
+}
+
 static void costs(struct ms_tool_force *f, const struct ms_force_spec *sp)
 {
-	f->cost_final = f->cand_len[C_FINAL] ? f->cand_len[C_FINAL] + grammar_min(sp->final) + 1 : INT32_MAX;
-	int64_t best = INT32_MAX;
-	for (int i = 0; i < f->n_names; i++) {
-		int64_t c = f->cand_len[C_NAMES + i] + grammar_min(sp->args ? sp->args[i] : NULL) + 1;
-		f->cost_name[i] = c;
-		if (c < best)
-			best = c;
+	f->cost_answer = INT32_MAX;
+	for (int c = C_FINAL; c < C_NAMES + f->n_names; c++) {
+		const struct ms_tmask *g = c == C_FINAL ? sp->final : sp->args ? sp->args[c - C_NAMES] : NULL;
+		f->cost[c] = f->cand_len[c] ? f->cand_len[c] + grammar_min(g) + 1 : INT32_MAX;
+		if (f->cost[c] < f->cost_answer)
+			f->cost_answer = f->cost[c];
 	}
-	f->cost_call = f->n_names ? f->cand_len[C_HEAD] + best : INT32_MAX;
-	f->cost_answer = f->cost_final < f->cost_call ? f->cost_final : f->cost_call;
 }
 
 static int build(struct ms_tool_force *f, size_t cap, const struct ms_tokenizer *tok,
@@ -138,11 +154,8 @@ static int build(struct ms_tool_force *f, size_t cap, const struct ms_tokenizer 
 			rc = cand(f, C_FINAL, &at, cap, tok, (const char *[]){"final", NULL, "json", NULL}, cj, 4, err);
 		else if (!rc && sp->final_ok)
 			rc = cand(f, C_FINAL, &at, cap, tok, (const char *[]){"final", NULL}, msg, 2, err);
-		if (!rc && sp->n_names)
-			rc = cand(f, C_HEAD, &at, cap, tok, (const char *[]){"commentary to=functions."}, NULL, 1, err);
 		for (int i = 0; !rc && i < sp->n_names; i++)
-			rc = cand(f, C_NAMES + i, &at, cap, tok, (const char *[]){sp->names[i], NULL, "json", NULL},
-				  cj, 4, err);
+			rc = call_cand(f, C_NAMES + i, &at, cap, tok, sp->names[i], cj, err);
 		f->restart_off = (int32_t)at;
 		if (!rc)
 			rc = put(f, &at, cap, tok, NULL, rs[0], err);
@@ -174,7 +187,7 @@ int ms_tool_force_new(const struct ms_tokenizer *tok, const struct ms_harmony_id
 		return ms_err_set(err, -EINVAL, "tool_choice: no function to call");
 	size_t cap = 64 + (size_t)n_eos;
 	for (int i = 0; i < sp->n_names; i++)
-		cap += strlen(sp->names[i]) + 4;
+		cap += strlen(sp->names[i]) + 16;
 	struct ms_tool_force *f = calloc(1, sizeof(*f) + cap * 4);
 	if (!f)
 		return ms_err_set(err, -ENOMEM, "out of memory");
@@ -223,34 +236,28 @@ static void fixed(struct state *s, int32_t off, int32_t len, enum phase next)
 	s->pos = 0;
 }
 
+/* The candidates [lo, hi) from their first token. An answer is kept only
+ * while it fits the budget (the cheapest whatever the budget), reasoning
+ * only once and while the cheapest answer still fits after it. */
 static void pick(struct state *s, int lo, int hi)
 {
 	s->ph = PH_PICK;
 	s->lo = lo;
 	s->hi = hi;
 	s->pos = 0;
-	for (int c = lo; c < hi; c++)
+	int best = -1;
+	for (int c = lo; c < hi; c++) {
 		s->alive[c] = s->f.cand_len[c] > 0;
-	if (lo == C_NAMES) {
-		/* the names whose call still fits (the cheapest one at least) */
-		int best = lo;
-		for (int c = lo; c < hi; c++) {
-			best = s->f.cost_name[c - lo] < s->f.cost_name[best - lo] ? c : best;
-			s->alive[c] &= s->f.cost_name[c - lo] <= left(s);
-		}
+		if (c == C_ANALYSIS || !s->alive[c])
+			continue;
+		if (best < 0 || s->f.cost[c] < s->f.cost[best])
+			best = c;
+		s->alive[c] = s->f.cost[c] <= left(s);
+	}
+	if (best >= 0)
 		s->alive[best] = true;
-	}
-	if (lo == C_ANALYSIS) {
-		/* reasoning once, and only while the answer still fits after it */
-		int64_t need = s->f.cand_len[C_ANALYSIS] + 2 + s->f.restart_len + s->f.cost_answer;
-		s->alive[C_ANALYSIS] &= !s->reasoned && left(s) > need;
-		if (s->alive[C_FINAL] && s->alive[C_HEAD]) {
-			/* when only one of them fits, that one */
-			bool ff = left(s) >= s->f.cost_final, fc = left(s) >= s->f.cost_call;
-			if (ff != fc)
-				s->alive[ff ? C_HEAD : C_FINAL] = false;
-		}
-	}
+	int64_t need = s->f.cand_len[C_ANALYSIS] + 2 + s->f.restart_len + s->f.cost_answer;
+	s->alive[C_ANALYSIS] &= !s->reasoned && left(s) > need;
 }
 
 static void body(struct state *s, struct ms_tmask *t, int32_t end)
@@ -493,8 +500,6 @@ static void chosen(struct state *s, int c)
 		s->ph = PH_REASON;
 	else if (c == C_FINAL)
 		body(s, s->f.final, s->f.ret);
-	else if (c == C_HEAD)
-		pick(s, C_NAMES, C_NAMES + s->f.n_names);
 	else
 		body(s, s->f.args[c - C_NAMES], s->f.call);
 }
@@ -541,7 +546,7 @@ static void st_accept(void *st, int32_t tok)
 	case PH_FIXED:
 		if (++s->pos >= s->fixed_len) {
 			if (s->next == PH_PICK)
-				pick(s, C_ANALYSIS, C_NAMES);
+				pick(s, C_ANALYSIS, C_NAMES + s->f.n_names);
 			else
 				s->ph = s->next;
 		}

@@ -8,7 +8,9 @@
  * (no special token but the <|end|> that closes it), then its next message
  * is one of those allowed: a call, `<|channel|>commentary to=functions.NAME
  * <|constrain|>json<|message|> ARGS <|call|>` with NAME among the allowed
- * functions (each its own token sequence, chosen token by token), or a
+ * functions (each header its own token sequence, "commentary
+ * to=functions.NAME " encoded in one piece as the model read it, chosen
+ * token by token), or a
  * final answer, `<|channel|>final<|constrain|>json<|message|> TEXT
  * <|return|>` (`<|channel|>final<|message|>` when it is free). Where a
  * grammar is given (token-mask.h) the body is held to it and, once the
@@ -16,7 +18,7 @@
  * end before.
  *
  *   <|channel|> ( analysis <|message|> TEXT <|end|> <|start|> assistant <|channel|> )?
- *   ( commentary to=functions. NAME <|constrain|> json <|message|> ARGS <|call|>
+ *   ( commentary to=functions.NAME' ' <|constrain|> json <|message|> ARGS <|call|>
  *   | final (<|constrain|> json)? <|message|> BODY <|return|> )
  *
  * Without harmony (plain, /v1/completions) the body is the whole output

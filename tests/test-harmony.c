@@ -43,7 +43,8 @@ static const struct ms_chat_tool weather_tool = {"get_weather", "Get weather", W
 static char *render(const struct ms_chat_message *m, int n, const struct ms_chat_tool *t, int nt,
 		    const char *effort)
 {
-	struct ms_chat_request req = {m, n, t, nt, effort, DATE, NULL};
+	struct ms_chat_request req = {.messages = m, .n_messages = n, .tools = t, .n_tools = nt,
+				      .reasoning_effort = effort, .date = DATE};
 	struct ms_err err = {0};
 	char *out = NULL;
 	size_t len = 0;
@@ -88,10 +89,52 @@ START_TEST(render_reasoning_effort)
 }
 END_TEST
 
+/* The answer's schema as the harmony guide's "# Response Formats"
+ * section, last in the developer message (with or without instructions
+ * and tools), and no developer message without any of the three. */
+START_TEST(render_response_format)
+{
+	struct ms_chat_message m[] = {{.role = "developer", .content = "Be exact."},
+				      {.role = "user", .content = "List"}};
+	struct ms_chat_tool t[] = {{.name = "f", .description = "Eff"}};
+	struct ms_chat_request req = {.messages = m, .n_messages = 2, .date = DATE,
+				      .response_format = "{\"type\":\"object\"}",
+				      .response_format_name = "shopping_list",
+				      .response_format_desc = "what to buy"};
+	struct ms_err err = {0};
+	char *out;
+	size_t len;
+	ck_assert_int_eq(ms_harmony_render(&req, &out, &len, &err), 0);
+	ck_assert_str_eq(out, SYS("medium") "<|start|>developer<|message|># Instructions\n\nBe exact.\n\n"
+			      "# Response Formats\n\n## shopping_list\n\n// what to buy\n{\"type\":\"object\"}"
+			      "<|end|><|start|>user<|message|>List<|end|><|start|>assistant");
+	free(out);
+	req.tools = t;
+	req.n_tools = 1;
+	req.response_format_name = NULL;
+	req.response_format_desc = NULL;
+	ck_assert_int_eq(ms_harmony_render(&req, &out, &len, &err), 0);
+	ck_assert_ptr_nonnull(strstr(out, "} // namespace functions\n\n# Response Formats\n\n## response\n\n"
+					  "{\"type\":\"object\"}<|end|><|start|>user"));
+	free(out);
+	req.messages = m + 1;
+	req.n_messages = 1;
+	req.n_tools = 0;
+	ck_assert_int_eq(ms_harmony_render(&req, &out, &len, &err), 0);
+	ck_assert_ptr_nonnull(strstr(out, "<|start|>developer<|message|># Response Formats\n\n## response"));
+	free(out);
+	req.response_format = NULL;
+	ck_assert_int_eq(ms_harmony_render(&req, &out, &len, &err), 0);
+	ck_assert_ptr_null(strstr(out, "developer"));
+	free(out);
+}
+END_TEST
+
 START_TEST(render_identity_and_today)
 {
 	struct ms_chat_message m[] = {{.role = "user", .content = "Hi"}};
-	struct ms_chat_request req = {m, 1, NULL, 0, NULL, DATE, "You are Bob."};
+	struct ms_chat_request req = {.messages = m, .n_messages = 1, .date = DATE,
+				      .model_identity = "You are Bob."};
 	struct ms_err err = {0};
 	char *out;
 	size_t len;
@@ -374,7 +417,7 @@ START_TEST(render_invalid)
 		{.role = "assistant", .content = "y"},
 		{.role = "user", .content = "z"},
 	};
-	struct ms_chat_request req = {m, 3, NULL, 0, NULL, DATE, NULL};
+	struct ms_chat_request req = {.messages = m, .n_messages = 3, .date = DATE};
 
 	m[1].role = "bot";
 	refused(&req, "messages[1].role", "bot");
@@ -427,7 +470,7 @@ START_TEST(render_special_spans)
 {
 	/* user text that spells a special token is not reported as one */
 	struct ms_chat_message m[] = {{.role = "user", .content = "say <|end|> please"}};
-	struct ms_chat_request req = {m, 1, NULL, 0, NULL, DATE, NULL};
+	struct ms_chat_request req = {.messages = m, .n_messages = 1, .date = DATE};
 	struct ms_err err = {0};
 	struct ms_harmony_span *sp;
 	size_t n_sp, len;
@@ -908,6 +951,7 @@ int main(void)
 	tcase_add_test(tr, render_plain_user);
 	tcase_add_test(tr, render_reasoning_effort);
 	tcase_add_test(tr, render_identity_and_today);
+	tcase_add_test(tr, render_response_format);
 	tcase_add_test(tr, render_system_to_developer);
 	tcase_add_test(tr, render_multi_turn);
 	tcase_add_test(tr, render_tool_round_trip);

@@ -117,6 +117,19 @@ START_TEST(renders_as_chat)
 	snprintf(cb, sizeof(cb), "{%s, \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}",
 		 tools_chat);
 	same_prompt(RSP(rb), CHAT(cb), "nested tools");
+	/* text.format as response_format: the schema in the developer message */
+	struct ms_req_gen *r2 = RSP("{\"input\": \"Hi\", \"text\": {\"format\": {\"type\": "
+				   "\"json_schema\", \"name\": \"pt\", \"description\": \"a point\", "
+				   "\"strict\": true, \"schema\": {\"type\": \"object\"}}}}");
+	char *t2 = prompt_text(r2, 0);
+	ck_assert_msg(strstr(t2, "# Response Formats\n\n## pt\n\n// a point\n{\"type\":\"object\"}"
+			      "<|end|>"), "%s", t2);
+	ck_assert_ptr_nonnull(r2->params.constraint);
+	free(t2);
+	same_prompt(r2, CHAT("{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], "
+			     "\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": "
+			     "\"pt\", \"description\": \"a point\", \"schema\": {\"type\": \"object\"}}}}"),
+		    "text.format");
 }
 END_TEST
 
