@@ -481,6 +481,12 @@ static enum MHD_Result h_metrics(struct ms_server *s, struct MHD_Connection *c, 
 	bool ready = atomic_load(&s->state) == MS_SERVER_READY && s->engine;
 	if (ready)
 		ms_engine_get_stats(s->engine, &st);
+	if (ready && s->grammars) {
+		struct ms_grammar_cache_stats gs;
+		ms_grammar_cache_get_stats(s->grammars, &gs);
+		ms_metrics_set_grammars(s->metrics, &(struct ms_metrics_grammars){
+			.compiles = gs.misses, .hits = gs.hits, .compile_s = gs.compile_s});
+	}
 	char *out;
 	size_t len;
 	struct ms_err err = {0};

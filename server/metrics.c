@@ -107,6 +107,7 @@ static const char *const seeded_reasons[] = {
 struct state {
 	bool loaded;
 	uint64_t harmony_errors;
+	struct ms_metrics_grammars gr;
 	int n_reasons;
 	char reason_names[MS_METRICS_REASONS][REASON_MAX];
 	uint64_t reason_counts[MS_METRICS_REASONS];
@@ -246,6 +247,15 @@ void ms_metrics_http(struct ms_metrics *m, const char *method, int status)
 	pthread_mutex_unlock(&m->mu);
 }
 
+void ms_metrics_set_grammars(struct ms_metrics *m, const struct ms_metrics_grammars *g)
+{
+	if (!m)
+		return;
+	pthread_mutex_lock(&m->mu);
+	m->s.gr = *g;
+	pthread_mutex_unlock(&m->mu);
+}
+
 void ms_metrics_harmony_error(struct ms_metrics *m, uint64_t n)
 {
 	if (!m)
@@ -287,11 +297,18 @@ static void header(struct ms_strbuf *b, const char *name, const char *type, cons
 	ms_strbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void gauge(struct ms_strbuf *b, const char *ml, const char *name, const char *help, double v)
+/* A gauge, or a counter of seconds (type). */
+static void sample(struct ms_strbuf *b, const char *ml, const char *type, const char *name,
+		   const char *help, double v)
 {
 	char num[40];
-	header(b, name, "gauge", help);
+	header(b, name, type, help);
 	ms_strbuf_printf(b, "%s{model_name=\"%s\"} %s\n", name, ml, fmt_double(num, sizeof(num), v));
+}
+
+static void gauge(struct ms_strbuf *b, const char *ml, const char *name, const char *help, double v)
+{
+	sample(b, ml, "gauge", name, help, v);
 }
 
 static void counter(struct ms_strbuf *b, const char *ml, const char *name, const char *help,
@@ -362,6 +379,12 @@ int ms_metrics_render(struct ms_metrics *m, const struct ms_engine_stats *st, ch
 	counter(&b, ml, "moeserve:harmony_parse_errors_total",
 		"Malformed harmony output from the model, recovered as plain content.",
 		s->harmony_errors);
+	counter(&b, ml, "moeserve:structured_grammar_compiles_total",
+		"Structured-output grammars compiled (cache misses).", s->gr.compiles);
+	counter(&b, ml, "moeserve:structured_grammar_cache_hits_total",
+		"Structured-output requests whose grammar was compiled already.", s->gr.hits);
+	sample(&b, ml, "counter", "moeserve:structured_grammar_compile_seconds_total",
+	       "Time spent compiling structured-output grammars (s).", s->gr.compile_s);
 
 	header(&b, "moeserve:request_success_total", "counter", "Finished requests by finish reason.");
 	for (int i = 0; i < s->n_reasons; i++) {

@@ -87,6 +87,14 @@ void ms_metrics_http(struct ms_metrics *m, const char *method, int status);
 /* n more pieces of malformed model output recovered as content. */
 void ms_metrics_harmony_error(struct ms_metrics *m, uint64_t n);
 
+/* Structured outputs' grammar cache, as read at a scrape. */
+struct ms_metrics_grammars {
+	uint64_t compiles, hits;
+	double compile_s;
+};
+
+void ms_metrics_set_grammars(struct ms_metrics *m, const struct ms_metrics_grammars *g);
+
 /* The model_loaded gauge. */
 void ms_metrics_set_loaded(struct ms_metrics *m, bool loaded);
 

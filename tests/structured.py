@@ -102,7 +102,6 @@ def schema_body(schema, seed, straight, max_tokens=400):
 
 def schemas_case(d, seeds):
     cases = json.load(open(os.path.join(HERE, "structured_schemas.json")))
-    cases = [c for c in cases if "maxProperties" not in json.dumps(c) and c["name"] not in ("pattern_unanchored", "number_bounds")]  # TEMP
     jobs = [(c, seed) for c in cases for seed in range(seeds)]
 
     def one(job):
@@ -224,6 +223,16 @@ def batch_case(d):
     check(res[4] == alone, f"greedy beside constrained requests: {res[4]!r} != {alone!r}")
 
 
+def metrics_case(d):
+    ms = d.metrics()
+    comp = S.metric(ms, "moeserve:structured_grammar_compiles_total", model_name=d.served)
+    hits = S.metric(ms, "moeserve:structured_grammar_cache_hits_total", model_name=d.served)
+    secs = S.metric(ms, "moeserve:structured_grammar_compile_seconds_total", model_name=d.served)
+    # each schema compiled once, its other seeds hits
+    check(comp >= 20 and hits >= comp, f"compiles {comp}, hits {hits}")
+    check(0 < secs < comp, f"compile seconds {secs} for {comp} grammars")
+
+
 def logprobs_case(d):
     c = completion(d, {"guided_choice": ["yes", "no"], "max_tokens": 4, "temperature": 1, "seed": 1,
                        "logprobs": 5})
@@ -288,7 +297,8 @@ def main():
                                ("completions", completions_case, (seeds,)),
                                ("text", text_case, (seeds * 2,)), ("tools", tools_case, (seeds * 2,)),
                                ("responses", responses_case, (seeds * 2,)), ("stream", stream_case, ()),
-                               ("batch", batch_case, ()), ("logprobs", logprobs_case, ()),
+                               ("batch", batch_case, ()), ("metrics", metrics_case, ()),
+                               ("logprobs", logprobs_case, ()),
                                ("refusals", refusals_case, ())):
             S.case(name, fn, d, *args, daemon=d)
     rc = d.stop()

@@ -389,6 +389,9 @@ START_TEST(metrics_exact)
 	ms_metrics_inter_token(m, 0.015625);
 	ms_metrics_inter_token(m, 0.015625);
 	ms_metrics_inter_token(m, 100);
+	ms_metrics_set_grammars(m, &(struct ms_metrics_grammars){.compiles = 1});
+	ms_metrics_set_grammars(m, &(struct ms_metrics_grammars){.compiles = 3, .hits = 5,
+								 .compile_s = 0.25});
 
 	struct ms_engine_stats st = {
 		.waiting = 1, .running = 2, .kv_pages = 64, .kv_pages_held = 16, .kv_usage = 0.25,
@@ -419,6 +422,10 @@ START_TEST(metrics_exact)
 	HAS_LINE(t, "moeserve:http_requests_total{" ML ",method=\"other\",status=\"418\"} 1");
 	HAS_LINE(t, "moeserve:http_requests_total{" ML ",method=\"GET\",status=\"0\"} 1");
 
+	/* the grammar cache, as the last scrape set it */
+	HAS_LINE(t, "moeserve:structured_grammar_compiles_total{" ML "} 3");
+	HAS_LINE(t, "moeserve:structured_grammar_cache_hits_total{" ML "} 5");
+	HAS_LINE(t, "moeserve:structured_grammar_compile_seconds_total{" ML "} 0.25");
 	/* TTFT: one observation (0.046875), the others had none */
 	HAS_LINE(t, "# TYPE moeserve:time_to_first_token_seconds histogram");
 	HAS_LINE(t, "moeserve:time_to_first_token_seconds_bucket{" ML ",le=\"0.001\"} 0");
@@ -466,7 +473,9 @@ START_TEST(metrics_exact)
 		"moeserve:num_requests_waiting", "moeserve:kv_cache_usage_perc",
 		"moeserve:kv_cache_pages_total", "moeserve:prompt_tokens_total",
 		"moeserve:prompt_tokens_cached_total", "moeserve:generation_tokens_total",
-		"moeserve:harmony_parse_errors_total", "moeserve:request_success_total",
+		"moeserve:harmony_parse_errors_total", "moeserve:structured_grammar_compiles_total",
+		"moeserve:structured_grammar_cache_hits_total",
+		"moeserve:structured_grammar_compile_seconds_total", "moeserve:request_success_total",
 		"moeserve:http_requests_total", "moeserve:time_to_first_token_seconds",
 		"moeserve:time_per_output_token_seconds", "moeserve:e2e_request_latency_seconds",
 		"moeserve:request_queue_time_seconds", "moeserve:request_prompt_tokens",
