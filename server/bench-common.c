@@ -46,6 +46,13 @@ static void fill(int32_t *t, int64_t n, int64_t vocab, uint32_t seed)
 int bench_run(struct ms_model *m, int n_seq, int64_t prompt_len, int64_t gen,
 	      const struct bench_probe *probe, struct run_stats *st, struct ms_err *err)
 {
+	return bench_run_with(m, n_seq, prompt_len, gen, NULL, 0, probe, st, err);
+}
+
+int bench_run_with(struct ms_model *m, int n_seq, int64_t prompt_len, int64_t gen,
+		   const struct ms_constraint *c, float temperature, const struct bench_probe *probe,
+		   struct run_stats *st, struct ms_err *err)
+{
 	memset(st, 0, sizeof(*st));
 	/* every prompt in one step (the largest CPU run, 16 x 16, fits 256):
 	 * prompts split over steps would put the sequences' decode steps out
@@ -59,27 +66,30 @@ int bench_run(struct ms_model *m, int n_seq, int64_t prompt_len, int64_t gen,
 	int rc = ms_engine_init(&e, &m->lm, NULL, &cfg, err);
 	if (rc)
 		return rc;
-	struct counter *c = calloc((size_t)n_seq, sizeof(*c));
+	struct counter *cn = calloc((size_t)n_seq, sizeof(*cn));
 	int32_t *prompt = malloc((size_t)prompt_len * sizeof(int32_t));
-	if (!c || !prompt)
+	if (!cn || !prompt)
 		rc = ms_err_set(err, -ENOMEM, "bench: out of memory");
 	struct ms_request_params p = {0};
 	ms_sampling_defaults(&p.sampling);
-	p.sampling.temperature = 0;
+	p.sampling.temperature = temperature;
+	p.sampling.has_seed = true;  /* the same draws run after run */
 	p.sampling.n_logprobs = -1;
 	p.prompt_logprobs = -1;
 	p.max_tokens = gen;
+	p.constraint = c;
 	double t0 = ms_now_s();
 	for (int i = 0; !rc && i < n_seq; i++) {
 		fill(prompt, prompt_len, m->cfg.vocab, 7 + (uint32_t)i);
-		rc = ms_engine_submit(e, prompt, prompt_len, &p, count_cb, &c[i], NULL, err);
+		p.sampling.seed = 7 + (uint64_t)i;
+		rc = ms_engine_submit(e, prompt, prompt_len, &p, count_cb, &cn[i], NULL, err);
 	}
 	int64_t decode_steps = 0;
 	bool all_done = false;
 	while (!rc && !all_done) {
 		bool decoding = true;
 		for (int i = 0; i < n_seq; i++)
-			decoding &= c[i].tokens > 0 && !c[i].done;
+			decoding &= cn[i].tokens > 0 && !cn[i].done;
 		uint64_t b0 = probe && probe->bytes ? probe->bytes(probe->ctx) : 0;
 		double s0 = ms_now_s();
 		int64_t s = ms_engine_step(e, err);
@@ -99,11 +109,11 @@ int bench_run(struct ms_model *m, int n_seq, int64_t prompt_len, int64_t gen,
 		}
 		all_done = true;
 		for (int i = 0; i < n_seq; i++)
-			all_done &= c[i].done;
+			all_done &= cn[i].done;
 	}
 	if (!rc)
-		st->ttft = c[0].t_first - t0;
-	free(c);
+		st->ttft = cn[0].t_first - t0;
+	free(cn);
 	free(prompt);
 	ms_engine_free(e);
 	return rc;

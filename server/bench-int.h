@@ -5,6 +5,7 @@
  * the CPU (its bandwidth read, its arithmetic, oneDNN); bench-device.c a
  * backend whose memory is its own (a GPU: its copy kernel's bandwidth).
  * bench-common.c holds the shared code; nothing here names a backend.
+ * bench-structured.c measures structured outputs (--structured).
  */
 #ifndef MS_BENCH_INT_H
 #define MS_BENCH_INT_H
@@ -49,6 +50,14 @@ struct bench_probe {
  * when others follow. probe may be NULL. */
 int bench_run(struct ms_model *m, int n_seq, int64_t prompt_len, int64_t gen,
 	      const struct bench_probe *probe, struct run_stats *st, struct ms_err *err);
+
+struct ms_constraint;
+
+/* The same with every request under constraint c (NULL: none), drawn at
+ * temperature (0: greedy, as bench_run; each request its own seed). */
+int bench_run_with(struct ms_model *m, int n_seq, int64_t prompt_len, int64_t gen,
+		   const struct ms_constraint *c, float temperature, const struct bench_probe *probe,
+		   struct run_stats *st, struct ms_err *err);
 
 /* ---- what the weights weigh ---- */
 
@@ -95,6 +104,10 @@ int64_t bench_decode_prompt(const struct ms_bench_opts *o);
 /* The device bench (bench-device.c): ms_cmd_bench for a backend whose
  * memory is not the host's. */
 int bench_device(struct ms_model *m, struct ms_backend *be, const struct ms_bench_opts *o);
+
+/* `bench --structured` (bench-structured.c): grammar compile, token masks
+ * and constrained decode, on any backend. */
+int bench_structured(struct ms_model *m, const struct ms_bench_opts *o);
 
 /* ---- the JSON line ---- */
 

@@ -891,6 +891,9 @@ static bool print_json(const struct ms_cpu *be, const struct ms_bench_opts *o,
 
 int ms_cmd_bench(struct ms_model *m, struct ms_backend *b, const struct ms_bench_opts *o)
 {
+	/* structured outputs: the engine's runs, on any backend */
+	if (o->structured)
+		return bench_structured(m, o);
 	/* A GPU's memory is its own: its bandwidth is its copy kernel's, and
 	 * its bench is bench-device.c's. */
 	if (!b->host)

@@ -15,6 +15,8 @@ struct ms_bench_opts {
 	double load_seconds;      /* the caller's ms_model_load, repacking included */
 	const char *baseline;     /* kernel set for an in-process baseline, or NULL */
 	int64_t baseline_tokens;  /* decode tokens per baseline run (0: decode_tokens / 2) */
+	bool structured;          /* grammars, masks, constrained decode instead */
+	const char *tokenizer;    /* --structured: the vocabulary (NULL: the model's) */
 };
 
 /* Runs everything and prints a table and one JSON line; returns an exit

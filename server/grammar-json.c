@@ -69,6 +69,30 @@ static ms_gx json_literal(struct js *j, const cJSON *v, const char *path)
 
 /* ---- strings ---- */
 
+/* One byte of the characters of s. */
+static ms_gx one_of(struct js *j, const char *s)
+{
+	uint64_t w[4] = {0};
+	for (; *s; s++)
+		w[(uint8_t)*s >> 6] |= 1ull << ((uint8_t)*s & 63);
+	return ms_gb_byteset(j->b, w);
+}
+
+/* A \u escape (past the backslash) of anything but a lone surrogate: a
+ * high one only with its low one after it (cJSON and serde_json refuse
+ * lone ones). */
+static ms_gx u_escape(struct js *j)
+{
+	const char *hex = "0123456789abcdefABCDEF";
+	ms_gx h2 = ms_gb_rep(j->b, one_of(j, hex), 2, 2);
+	ms_gx plain[3] = {one_of(j, "0123456789abcefABCEF"), one_of(j, hex), h2};
+	ms_gx below[3] = {one_of(j, "dD"), one_of(j, "01234567"), h2};
+	ms_gx pair[7] = {one_of(j, "dD"), one_of(j, "89abAB"), h2, lit(j, "\\u"), one_of(j, "dD"),
+			 one_of(j, "cdefCDEF"), h2};
+	ms_gx alts[3] = {seq(j, plain, 3), seq(j, below, 3), seq(j, pair, 7)};
+	return ms_gb_seq2(j->b, lit(j, "u"), ms_gb_alt(j->b, alts, 3));
+}
+
 static ms_gx json_char(struct js *j, bool any_escape)
 {
 	uint32_t all[2] = {0, 0x10ffff};
@@ -78,9 +102,8 @@ static ms_gx json_char(struct js *j, bool any_escape)
 	/* every escape JSON has (the canonical ones are in c already) */
 	uint64_t esc[4] = {1ull << '"' | 1ull << '/', 1ull << ('\\' - 64) | 1ull << ('b' - 64) |
 			   1ull << ('f' - 64) | 1ull << ('n' - 64) | 1ull << ('r' - 64) | 1ull << ('t' - 64), 0, 0};
-	uint64_t hex[4] = {0x03ff000000000000ull, 0x0000007e0000007eull, 0, 0};
-	ms_gx u = ms_gb_seq2(j->b, lit(j, "u"), ms_gb_rep(j->b, ms_gb_byteset(j->b, hex), 4, 4));
-	ms_gx e = ms_gb_seq2(j->b, lit(j, "\\"), ms_gb_alt2(j->b, ms_gb_byteset(j->b, esc), u));
+	ms_gx any = ms_gb_alt2(j->b, ms_gb_byteset(j->b, esc), u_escape(j));
+	ms_gx e = ms_gb_seq2(j->b, lit(j, "\\"), any);
 	return ms_gb_alt2(j->b, c, e);
 }
 
@@ -90,14 +113,18 @@ static ms_gx quoted(struct js *j, ms_gx body)
 	return seq(j, xs, 3);
 }
 
+/* A date: each month's days, Feb 29 in leap years (years divisible by 4
+ * but not 100 unless by 400, as ajv-formats counts). */
+#define DATE_RE "(?:[0-9]{4}-(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])|(?:0[13-9]|1[0-2])-(?:29|30)|" \
+		"(?:0[13578]|1[02])-31)|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|" \
+		"(?:[02468][048]|[13579][26])00)-02-29)"
+#define TIME_RE "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,6})?" \
+		"(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+
 static const struct { const char *name, *re; } formats[] = {
-	/* days per month (no Feb 29: always a valid date) */
-	{"date", "^[0-9]{4}-(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])|(?:0[13-9]|1[0-2])-(?:29|30)|"
-		 "(?:0[13578]|1[02])-31)$"},
-	{"time", "^(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,6})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])$"},
-	{"date-time", "^[0-9]{4}-(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])|(?:0[13-9]|1[0-2])-(?:29|30)|"
-		      "(?:0[13578]|1[02])-31)T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,6})?"
-		      "(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])$"},
+	{"date", "^" DATE_RE "$"},
+	{"time", "^" TIME_RE "$"},
+	{"date-time", "^" DATE_RE "T" TIME_RE "$"},
 	{"uuid", "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"},
 	{"email", "^[a-zA-Z0-9_+-]+(?:\\.[a-zA-Z0-9_+-]+)*@[a-zA-Z0-9]+(?:-+[a-zA-Z0-9]+)*"
 		  "(?:\\.[a-zA-Z0-9]+(?:-+[a-zA-Z0-9]+)*)+$"},
@@ -194,7 +221,8 @@ static ms_gx nonneg_range(struct js *j, int64_t lo, int64_t hi)
 	ms_gx alts[NUM_DIGITS + 1];
 	int na = 0;
 	int64_t p = 1;
-	for (int len = 1; len <= NUM_DIGITS && p <= hi; len++, p *= 10) {
+	/* p: the least len-digit number but for len 1, whose least is 0 */
+	for (int len = 1; len <= NUM_DIGITS && (len == 1 || p <= hi); len++, p *= 10) {
 		int64_t a = len == 1 ? 0 : p, z = p * 10 - 1;
 		if (a < lo)
 			a = lo;
@@ -365,6 +393,22 @@ static ms_gx extra_pair(struct js *j, const cJSON *props, const cJSON *extra, co
 	return seq(j, xs, 3);
 }
 
+/* path/properties/name, name escaped as RFC 6901 says (~ as ~0, / as ~1). */
+static void member_path(char *out, size_t cap, const char *path, const char *name)
+{
+	int n = snprintf(out, cap, "%s/properties/", path);
+	size_t k = n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
+	for (; *name && k + 3 < cap; name++) {
+		if (*name == '~' || *name == '/') {
+			out[k++] = '~';
+			out[k++] = *name == '~' ? '0' : '1';
+		} else {
+			out[k++] = *name;
+		}
+	}
+	out[k] = 0;
+}
+
 static bool is_required(const cJSON *req, const char *name)
 {
 	const cJSON *r;
@@ -410,7 +454,7 @@ static ms_gx js_object(struct js *j, const cJSON *s, const char *path)
 	int k = 0;
 	cJSON_ArrayForEach(p, props) {
 		char sub[600];
-		snprintf(sub, sizeof(sub), "%s/properties/%s", path, p->string);
+		member_path(sub, sizeof(sub), path, p->string);
 		cJSON *name = cJSON_CreateString(p->string);
 		ms_gx key = name ? json_literal(j, name, path) : -1;
 		cJSON_Delete(name);
@@ -418,40 +462,39 @@ static ms_gx js_object(struct js *j, const cJSON *s, const char *path)
 		item[k] = seq(j, xs, 3);
 		need[k++] = is_required(req, p->string);
 	}
-	/* the tails, last first */
-	int *tr = calloc((size_t)n + 1, sizeof(int));
+	/* The members from i on: tail i, each after a comma, and pick i, the
+	 * next present one (no comma before it); last first. The comma is
+	 * matched once, then the key tells the member: each optional member a
+	 * rule of its own after the comma would make a stack per member that
+	 * could come next, alive from the end of every value on. */
+	int *tr = calloc((size_t)n + 1, sizeof(int)), *pk = calloc((size_t)n + 1, sizeof(int));
 	int id = j->n_tmp++;
-	for (int i = 1; tr && i <= n; i++) {
+	for (int i = 0; tr && pk && i <= n; i++) {
 		char t[64];
 		snprintf(t, sizeof(t), "obj%d-tail%d", id, i);
 		tr[i] = ms_gb_rule(b, t);
+		snprintf(t, sizeof(t), "obj%d-pick%d", id, i);
+		pk[i] = ms_gb_rule(b, t);
 	}
 	ms_gx sep = ws_lit_ws(j, ",");
-	ms_gx last = xp >= 0 ? ms_gb_rep(b, ms_gb_seq2(b, sep, xp), 0, -1) : ms_gb_empty(b);
-	for (int i = n; tr && i >= 1; i--) {
-		if (i == n) {
-			ms_gb_define(b, tr[i], last);
-			continue;
-		}
-		ms_gx part = ms_gb_seq2(b, sep, item[i]);
-		ms_gb_define(b, tr[i], ms_gb_seq2(b, need[i] ? part : ms_gb_opt(b, part), ms_gb_ref(b, tr[i + 1])));
+	bool all_opt = true;   /* every member from i on optional */
+	for (int i = n; tr && pk && i >= 0; i--) {
+		if (i == n && xp >= 0)
+			ms_gb_define(b, pk[i], ms_gb_seq2(b, xp, ms_gb_ref(b, tr[n])));
+		else if (i < n)
+			ms_gb_define(b, pk[i], need[i] || (i + 1 == n && xp < 0)
+						? ms_gb_seq2(b, item[i], ms_gb_ref(b, tr[i + 1]))
+						: ms_gb_alt2(b, ms_gb_seq2(b, item[i], ms_gb_ref(b, tr[i + 1])),
+							     ms_gb_ref(b, pk[i + 1])));
+		all_opt &= i == n || !need[i];
+		bool some = i < n || xp >= 0;   /* pick i has a member to offer */
+		ms_gx more = some ? ms_gb_seq2(b, sep, ms_gb_ref(b, pk[i])) : -2;
+		if (i >= 1 || n == 0)
+			ms_gb_define(b, tr[i], !some ? ms_gb_empty(b) : all_opt ? ms_gb_opt(b, more) : more);
 	}
-	/* the first present member: any of the optional prefix, the first required */
-	ms_gx alts[258];
-	int na = 0;
-	bool all_opt = true;
-	for (int i = 0; tr && i < n && na < 256; i++) {
-		alts[na++] = ms_gb_seq2(b, item[i], ms_gb_ref(b, tr[i + 1]));
-		if (need[i]) {
-			all_opt = false;
-			break;
-		}
-	}
-	if (all_opt && xp >= 0)
-		alts[na++] = ms_gb_seq2(b, xp, ms_gb_rep(b, ms_gb_seq2(b, sep, xp), 0, -1));
-	if (all_opt)
-		alts[na++] = ms_gb_empty(b);
-	ms_gx body = tr ? ms_gb_alt(b, alts, na) : -1;
+	ms_gx first = n || xp >= 0 ? ms_gb_ref(b, pk[0]) : ms_gb_empty(b);
+	ms_gx body = tr && pk ? (all_opt ? ms_gb_opt(b, first) : first) : -1;
+	free(pk);
 	free(tr);
 	free(item);
 	free(need);
@@ -651,11 +694,151 @@ static ms_gx js_allof(struct js *j, const cJSON *s, const cJSON *all, const char
 	return j->rc ? -1 : js_value(j, m, path);
 }
 
+/* ---- oneOf: its branches must exclude each other ---- */
+
+/* JSON types, as validation sees them (integer is a number). */
+enum { T_NULL = 1, T_BOOL = 2, T_OBJ = 4, T_ARR = 8, T_NUM = 16, T_STR = 32, T_ALL = 63 };
+
+static int value_type(const cJSON *v)
+{
+	return cJSON_IsNull(v) ? T_NULL : cJSON_IsBool(v) ? T_BOOL : cJSON_IsNumber(v) ? T_NUM
+	       : cJSON_IsString(v) ? T_STR : cJSON_IsArray(v) ? T_ARR : T_OBJ;
+}
+
+static int type_name(const char *t)
+{
+	static const char *const names[] = {"null", "boolean", "object", "array", "number", "string",
+					    "integer"};
+	for (int i = 0; i < 7; i++)
+		if (!strcmp(t, names[i]))
+			return i == 6 ? T_NUM : 1 << i;
+	return T_ALL;
+}
+
+/* The types of the values s accepts (a superset; T_ALL when unsure). */
+static int type_set(struct js *j, const cJSON *s, const char *path, int depth)
+{
+	s = deref(j, s, path);
+	if (!s || depth > 8 || cJSON_IsTrue(s) || !cJSON_IsObject(s))
+		return cJSON_IsFalse(s) ? 0 : T_ALL;
+	int t = T_ALL, u = 0;
+	const cJSON *ty = cJSON_GetObjectItemCaseSensitive(s, "type"), *e;
+	if (cJSON_IsString(ty))
+		t &= type_name(ty->valuestring);
+	if (cJSON_IsArray(ty)) {
+		cJSON_ArrayForEach(e, ty)
+			u |= cJSON_IsString(e) ? type_name(e->valuestring) : T_ALL;
+		t &= u;
+	}
+	if (cJSON_GetObjectItemCaseSensitive(s, "const"))
+		t &= value_type(cJSON_GetObjectItemCaseSensitive(s, "const"));
+	const cJSON *en = cJSON_GetObjectItemCaseSensitive(s, "enum");
+	if (cJSON_IsArray(en)) {
+		u = 0;
+		cJSON_ArrayForEach(e, en)
+			u |= value_type(e);
+		t &= u;
+	}
+	static const char *const unions[] = {"anyOf", "oneOf"};
+	for (int k = 0; k < 2; k++) {
+		const cJSON *l = cJSON_GetObjectItemCaseSensitive(s, unions[k]);
+		if (!cJSON_IsArray(l))
+			continue;
+		u = 0;
+		cJSON_ArrayForEach(e, l)
+			u |= type_set(j, e, path, depth + 1);
+		t &= u;
+	}
+	cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(s, "allOf"))
+		t &= type_set(j, e, path, depth + 1);
+	return t;
+}
+
+/* The values a property schema allows when it lists them (const, enum);
+ * NULL otherwise. *one: the const. */
+static const cJSON *listed(struct js *j, const cJSON *s, const char *path, const cJSON **one)
+{
+	s = deref(j, s, path);
+	*one = s ? cJSON_GetObjectItemCaseSensitive(s, "const") : NULL;
+	const cJSON *en = s ? cJSON_GetObjectItemCaseSensitive(s, "enum") : NULL;
+	return *one ? *one : cJSON_IsArray(en) ? en : NULL;
+}
+
+static bool lists_meet(const cJSON *a, const cJSON *a1, const cJSON *b, const cJSON *b1)
+{
+	const cJSON *x, *y;
+	for (x = a1 ? a1 : a->child; x; x = a1 ? NULL : x->next)
+		for (y = b1 ? b1 : b->child; y; y = b1 ? NULL : y->next)
+			if (cJSON_Compare(x, y, true))
+				return true;
+	return false;
+}
+
+/* Objects a and b exclude each other by a property a requires: b lists
+ * other values for it, or b's additionalProperties: false has no room. */
+static bool objects_apart(struct js *j, const cJSON *a, const cJSON *b, const char *path)
+{
+	const cJSON *pa = cJSON_GetObjectItemCaseSensitive(a, "properties");
+	const cJSON *pb = cJSON_GetObjectItemCaseSensitive(b, "properties");
+	const cJSON *xb = cJSON_GetObjectItemCaseSensitive(b, "additionalProperties"), *r;
+	cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(a, "required")) {
+		if (!cJSON_IsString(r))
+			continue;
+		const cJSON *sa = cJSON_GetObjectItemCaseSensitive(pa, r->valuestring);
+		const cJSON *sb = cJSON_GetObjectItemCaseSensitive(pb, r->valuestring), *a1, *b1;
+		if (!sb && cJSON_IsFalse(xb))
+			return true;
+		const cJSON *la = sa ? listed(j, sa, path, &a1) : NULL;
+		const cJSON *lb = sb ? listed(j, sb, path, &b1) : NULL;
+		if (la && lb && !lists_meet(la, a1, lb, b1))
+			return true;
+	}
+	return false;
+}
+
+/* No value validates against both a and b. */
+static bool disjoint(struct js *j, const cJSON *a, const cJSON *b, const char *path)
+{
+	int ta = type_set(j, a, path, 0), tb = type_set(j, b, path, 0);
+	if (!(ta & tb))
+		return true;
+	a = deref(j, a, path);
+	b = deref(j, b, path);
+	if (!cJSON_IsObject(a) || !cJSON_IsObject(b))
+		return false;
+	const cJSON *a1, *b1, *la = listed(j, a, path, &a1), *lb = listed(j, b, path, &b1);
+	if (la && lb && !lists_meet(la, a1, lb, b1))
+		return true;
+	return ta == T_OBJ && tb == T_OBJ && (objects_apart(j, a, b, path) || objects_apart(j, b, a, path));
+}
+
+/* oneOf is served as anyOf, which is sound only when no value can match
+ * two branches: each pair must be apart by type, listed values, or a
+ * required property. */
+static int oneof_apart(struct js *j, const cJSON *list, const char *path)
+{
+	int i = 0;
+	for (const cJSON *a = list->child; a && !j->rc; a = a->next, i++) {
+		int k = i + 1;
+		for (const cJSON *b = a->next; b && !j->rc; b = b->next, k++) {
+			if (disjoint(j, a, b, path))
+				continue;
+			j->rc = ms_err_set(j->err, -ENOTSUP, "\"oneOf\" at %s: branches %d and %d can both "
+					   "match; use anyOf, or set them apart by type, by a const or enum "
+					   "property one of them requires, or by additionalProperties: false",
+					   *path ? path : "/", i, k);
+		}
+	}
+	return j->rc;
+}
+
 static ms_gx js_anyof(struct js *j, const cJSON *s, const cJSON *list, const char *kw, const char *path)
 {
 	int n = cJSON_GetArraySize(list);
 	if (!cJSON_IsArray(list) || !n)
 		return fail(j, -EINVAL, path, "\"%s\" at %s must be a non-empty list of schemas", kw);
+	if (!strcmp(kw, "oneOf") && oneof_apart(j, list, path))
+		return -1;
 	/* keywords beside it apply to every branch */
 	cJSON *rest = cJSON_Duplicate(s, true);
 	if (!rest)

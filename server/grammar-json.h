@@ -8,7 +8,7 @@
  *
  * Covered: type (and lists of types), properties, required,
  * additionalProperties (false, true, a schema), enum, const, anyOf, oneOf
- * (as anyOf: its branches should exclude each other), allOf of objects,
+ * (as anyOf; refused unless its branches provably exclude each other), allOf of objects,
  * $ref to #, #/$defs/..., #/definitions/... or any JSON pointer in the
  * document (recursion allowed), items, prefixItems (and the draft-07
  * items array with additionalItems), minItems, maxItems, minLength,

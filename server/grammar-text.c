@@ -333,6 +333,8 @@ static ms_gx rx_group(struct rx *x)
 	return g;
 }
 
+static bool rx_braces(struct rx *x, int *min, int *max);
+
 static ms_gx rx_atom(struct rx *x)
 {
 	char c = x->s[x->i++];
@@ -349,8 +351,13 @@ static ms_gx rx_atom(struct rx *x)
 	case '^': case '$':
 		return rx_fail(x, "the pattern has the anchor %s inside it (only ^ at the start and $ "
 			       "at the end can be enforced; at %d in \"%s\")", (char[]){c, 0});
-	case '*': case '+': case '?': case '{': case ')': case '|':
+	case '*': case '+': case '?': case ')': case '|':
 		return rx_fail(x, "the pattern has a misplaced '%s' (at %d in \"%s\")", (char[]){c, 0});
+	case '{':
+		/* a quantifier with nothing to repeat; any other '{' is a literal */
+		if (rx_braces(&(struct rx){.s = x->s, .i = x->i, .n = x->n}, &(int){0}, &(int){0}))
+			return rx_fail(x, "the pattern has a misplaced '%s' (at %d in \"%s\")", "{");
+		/* fall through */
 	default: {
 		x->i--;
 		int64_t cp = utf8_at(x->s, x->n, &x->i);
@@ -392,9 +399,11 @@ static bool rx_braces(struct rx *x, int *min, int *max)
 	return true;
 }
 
+/* One quantifier after an atom: ECMAScript has no "a**" or "a{2}{3}" (a
+ * second quantifier is then a misplaced one). */
 static ms_gx rx_quant(struct rx *x, ms_gx a)
 {
-	while (a >= 0 && x->i < x->n) {
+	if (a >= 0 && x->i < x->n) {
 		char c = x->s[x->i];
 		int min, max;
 		if (c == '*')
@@ -417,6 +426,8 @@ static ms_gx rx_quant(struct rx *x, ms_gx a)
 			x->i++;  /* lazy: the same strings */
 		if (min > MS_GRAMMAR_MAX_REPEAT || max > MS_GRAMMAR_MAX_REPEAT)
 			return rx_fail(x, "the pattern repeats more than 4096 times%s (at %d in \"%s\")", "");
+		if (max >= 0 && max < min)
+			return rx_fail(x, "the pattern has a repetition {m,n} out of order%s (at %d in \"%s\")", "");
 		a = ms_gb_rep(x->b, a, min, max);
 	}
 	return a;

@@ -418,6 +418,7 @@ struct ms_grammar {
 	struct gcall *calls;
 	int32_t *start;         /* per rule */
 	int32_t *dist;          /* per state: the fewest bytes to finish its rule */
+	uint8_t *flags;         /* per state: MS_GST_* (ms_grammar_view) */
 	int n_rules;
 	int32_t root;
 };
@@ -431,6 +432,7 @@ void ms_grammar_free(struct ms_grammar *g)
 	free(g->calls);
 	free(g->start);
 	free(g->dist);
+	free(g->flags);
 	free(g);
 }
 
@@ -479,17 +481,17 @@ struct dfa_build {
 	struct gcall *calls;
 	uint32_t n_calls, cap_calls;
 	uint64_t *clsmask;       /* per set: its classes, 4 words */
+	int32_t *one;            /* per NFA state s: the DFA state of closure({s}), or -1 */
+	uint8_t *imp;            /* per NFA state: a byte or call leaves it, or it accepts */
 	bool oom, big;
 };
 
-static int cmp_i32(const void *x, const void *y)
-{
-	int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
-	return (a > b) - (a < b);
-}
-
-/* The epsilon closure of set[0..n) (sorted, no duplicates) into out. */
-static int closure(struct dfa_build *d, int32_t *set, int n, int32_t *out)
+/* The epsilon closure of set[0..n) into out: its important states only
+ * (those with a byte or a call, and accepts; the rest, passed through, do
+ * nothing a DFA state would tell apart: without them every path that ends
+ * an alternative is the same state), no duplicates, in no order, each
+ * marked with d->stamp (intern compares sets by those marks). */
+static int closure(struct dfa_build *d, const int32_t *set, int n, int32_t *out)
 {
 	int32_t stamp = ++d->stamp;
 	int k = 0, sp = 0;
@@ -501,20 +503,23 @@ static int closure(struct dfa_build *d, int32_t *set, int n, int32_t *out)
 		}
 	while (sp) {
 		int32_t s = stack[--sp];
-		out[k++] = s;
+		if (d->imp[s])
+			out[k++] = s;
 		for (int32_t e = d->a->head[s]; e >= 0; e = d->a->e[e].next)
 			if (d->a->e[e].kind == E_EPS && d->mark[d->a->e[e].to] != stamp) {
 				d->mark[d->a->e[e].to] = stamp;
 				stack[sp++] = d->a->e[e].to;
 			}
 	}
-	qsort(out, (size_t)k, 4, cmp_i32);
 	return k;
 }
 
+/* The seed is mixed first: from n itself (small, like the states) and with
+ * ms_mix64(0) == 0, [0] and [2, 1] hashed alike, and the matcher's visited
+ * set, which keeps hashes only, dropped one of them. */
 static uint64_t set_hash(const int32_t *s, int n)
 {
-	uint64_t h = (uint64_t)n;
+	uint64_t h = ms_mix64((uint64_t)n + 0x9e3779b97f4a7c15ull);
 	for (int i = 0; i < n; i++)
 		h = ms_mix64(h ^ (uint64_t)(uint32_t)s[i]);
 	return h;
@@ -522,18 +527,41 @@ static uint64_t set_hash(const int32_t *s, int n)
 
 static bool table_grow(struct dfa_build *d);
 
-/* The DFA state of NFA set s[0..n) in rule r (found or added); -1 on failure. */
+/* A set's hash whatever its order (closures come unsorted). */
+static uint64_t members_hash(const int32_t *s, int n)
+{
+	uint64_t h = 0;
+	for (int i = 0; i < n; i++)
+		h += ms_mix64((uint64_t)(uint32_t)s[i] + 0x9e3779b97f4a7c15ull);
+	return ms_mix64(h ^ (uint64_t)n);
+}
+
+/* DFA state q's NFA set is the last closure's (n important states, all
+ * marked by it). */
+static bool same_members(const struct dfa_build *d, int32_t q, int n)
+{
+	if (d->mlen[q] != n)
+		return false;
+	const int32_t *m = d->members + d->moff[q];
+	for (int i = 0; i < n; i++)
+		if (d->mark[m[i]] != d->stamp)
+			return false;
+	return true;
+}
+
+/* The DFA state of NFA set s[0..n), the last closure, in rule r (found or
+ * added); -1 on failure. */
 static int32_t intern(struct dfa_build *d, const int32_t *s, int n, int rule)
 {
 	struct ms_grammar *g = d->g;
 	if ((uint32_t)g->n_states * 2 >= d->table_cap && !table_grow(d))
 		return -1;
-	uint32_t mask = d->table_cap - 1, h = (uint32_t)set_hash(s, n) & mask;
+	uint32_t mask = d->table_cap - 1, h = (uint32_t)members_hash(s, n) & mask;
 	for (;; h = (h + 1) & mask) {
 		int32_t q = d->table[h];
 		if (q < 0)
 			break;
-		if (d->mlen[q] == n && !memcmp(d->members + d->moff[q], s, (size_t)n * 4))
+		if (same_members(d, q, n))
 			return q;
 	}
 	if (g->n_states >= MS_GRAMMAR_MAX_STATES) {
@@ -581,7 +609,7 @@ static bool table_grow(struct dfa_build *d)
 	}
 	memset(t, 0xff, cap * 4);
 	for (int32_t q = 0; q < d->g->n_states; q++) {
-		uint32_t h = (uint32_t)set_hash(d->members + d->moff[q], d->mlen[q]) & (cap - 1);
+		uint32_t h = (uint32_t)members_hash(d->members + d->moff[q], d->mlen[q]) & (cap - 1);
 		while (t[h] >= 0)
 			h = (h + 1) & (cap - 1);
 		t[h] = q;
@@ -593,8 +621,16 @@ static bool table_grow(struct dfa_build *d)
 }
 
 /* State q's byte edges and calls (it is complete afterwards). pairs:
- * (class, target) of every byte edge, grouped by class by a counting sort. */
-struct pairs { int32_t *p, *sorted, *cnt; uint32_t n, cap, cap_sorted; };
+ * (class, target) of every byte edge, grouped by class by a counting sort;
+ * memo: the runs of targets met in this state (a stamp per state). */
+struct run_memo { uint64_t h; int32_t lo, len, t; uint32_t stamp; };
+
+struct pairs {
+	int32_t *p, *sorted, *cnt;
+	uint32_t n, cap, cap_sorted;
+	struct run_memo *memo;
+	uint32_t memo_cap, stamp;
+};
 
 static bool pair_add(struct pairs *p, int32_t c, int32_t to)
 {
@@ -609,7 +645,7 @@ static bool pair_add(struct pairs *p, int32_t c, int32_t to)
 static bool member_edges(struct dfa_build *d, int32_t q, struct pairs *pr, uint8_t *fin)
 {
 	const struct nfa *a = d->a;
-	int rule = d->mrule[q], n_cls = d->g->n_cls;
+	int rule = d->mrule[q];
 	for (int i = 0; i < d->mlen[q]; i++) {
 		int32_t s = d->members[d->moff[q] + i];
 		*fin |= s == d->accept[rule];
@@ -617,9 +653,10 @@ static bool member_edges(struct dfa_build *d, int32_t q, struct pairs *pr, uint8
 			const struct edge *ed = &a->e[e];
 			if (ed->kind == E_SET) {
 				const uint64_t *cm = d->clsmask + 4 * ed->arg;
-				for (int c = 0; c < n_cls; c++)
-					if (cm[c >> 6] >> (c & 63) & 1 && !pair_add(pr, c, ed->to))
-						return false;
+				for (int w = 0; w < 4; w++)  /* the set's classes, bit by bit */
+					for (uint64_t x = cm[w]; x; x &= x - 1)
+						if (!pair_add(pr, w * 64 + __builtin_ctzll(x), ed->to))
+							return false;
 			} else if (ed->kind == E_CALL) {
 				if (!grow((void **)&d->calls, &d->cap_calls, d->n_calls + 1, sizeof(struct gcall)))
 					return false;
@@ -628,6 +665,32 @@ static bool member_edges(struct dfa_build *d, int32_t q, struct pairs *pr, uint8
 		}
 	}
 	return true;
+}
+
+/* The DFA state after the NFA targets pr->sorted[lo, lo + k). Most runs
+ * are one NFA state, most of those met before (the pieces of a UTF-8
+ * character all end where the next one starts): each state's closure is
+ * taken once. Most classes of a state lead to the same targets (every
+ * letter inside a string), in the same order (the counting sort is
+ * stable): a run seen before in this state gives its state again. */
+static int32_t run_target(struct dfa_build *d, struct pairs *pr, int32_t lo, int k, int32_t *buf,
+			  int rule)
+{
+	const int32_t *run = pr->sorted + lo;
+	if (k == 1 && d->one[run[0]] >= 0)
+		return d->one[run[0]];
+	uint64_t h = set_hash(run, k);
+	uint32_t mask = pr->memo_cap - 1, i = (uint32_t)h & mask;
+	for (; pr->memo[i].stamp == pr->stamp; i = (i + 1) & mask) {
+		const struct run_memo *m = &pr->memo[i];
+		if (m->h == h && m->len == k && !memcmp(pr->sorted + m->lo, run, (size_t)k * 4))
+			return m->t;
+	}
+	int32_t t = intern(d, buf, closure(d, run, k, buf), rule);
+	pr->memo[i] = (struct run_memo){h, lo, k, t, pr->stamp};
+	if (k == 1)
+		d->one[run[0]] = t;
+	return t;
 }
 
 static void expand_state(struct dfa_build *d, int32_t q, int32_t *buf, struct pairs *pr)
@@ -651,13 +714,11 @@ static void expand_state(struct dfa_build *d, int32_t q, int32_t *buf, struct pa
 	for (uint32_t i = 0; i < pr->n; i++)
 		pr->sorted[pr->cnt[pr->p[2 * i]]++] = pr->p[2 * i + 1];
 	/* cnt[c] is now the end of class c's run */
+	pr->stamp++;
 	for (int c = 0; c < n_cls && !d->oom && !d->big; c++) {
 		int32_t lo = c ? pr->cnt[c - 1] : 0, t = -1;
 		if (pr->cnt[c] > lo) {
-			int32_t *run = pr->sorted + lo;
-			int k = pr->cnt[c] - lo;
-			qsort(run, (size_t)k, 4, cmp_i32);
-			t = intern(d, buf, closure(d, run, k, buf), rule);
+			t = run_target(d, pr, lo, pr->cnt[c] - lo, buf, rule);
 			bytes = 1;
 		}
 		g->next[(size_t)q * (size_t)n_cls + (size_t)c] = t;
@@ -674,7 +735,6 @@ static void expand_state(struct dfa_build *d, int32_t q, int32_t *buf, struct pa
 				pr->sorted[k++] = d->calls[j].ret;
 				d->calls[j].rule = -1;
 			}
-		qsort(pr->sorted, (size_t)k, 4, cmp_i32);
 		int32_t r = d->calls[i].rule;
 		d->calls[w++] = (struct gcall){r, intern(d, buf, closure(d, pr->sorted, k, buf), rule)};
 	}
@@ -709,8 +769,12 @@ static int dfa_build_all(struct dfa_build *d, struct ms_err *err)
 	struct ms_grammar *g = d->g;
 	int32_t *buf = malloc((size_t)d->a->n * 2 * 4 + 8);
 	int32_t *rstart = malloc((size_t)g->n_rules * 4 + 4);
-	struct pairs pr = {.cnt = malloc((size_t)(g->n_cls + 1) * 4)};
-	bool ok = buf && rstart && pr.cnt;
+	struct pairs pr = {.cnt = malloc((size_t)(g->n_cls + 1) * 4), .memo_cap = 512};
+	pr.memo = calloc(pr.memo_cap, sizeof(*pr.memo));  /* 2x the classes at most */
+	d->one = malloc((size_t)d->a->n * 4 + 4);
+	bool ok = buf && rstart && pr.cnt && pr.memo && d->one;
+	if (ok)
+		memset(d->one, 0xff, (size_t)d->a->n * 4);
 	uint32_t cap = 0;
 	for (int r = 0; ok && r < g->n_rules; r++) {
 		int32_t s = g->start[r];
@@ -730,6 +794,8 @@ static int dfa_build_all(struct dfa_build *d, struct ms_err *err)
 	free(pr.p);
 	free(pr.sorted);
 	free(pr.cnt);
+	free(pr.memo);
+	free(d->one);
 	if (d->big)
 		return ms_err_set(err, -E2BIG, "the grammar needs more than %d automaton states",
 				  MS_GRAMMAR_MAX_STATES);
@@ -817,6 +883,39 @@ static int left_recursion(const struct ms_grammar *g, const struct ms_gb *b, str
 
 #define FAR (INT32_MAX / 4)
 
+/* Each state's distinct byte successors, compressed (most classes of a
+ * state lead to one place): off[q] .. off[q + 1] in to. */
+struct succ { int32_t *off, *to; };
+
+static bool succ_build(const struct ms_grammar *g, struct succ *sc)
+{
+	int32_t n = g->n_states;
+	int32_t *seen = malloc((size_t)n * 4 + 4);
+	uint32_t cap = (uint32_t)n * 2 + 16, k = 0;
+	sc->off = malloc((size_t)n * 4 + 8);
+	sc->to = malloc(cap * 4);
+	bool ok = seen && sc->off && sc->to;
+	for (int32_t q = 0; ok && q < n; q++)
+		seen[q] = -1;
+	for (int32_t q = 0; ok && q < n; q++) {
+		sc->off[q] = (int32_t)k;
+		const int32_t *row = g->next + (size_t)q * (size_t)g->n_cls;
+		for (int c = 0; ok && c < g->n_cls; c++) {
+			int32_t t = row[c];
+			if (t < 0 || seen[t] == q)
+				continue;
+			seen[t] = q;
+			ok = grow((void **)&sc->to, &cap, k + 1, 4);
+			if (ok)
+				sc->to[k++] = t;
+		}
+	}
+	if (ok)
+		sc->off[n] = (int32_t)k;
+	free(seen);
+	return ok;
+}
+
 /* dist[q]: the fewest bytes from q to its rule's end, a call costing its
  * callee's dist from the start; relaxed to a fixed point (states are
  * numbered breadth-first from the starts, so a backward pass carries
@@ -824,19 +923,22 @@ static int left_recursion(const struct ms_grammar *g, const struct ms_gb *b, str
 static int min_dist(struct ms_grammar *g, struct ms_err *err)
 {
 	int32_t n = g->n_states;
-	if (!(g->dist = malloc((size_t)n * 4 + 4)))
+	struct succ sc = {0};
+	g->dist = malloc((size_t)n * 4 + 4);
+	if (!g->dist || !succ_build(g, &sc)) {
+		free(sc.off);
+		free(sc.to);
 		return ms_err_set(err, -ENOMEM, "out of memory compiling the grammar");
+	}
 	for (int32_t q = 0; q < n; q++)
 		g->dist[q] = g->st[q].final ? 0 : FAR;
 	for (bool more = true; more;) {
 		more = false;
 		for (int32_t q = n - 1; q >= 0; q--) {
 			int32_t d = g->dist[q];
-			for (int c = 0; c < g->n_cls; c++) {
-				int32_t t = g->next[(size_t)q * (size_t)g->n_cls + (size_t)c];
-				if (t >= 0 && g->dist[t] + 1 < d)
-					d = g->dist[t] + 1;
-			}
+			for (int32_t i = sc.off[q]; i < sc.off[q + 1]; i++)
+				if (g->dist[sc.to[i]] + 1 < d)
+					d = g->dist[sc.to[i]] + 1;
 			for (int i = 0; i < g->st[q].n_calls; i++) {
 				const struct gcall *c = &g->calls[g->st[q].call_off + i];
 				int32_t v = g->dist[g->start[c->rule]] + g->dist[c->ret];
@@ -849,6 +951,8 @@ static int min_dist(struct ms_grammar *g, struct ms_err *err)
 			}
 		}
 	}
+	free(sc.off);
+	free(sc.to);
 	return 0;
 }
 
@@ -861,10 +965,29 @@ int64_t ms_gmatch_min_bytes(const struct ms_gmatch *m)
 		int64_t s = 0;
 		for (int i = 1; i <= m->buf[at]; i++)
 			s += m->g->dist[m->buf[at + i]];
-		if (s < best)
+		if (s < best && s < FAR)  /* FAR and over: this stack never finishes */
 			best = s;
 	}
 	return best;
+}
+
+/* ---- the walk's view ---- */
+
+static int state_flags(struct ms_grammar *g, struct ms_err *err)
+{
+	if (!(g->flags = malloc((size_t)g->n_states + 1)))
+		return ms_err_set(err, -ENOMEM, "out of memory compiling the grammar");
+	for (int32_t q = 0; q < g->n_states; q++)
+		g->flags[q] = (uint8_t)((g->st[q].bytes ? MS_GST_BYTES : 0) |
+					(g->st[q].final ? MS_GST_FINAL : 0) |
+					(g->st[q].n_calls ? MS_GST_CALLS : 0));
+	return 0;
+}
+
+void ms_grammar_view(const struct ms_grammar *g, struct ms_gview *v)
+{
+	*v = (struct ms_gview){.next = g->next, .cls = g->cls, .flags = g->flags,
+			       .n_cls = g->n_cls, .n_states = g->n_states};
 }
 
 /* ---- compile ---- */
@@ -886,6 +1009,18 @@ static int check_rules(const struct ms_gb *b, int root, struct ms_err *err)
 					  "up to %d)", n->min, n->max, MS_GRAMMAR_MAX_REPEAT);
 	}
 	return 0;
+}
+
+/* d->imp: the NFA states a DFA state is made of (closure). */
+static void mark_important(struct dfa_build *d, uint32_t n_rules)
+{
+	const struct nfa *a = d->a;
+	for (uint32_t s = 0; s < a->n; s++)
+		for (int32_t e = a->head[s]; e >= 0 && !d->imp[s]; e = a->e[e].next)
+			d->imp[s] = a->e[e].kind != E_EPS;
+	for (uint32_t r = 0; r < n_rules; r++)
+		if (d->accept[r] >= 0)
+			d->imp[d->accept[r]] = 1;
 }
 
 static int build_nfa(const struct ms_gb *b, struct nfa *a, int32_t *start, int32_t *accept,
@@ -926,9 +1061,12 @@ int ms_gb_compile(const struct ms_gb *b, int root, struct ms_grammar **out, stru
 		g->start = malloc(b->n_rules * 4);
 		d.mark = calloc(a.n + 1, 4);
 		d.clsmask = calloc((size_t)b->n_sets * 4 + 4, 8);
-		if (!g->start || !d.mark || !d.clsmask)
+		d.imp = calloc(a.n + 1, 1);
+		if (!g->start || !d.mark || !d.clsmask || !d.imp)
 			rc = ms_err_set(err, -ENOMEM, "out of memory compiling the grammar");
 	}
+	if (!rc)
+		mark_important(&d, b->n_rules);
 	if (!rc) {
 		for (uint32_t s = 0; s < b->n_sets; s++)
 			for (int x = 0; x < 256; x++)
@@ -945,10 +1083,13 @@ int ms_gb_compile(const struct ms_gb *b, int root, struct ms_grammar **out, stru
 	}
 	if (!rc)
 		rc = min_dist(g, err);
+	if (!rc)
+		rc = state_flags(g, err);
 	free(nstart);
 	free(d.accept);
 	free(d.mark);
 	free(d.clsmask);
+	free(d.imp);
 	free(d.members);
 	free(d.moff);
 	free(d.mlen);
@@ -968,39 +1109,95 @@ int ms_gb_compile(const struct ms_gb *b, int root, struct ms_grammar **out, stru
 /* ---- matching ---- */
 
 #define VIS_CAP 8192  /* configurations seen in one step, a power of two */
+#define VIS_MIN 64    /* the table's first size: most steps see a few */
 
+/* A matcher's working memory, made on its first step: small, so that a
+ * copy of a state costs little (tool-force copies one per candidate byte
+ * when it closes a body). */
 struct ms_gscratch {
-	uint64_t vis[VIS_CAP];
-	uint32_t vis_gen[VIS_CAP];
+	uint64_t *vis;          /* the configurations seen this step (hashes) */
+	uint32_t *vis_gen;      /* their stamps: gen marks this step's */
+	uint32_t vis_cap;       /* VIS_MIN .. VIS_CAP, doubled at half full */
 	uint32_t gen;
 	int32_t stk[MS_GRAMMAR_MAX_DEPTH + 2];
 	int32_t *tmp;
 	uint32_t tmp_cap;
 	uint32_t *order;
 	uint32_t order_cap;
+	int32_t *spare[2];      /* feed's buffers, kept between feeds */
+	uint32_t spare_cap[2];
 	int visits;
 };
 
 static struct ms_gscratch *scratch_new(void)
 {
-	return calloc(1, sizeof(struct ms_gscratch));
+	struct ms_gscratch *s = calloc(1, sizeof(*s));
+	if (s) {
+		s->vis = malloc(VIS_MIN * sizeof(*s->vis));
+		s->vis_gen = calloc(VIS_MIN, sizeof(*s->vis_gen));
+		s->vis_cap = VIS_MIN;
+		s->gen = 1;
+	}
+	if (s && (!s->vis || !s->vis_gen)) {
+		free(s->vis);
+		free(s->vis_gen);
+		free(s);
+		s = NULL;
+	}
+	return s;
 }
 
 static void scratch_free(struct ms_gscratch *s)
 {
 	if (!s)
 		return;
+	free(s->vis);
+	free(s->vis_gen);
 	free(s->tmp);
 	free(s->order);
+	free(s->spare[0]);
+	free(s->spare[1]);
 	free(s);
+}
+
+/* Insert hash h, stamped gen, into a table of cap slots (not full). */
+static void vis_put(uint64_t *vis, uint32_t *vgen, uint32_t cap, uint64_t h, uint32_t gen)
+{
+	uint32_t i = (uint32_t)h & (cap - 1);
+	while (vgen[i] == gen)
+		i = (i + 1) & (cap - 1);
+	vgen[i] = gen;
+	vis[i] = h;
+}
+
+/* The table twice the size, this step's entries kept; false: no memory. */
+static bool vis_grow(struct ms_gscratch *s)
+{
+	uint32_t cap = s->vis_cap * 2;
+	uint64_t *v = malloc(cap * sizeof(*v));
+	uint32_t *g = calloc(cap, sizeof(*g));
+	if (!v || !g) {
+		free(v);
+		free(g);
+		return false;
+	}
+	for (uint32_t i = 0; i < s->vis_cap; i++)
+		if (s->vis_gen[i] == s->gen)
+			vis_put(v, g, cap, s->vis[i], s->gen);
+	free(s->vis);
+	free(s->vis_gen);
+	s->vis = v, s->vis_gen = g, s->vis_cap = cap;
+	return true;
 }
 
 /* Seen this step already? (marks it) */
 static bool visited(struct ms_gscratch *s, const int32_t *stk, int depth)
 {
+	if ((uint32_t)s->visits * 2 >= s->vis_cap && (s->vis_cap >= VIS_CAP || !vis_grow(s)))
+		return true;  /* full: go no further */
 	uint64_t h = set_hash(stk, depth) | 1;
-	uint32_t i = (uint32_t)h & (VIS_CAP - 1);
-	for (int k = 0; k < VIS_CAP; k++, i = (i + 1) & (VIS_CAP - 1)) {
+	uint32_t mask = s->vis_cap - 1, i = (uint32_t)h & mask;
+	for (;; i = (i + 1) & mask) {  /* at most half full: ends */
 		if (s->vis_gen[i] != s->gen) {
 			s->vis_gen[i] = s->gen;
 			s->vis[i] = h;
@@ -1010,7 +1207,6 @@ static bool visited(struct ms_gscratch *s, const int32_t *stk, int depth)
 		if (s->vis[i] == h)
 			return true;
 	}
-	return true; /* full: go no further */
 }
 
 static bool out_push(struct ms_gmatch *o, const int32_t *stk, int depth)
@@ -1104,9 +1300,8 @@ static bool canon(struct ms_gmatch *o, struct ms_gscratch *s)
 	return true;
 }
 
-/* o = the stacks of buf[0..len) (n of them) after byte c. */
-static void step_set(const struct ms_grammar *g, struct ms_gscratch *s, const int32_t *buf,
-		     uint32_t len, uint8_t c, struct ms_gmatch *o)
+/* A new step: nothing seen yet, o empty. */
+static void step_begin(struct ms_gscratch *s, struct ms_gmatch *o)
 {
 	o->len = 0;
 	o->n = 0;
@@ -1114,9 +1309,16 @@ static void step_set(const struct ms_grammar *g, struct ms_gscratch *s, const in
 	s->gen++;
 	s->visits = 0;
 	if (!s->gen) { /* wrapped: forget every stamp */
-		memset(s->vis_gen, 0, sizeof(s->vis_gen));
+		memset(s->vis_gen, 0, s->vis_cap * sizeof(*s->vis_gen));
 		s->gen = 1;
 	}
+}
+
+/* o = the stacks of buf[0..len) (n of them) after byte c. */
+static void step_set(const struct ms_grammar *g, struct ms_gscratch *s, const int32_t *buf,
+		     uint32_t len, uint8_t c, struct ms_gmatch *o)
+{
+	step_begin(s, o);
 	int cl = g->cls[c];
 	for (uint32_t at = 0; at < len; at += (uint32_t)buf[at] + 1) {
 		int depth = buf[at];
@@ -1136,7 +1338,6 @@ int ms_gmatch_init(struct ms_gmatch *m, const struct ms_grammar *g)
 	m->scratch = scratch_new();
 	if (!m->scratch)
 		return -ENOMEM;
-	m->scratch->gen = 1;
 	m->scratch->stk[0] = g->start[g->root];
 	expand(g, m->scratch, m->scratch->stk, 1, m);
 	if (!canon(m, m->scratch)) {
@@ -1157,14 +1358,11 @@ int ms_gmatch_copy(struct ms_gmatch *dst, const struct ms_gmatch *src)
 {
 	memset(dst, 0, sizeof(*dst));
 	dst->g = src->g;
-	dst->scratch = scratch_new();
-	dst->buf = malloc((src->len + 1) * 4);
-	if (!dst->scratch || !dst->buf) {
-		ms_gmatch_free(dst);
+	dst->buf = malloc((src->len + 1) * 4);  /* the scratch: on the first feed */
+	if (!dst->buf)
 		return -ENOMEM;
-	}
-	dst->scratch->gen = 1;
-	memcpy(dst->buf, src->buf, src->len * 4);
+	if (src->len)  /* a finished state may have no buffer at all */
+		memcpy(dst->buf, src->buf, src->len * 4);
 	dst->len = dst->cap = src->len;
 	dst->cap = src->len + 1;
 	dst->n = src->n;
@@ -1172,38 +1370,51 @@ int ms_gmatch_copy(struct ms_gmatch *dst, const struct ms_gmatch *src)
 	return 0;
 }
 
+/* Feed's two working states, on the scratch's spare buffers (kept there
+ * between feeds: a token costs no allocation). */
+static void feed_take(struct ms_gscratch *s, struct ms_gmatch *a, struct ms_gmatch *b)
+{
+	a->buf = s->spare[0], a->cap = s->spare_cap[0];
+	b->buf = s->spare[1], b->cap = s->spare_cap[1];
+}
+
+static void feed_keep(struct ms_gscratch *s, struct ms_gmatch *a, struct ms_gmatch *b)
+{
+	s->spare[0] = a->buf, s->spare_cap[0] = a->cap;
+	s->spare[1] = b->buf, s->spare_cap[1] = b->cap;
+}
+
 bool ms_gmatch_feed(struct ms_gmatch *m, const void *bytes, size_t n)
 {
 	const uint8_t *p = bytes;
+	if (!n)
+		return true;
+	if (!m->scratch && !(m->scratch = scratch_new()))
+		return false;
 	struct ms_gmatch a = {.g = m->g}, b = {.g = m->g};
+	feed_take(m->scratch, &a, &b);
 	const struct ms_gmatch *cur = m;
 	struct ms_gmatch *nx = &a;
-	for (size_t i = 0; i < n; i++) {
+	bool ok = true;
+	for (size_t i = 0; ok && i < n; i++) {
 		step_set(m->g, m->scratch, cur->buf, cur->len, p[i], nx);
-		if (!nx->n && !(nx->accept && i + 1 == n)) {
-			free(a.buf);
-			free(b.buf);
-			return false;
-		}
+		ok = nx->n || (nx->accept && i + 1 == n);
 		cur = nx;
 		nx = nx == &a ? &b : &a;
 	}
-	if (cur == m)
-		return true;
 	struct ms_gmatch *res = (struct ms_gmatch *)cur;
-	if (!canon(res, m->scratch)) {
-		free(a.buf);
-		free(b.buf);
-		return false;
+	if (ok && !canon(res, m->scratch))
+		ok = false;
+	if (ok) {
+		/* the result's buffer becomes m's, m's old one a spare */
+		int32_t *old = m->buf;
+		uint32_t old_cap = m->cap;
+		m->buf = res->buf, m->cap = res->cap;
+		m->len = res->len, m->n = res->n, m->accept = res->accept;
+		res->buf = old, res->cap = old_cap;
 	}
-	free(m->buf);
-	m->buf = res->buf;
-	m->len = res->len;
-	m->cap = res->cap;
-	m->n = res->n;
-	m->accept = res->accept;
-	free(res == &a ? b.buf : a.buf);
-	return true;
+	feed_keep(m->scratch, &a, &b);
+	return ok;
 }
 
 uint64_t ms_gmatch_key(const struct ms_gmatch *m)
@@ -1214,7 +1425,7 @@ uint64_t ms_gmatch_key(const struct ms_gmatch *m)
 bool ms_gmatch_equal(const struct ms_gmatch *a, const struct ms_gmatch *b)
 {
 	return a->len == b->len && a->accept == b->accept &&
-	       !memcmp(a->buf, b->buf, (size_t)a->len * 4);
+	       (!a->len || !memcmp(a->buf, b->buf, (size_t)a->len * 4));
 }
 
 bool ms_grammar_accepts(const struct ms_grammar *g, const void *s, size_t n)
@@ -1261,12 +1472,58 @@ void ms_gwalk_from(struct ms_gwalk *w, const struct ms_gmatch *m)
 		w->set.accept = m->accept;
 		w->set.len = 0;
 		if (grow((void **)&w->set.buf, &w->set.cap, m->len + 1, 4)) {
-			memcpy(w->set.buf, m->buf, (size_t)m->len * 4);
+			if (m->len)  /* a finished state may have no buffer */
+				memcpy(w->set.buf, m->buf, (size_t)m->len * 4);
 			w->set.len = m->len;
 		} else {
 			w->set.n = 0;
 		}
 	}
+}
+
+void ms_gwalk_single(struct ms_gwalk *w, int32_t q)
+{
+	static const int32_t none[1];
+	w->single = true;
+	w->top = q;
+	w->below = none;  /* memcpy of nothing from it still wants a pointer */
+	w->nbelow = 0;
+}
+
+void ms_gwalk_below(struct ms_gwalk *w, const int32_t *below, int n)
+{
+	struct ms_gmatch *o = &w->set;
+	w->single = false;
+	o->len = 0;
+	o->n = 0;
+	o->accept = !n;
+	if (!n || (!o->scratch && !(o->scratch = scratch_new())))
+		return;
+	step_begin(o->scratch, o);
+	memcpy(o->scratch->stk, below, (size_t)n * 4);
+	expand(o->g, o->scratch, o->scratch->stk, n, o);
+	to_single(w, o);
+}
+
+bool ms_gwalk_copy(struct ms_gwalk *dst, const struct ms_gwalk *src)
+{
+	struct ms_gmatch *o = &dst->set;
+	dst->single = src->single;
+	dst->top = src->top;
+	dst->below = src->below;
+	dst->nbelow = src->nbelow;
+	if (src->single)
+		return true;
+	o->len = 0;
+	o->n = 0;
+	o->accept = src->set.accept;
+	if (!grow((void **)&o->buf, &o->cap, src->set.len + 1, 4))
+		return false;
+	if (src->set.len)
+		memcpy(o->buf, src->set.buf, (size_t)src->set.len * 4);
+	o->len = src->set.len;
+	o->n = src->set.n;
+	return true;
 }
 
 bool ms_gwalk_alive(const struct ms_gwalk *w)
@@ -1281,8 +1538,7 @@ bool ms_gwalk_step(const struct ms_gwalk *from, uint8_t c, struct ms_gwalk *to)
 		int32_t t = g->next[(size_t)from->top * (size_t)g->n_cls + g->cls[c]];
 		if (t < 0)
 			return false;
-		const struct gstate *st = &g->st[t];
-		if (!st->final && !st->n_calls) {  /* the common case: one lookup */
+		if (g->flags[t] == MS_GST_BYTES) {  /* the common case: one lookup */
 			to->single = true;
 			to->below = from->below;
 			to->nbelow = from->nbelow;

@@ -120,4 +120,32 @@ bool ms_gwalk_step(const struct ms_gwalk *from, uint8_t c, struct ms_gwalk *to);
 /* Some stack alive or the sentence complete (a token may end here). */
 bool ms_gwalk_alive(const struct ms_gwalk *w);
 
+/* A walk from one stack [q] alone: what q's rule does whatever lies below
+ * it (token-mask.c's context-free part). Where that rule ends, w's set is
+ * complete (accept): the rest is the stack below's. */
+void ms_gwalk_single(struct ms_gwalk *w, int32_t q);
+/* w = where a stack below[0..n) (bottom first, its top the state a rule
+ * returns to) leads without a byte: what follows when the rule above it
+ * ends. n 0: the sentence is complete. */
+void ms_gwalk_below(struct ms_gwalk *w, const int32_t *below, int n);
+/* dst = src (dst initialised; a single stack's below stays src's: src
+ * must not change while dst is used); false: out of memory (dst dead). */
+bool ms_gwalk_copy(struct ms_gwalk *dst, const struct ms_gwalk *src);
+
+/* The automaton's tables, read-only while g lives: a walk that stays in
+ * one stack steps them itself (one lookup a byte) and calls ms_gwalk_step
+ * only where the state reached is not plain MS_GST_BYTES. */
+#define MS_GST_BYTES 1   /* some byte leads on */
+#define MS_GST_FINAL 2   /* its rule may end here (a pop, or the sentence complete) */
+#define MS_GST_CALLS 4   /* it calls a rule */
+
+struct ms_gview {
+	const int32_t *next;    /* [state * n_cls + cls[byte]]: the state after, -1: none */
+	const uint8_t *cls;     /* [256]: each byte's class */
+	const uint8_t *flags;   /* per state: MS_GST_* */
+	int32_t n_cls, n_states;
+};
+
+void ms_grammar_view(const struct ms_grammar *g, struct ms_gview *v);
+
 #endif

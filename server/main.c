@@ -1003,6 +1003,39 @@ static int cmd_tokenize(int argc, char **argv)
 
 /* ---- bench ---- */
 
+static void bench_help(void)
+{
+	printf("Usage: moeserve bench [--model DIR] [--threads N] [--kernels SET]\n"
+	       "                      [--backend NAME] [--device N]\n"
+	       "                      [--prompt-tokens N] [--decode-tokens N] [--json]\n"
+	       "                      [--baseline SET] [--baseline-tokens N]\n"
+	       "                      [--structured [--tokenizer FILE]]\n"
+	       "Measure load time and memory, prefill speed against oneDNN's bf16 matmul,\n"
+	       "decode speed at batch 1, 4, 8 and 16 against the memory-bandwidth roofline\n"
+	       "(weight bytes the backend counts per step over the bandwidth measured in\n"
+	       "the same run), and print the issue-7 targets with PASS/BELOW. Prints a\n"
+	       "table and, last, one JSON line.\n\n"
+	       "On a GPU backend (--backend rocm, rocm-sim): load time, prefill, decode at\n"
+	       "batch 1, 8 and 32 (rocm-sim: 1, 2, 4), and each decode step's weight bytes\n"
+	       "over its time as a share of the bandwidth the device's copy kernel reaches\n"
+	       "in the same run.\n\n"
+	       "  --prompt-tokens N    prefill prompt length (default 512, rocm-sim 8; the\n"
+	       "                       decode runs' prompts are 16 tokens, or N when smaller)\n"
+	       "  --decode-tokens N    tokens per decode run (default 32, rocm-sim 3)\n"
+	       "  --baseline SET       also load the model on kernel set SET (e.g. ref) and\n"
+	       "                       print the decode speedups over it\n"
+	       "  --baseline-tokens N  tokens per baseline decode run (default half of\n"
+	       "                       --decode-tokens, at least 3)\n"
+	       "  --structured         structured outputs instead: per JSON Schema of a fixed\n"
+	       "                       set, the grammar's compile time and each token's mask\n"
+	       "                       time (median, p99) in constrained generation over the\n"
+	       "                       vocabulary, then decode at batch 1 and 8 with and\n"
+	       "                       without a grammar (--decode-tokens each) and the ratio\n"
+	       "  --tokenizer FILE     --structured: the vocabulary's tokenizer.json (default:\n"
+	       "                       the model's)\n"
+	       "  --json               only the JSON line\n");
+}
+
 static int cmd_bench(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -1019,6 +1052,8 @@ static int cmd_bench(int argc, char **argv)
 		{"json", no_argument, NULL, 'j'},
 		{"baseline", required_argument, NULL, 'b'},
 		{"baseline-tokens", required_argument, NULL, 'B'},
+		{"structured", no_argument, NULL, 's'},
+		{"tokenizer", required_argument, NULL, 't'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -1055,37 +1090,23 @@ static int cmd_bench(int argc, char **argv)
 				return usage_error("bench", "--baseline-tokens: \"%s\" is not a count >= 3", optarg);
 			bo.baseline_tokens = v;
 			break;
+		case 's': bo.structured = true; break;
+		case 't': bo.tokenizer = optarg; break;
 		case OPT_NUMA: co.numa = optarg; break;
 		case OPT_EXACT: co.exact = true; break;
 		case OPT_DENSE_INT8: co.dense_int8 = true; break;
 		case 'h':
-			printf("Usage: moeserve bench [--model DIR] [--threads N] [--kernels SET]\n"
-			       "                      [--backend NAME] [--device N]\n"
-			       "                      [--prompt-tokens N] [--decode-tokens N] [--json]\n"
-			       "                      [--baseline SET] [--baseline-tokens N]\n"
-			       "Measure load time and memory, prefill speed against oneDNN's bf16 matmul,\n"
-			       "decode speed at batch 1, 4, 8 and 16 against the memory-bandwidth roofline\n"
-			       "(weight bytes the backend counts per step over the bandwidth measured in\n"
-			       "the same run), and print the issue-7 targets with PASS/BELOW. Prints a\n"
-			       "table and, last, one JSON line.\n\n"
-			       "On a GPU backend (--backend rocm, rocm-sim): load time, prefill, decode at\n"
-			       "batch 1, 8 and 32 (rocm-sim: 1, 2, 4), and each decode step's weight bytes\n"
-			       "over its time as a share of the bandwidth the device's copy kernel reaches\n"
-			       "in the same run.\n\n"
-			       "  --prompt-tokens N    prefill prompt length (default 512, rocm-sim 8; the\n"
-			       "                       decode runs' prompts are 16 tokens, or N when smaller)\n"
-			       "  --decode-tokens N    tokens per decode run (default 32, rocm-sim 3)\n"
-			       "  --baseline SET       also load the model on kernel set SET (e.g. ref) and\n"
-			       "                       print the decode speedups over it\n"
-			       "  --baseline-tokens N  tokens per baseline decode run (default half of\n"
-			       "                       --decode-tokens, at least 3)\n"
-			       "  --json               only the JSON line\n");
+			bench_help();
 			return EX_OK;
 		default: return usage_error("bench", "%s", "invalid option");
 		}
 	}
 	if (optind < argc)
 		return usage_error("bench", "unexpected argument \"%s\"", argv[optind]);
+	if (bo.tokenizer && !bo.structured)
+		return usage_error("bench", "%s", "--tokenizer goes with --structured");
+	if (bo.structured && bo.baseline)
+		return usage_error("bench", "%s", "--baseline does not go with --structured");
 	struct ms_backend *be;
 	struct ms_model m;
 	struct timespec t0, t1;

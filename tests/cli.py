@@ -316,6 +316,25 @@ def main():
     case("bench --baseline ref prints the speedups", ok, r.stdout[-600:] + r.stderr)
     expect("bench --baseline with an unknown set", run(b, "bench", "--model", base, "--baseline", "nope"),
            EX_USAGE, "nope")
+    # structured outputs (bench-structured.c) on the shipped default model, its tokenizer
+    default = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models", "default", "bf16")
+    r = run(b, "bench", "--structured", "--model", default, "--decode-tokens", "4", "--json")
+    try:
+        j = json.loads(r.stdout.strip().splitlines()[-1])
+        names = ("flat", "nested", "props50", "tree", "strings", "json_object")
+        ok = (r.returncode == 0 and j["vocab"] > 0 and j["targets"] == 4
+              and all(j[f"{n}_compile_ms"] > 0 and j[f"{n}_states"] > 0 and j[f"{n}_tokens_per_seq"] > 0
+                      and 0 < j[f"{n}_mask_us_median"] <= j[f"{n}_mask_us_p99"] for n in names)
+              and 0 < j["mask_us_median"] <= j["mask_us_p99"]
+              and all(j[f"batch{n}_tokens_per_s"] > 0 and j[f"batch{n}_constrained_tokens_per_s"] > 0
+                      and j[f"batch{n}_constraint_us_per_token"] > 0 for n in (1, 8)))
+    except (ValueError, IndexError, KeyError, TypeError):
+        ok = False
+    case("bench --structured prints compile, mask and decode figures", ok, r.stdout[-600:] + r.stderr)
+    expect("bench --tokenizer without --structured", run(b, "bench", "--model", base, "--tokenizer", "x"),
+           EX_USAGE, "--structured")
+    expect("bench --structured without a tokenizer", run(b, "bench", "--structured", "--model", base),
+           EX_USAGE, "--tokenizer")
     # the device bench (bench-device.c) on the host model of the GPU: its own keys, the copy
     # kernel's bandwidth, the counting shim's bytes (one token: exactly top-k experts a layer)
     r = run(b, "bench", "--model", base, "--backend", "rocm-sim", "--prompt-tokens", "4",
