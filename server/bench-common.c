@@ -201,3 +201,14 @@ int64_t bench_decode_prompt(const struct ms_bench_opts *o)
 	return o->prompt_tokens < 16 ? o->prompt_tokens : 16;
 }
 
+
+bool bench_json_line(struct ms_strbuf *j)
+{
+	const char *line = ms_strbuf_cstr(j);
+	if (line)
+		printf("%s\n", line);
+	else
+		fprintf(stderr, "moeserve: error: bench: out of memory for the JSON line\n");
+	ms_strbuf_free(j);
+	return line != NULL;
+}

@@ -342,12 +342,7 @@ int bench_device(struct ms_model *m, struct ms_backend *be, const struct ms_benc
 	ms_strbuf_str(&j, "{");
 	json_dev(&j, be, o, &p);
 	ms_strbuf_str(&j, "}");
-	const char *line = ms_strbuf_cstr(&j);
-	if (line)
-		printf("%s\n", line);
-	else
-		fprintf(stderr, "moeserve: error: bench: out of memory for the JSON line\n");
-	ms_strbuf_free(&j);
+	bool line = bench_json_line(&j);
 	if (p.bw_failed)
 		fprintf(stderr, "moeserve: error: bench: copy bandwidth: %s\n", p.bw_why);
 	return !line ? EX_OSERR : p.bw_failed ? EX_SOFTWARE : EX_OK;

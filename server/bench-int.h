@@ -158,4 +158,8 @@ static inline void jstr(struct ms_strbuf *j, const char *key, const char *v)
 	ms_strbuf_str(j, "\"");
 }
 
+/* Print j as the bench's last line and free it; false when it ran out of
+ * memory (said on stderr). */
+bool bench_json_line(struct ms_strbuf *j);
+
 #endif

@@ -570,13 +570,7 @@ static bool print_json(const struct sreport *r)
 	jint(&j, "targets_passed", r->n_pass);
 	jint(&j, "targets", 4);
 	ms_strbuf_str(&j, "}");
-	const char *line = ms_strbuf_cstr(&j);
-	if (line)
-		printf("%s\n", line);
-	else
-		fprintf(stderr, "moeserve: error: bench: out of memory for the JSON line\n");
-	ms_strbuf_free(&j);
-	return line != NULL;
+	return bench_json_line(&j);
 }
 
 /* ---- the whole ---- */

@@ -880,13 +880,7 @@ static bool print_json(const struct ms_cpu *be, const struct ms_bench_opts *o,
 	json_head(&j, be, o, p);
 	json_tail(&j, o, p);
 	ms_strbuf_str(&j, "}");
-	const char *line = ms_strbuf_cstr(&j);
-	if (line)
-		printf("%s\n", line);
-	else
-		fprintf(stderr, "moeserve: error: bench: out of memory for the JSON line\n");
-	ms_strbuf_free(&j);
-	return line != NULL;
+	return bench_json_line(&j);
 }
 
 int ms_cmd_bench(struct ms_model *m, struct ms_backend *b, const struct ms_bench_opts *o)

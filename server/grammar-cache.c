@@ -10,12 +10,13 @@
 #include "grammar-json.h"
 #include "grammar-text.h"
 #include "ms-clock.h"
+#include "ms-list.h"
 
 struct gentry {
 	enum ms_grammar_kind kind;
 	char *text;
 	struct ms_tmask *t;
-	struct gentry *prev, *next;   /* LRU: head newest */
+	struct ms_list_node link;     /* in the LRU */
 };
 
 struct ms_grammar_cache {
@@ -24,7 +25,7 @@ struct ms_grammar_cache {
 	int cap;
 	pthread_mutex_t lock;
 	struct ms_vocab_trie *trie;
-	struct gentry *head, *tail;
+	struct ms_list lru;
 	struct ms_grammar_cache_stats st;
 };
 
@@ -53,36 +54,13 @@ void ms_grammar_cache_free(struct ms_grammar_cache *c)
 {
 	if (!c)
 		return;
-	for (struct gentry *e = c->head, *n; e; e = n) {
-		n = e->next;
-		gentry_free(e);
+	for (struct ms_list_node *n = c->lru.head, *next; n; n = next) {
+		next = n->next;
+		gentry_free(ms_list_entry(n, struct gentry, link));
 	}
 	ms_vocab_trie_free(c->trie);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
-}
-
-static void unlink_entry(struct ms_grammar_cache *c, struct gentry *e)
-{
-	if (e->prev)
-		e->prev->next = e->next;
-	else
-		c->head = e->next;
-	if (e->next)
-		e->next->prev = e->prev;
-	else
-		c->tail = e->prev;
-	e->prev = e->next = NULL;
-}
-
-static void push_front(struct ms_grammar_cache *c, struct gentry *e)
-{
-	e->next = c->head;
-	if (c->head)
-		c->head->prev = e;
-	c->head = e;
-	if (!c->tail)
-		c->tail = e;
 }
 
 /* A list of strings, the output exactly one of them. */
@@ -149,15 +127,17 @@ int ms_grammar_cache_get(struct ms_grammar_cache *c, enum ms_grammar_kind kind, 
 	if (kind == MS_GK_JSON_OBJECT)
 		text = "";
 	pthread_mutex_lock(&c->lock);
-	for (struct gentry *e = c->head; e; e = e->next)
+	for (struct ms_list_node *n = c->lru.head; n; n = n->next) {
+		struct gentry *e = ms_list_entry(n, struct gentry, link);
 		if (e->kind == kind && !strcmp(e->text, text)) {
-			unlink_entry(c, e);
-			push_front(c, e);
+			ms_list_unlink(&c->lru, n);
+			ms_list_push_front(&c->lru, n);
 			c->st.hits++;
 			*out = ms_tmask_ref(e->t);
 			pthread_mutex_unlock(&c->lock);
 			return 0;
 		}
+	}
 	int rc = 0;
 	if (!c->trie)
 		rc = ms_vocab_trie_new(c->tok, c->vocab, &c->trie, err);
@@ -185,12 +165,12 @@ int ms_grammar_cache_get(struct ms_grammar_cache *c, enum ms_grammar_kind kind, 
 	pthread_mutex_lock(&c->lock);
 	c->st.misses++;
 	c->st.compile_s += ms_now_s() - t0;
-	push_front(c, e);
+	ms_list_push_front(&c->lru, &e->link);
 	c->st.entries++;
 	*out = ms_tmask_ref(e->t);
 	while (c->st.entries > c->cap) {
-		struct gentry *old = c->tail;
-		unlink_entry(c, old);
+		struct gentry *old = ms_list_entry(c->lru.tail, struct gentry, link);
+		ms_list_unlink(&c->lru, &old->link);
 		gentry_free(old);  /* requests still using it hold their references */
 		c->st.entries--;
 		c->st.evictions++;

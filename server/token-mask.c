@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ms-clock.h"
+#include "ms-list.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -335,7 +336,8 @@ struct entry {
 	uint32_t len;
 	bool accept;
 	uint64_t *bits;
-	struct entry *hnext, *prev, *next;  /* bucket chain; LRU list (head: newest) */
+	struct entry *hnext;      /* bucket chain */
+	struct ms_list_node link; /* in the LRU */
 };
 
 /* Per form of plain character and byte of it, the grammar's classes of
@@ -381,7 +383,7 @@ struct ms_tmask {
 	size_t words, bound;
 	pthread_mutex_t lock;
 	struct entry *bucket[N_BUCKETS];
-	struct entry *head, *tail;
+	struct ms_list lru;
 	struct ms_tmask_stats st;
 	struct ms_gwalk *lv;      /* the walk's levels, kept between walks */
 	int n_lv;
@@ -427,9 +429,9 @@ static void entry_free(struct entry *e)
 /* Everything of t (made or half made), its grammar included. */
 static void tmask_destroy(struct ms_tmask *t)
 {
-	for (struct entry *e = t->head, *n; e; e = n) {
-		n = e->next;
-		entry_free(e);
+	for (struct ms_list_node *n = t->lru.head, *next; n; n = next) {
+		next = n->next;
+		entry_free(ms_list_entry(n, struct entry, link));
 	}
 	for (int i = 0; t->lv && i < t->n_lv; i++)
 		ms_gwalk_free(&t->lv[i]);
@@ -512,37 +514,14 @@ static size_t entry_bytes(const struct ms_tmask *t, const struct entry *e)
 	return sizeof(*e) + e->len * 4 + t->words * 8;
 }
 
-static void lru_unlink(struct ms_tmask *t, struct entry *e)
-{
-	if (e->prev)
-		e->prev->next = e->next;
-	else
-		t->head = e->next;
-	if (e->next)
-		e->next->prev = e->prev;
-	else
-		t->tail = e->prev;
-	e->prev = e->next = NULL;
-}
-
-static void lru_front(struct ms_tmask *t, struct entry *e)
-{
-	e->next = t->head;
-	if (t->head)
-		t->head->prev = e;
-	t->head = e;
-	if (!t->tail)
-		t->tail = e;
-}
-
 static void evict(struct ms_tmask *t)
 {
-	while (t->st.bytes > t->bound && t->tail && t->tail != t->head) {
-		struct entry *e = t->tail, **pp = &t->bucket[e->key % N_BUCKETS];
+	while (t->st.bytes > t->bound && t->lru.tail && t->lru.tail != t->lru.head) {
+		struct entry *e = ms_list_entry(t->lru.tail, struct entry, link), **pp = &t->bucket[e->key % N_BUCKETS];
 		while (*pp != e)
 			pp = &(*pp)->hnext;
 		*pp = e->hnext;
-		lru_unlink(t, e);
+		ms_list_unlink(&t->lru, &e->link);
 		t->st.bytes -= entry_bytes(t, e);
 		t->st.entries--;
 		t->st.evictions++;
@@ -903,8 +882,8 @@ static struct entry *lookup(struct ms_tmask *t, const struct ms_gmatch *m)
 		if (e->key == key && e->len == m->len && e->accept == m->accept &&
 		    (!m->len || !memcmp(e->state, m->buf, (size_t)m->len * 4))) {
 			t->st.hits++;
-			lru_unlink(t, e);
-			lru_front(t, e);
+			ms_list_unlink(&t->lru, &e->link);
+			ms_list_push_front(&t->lru, &e->link);
 			return e;
 		}
 	struct entry *e = calloc(1, sizeof(*e));
@@ -928,7 +907,7 @@ static struct entry *lookup(struct ms_tmask *t, const struct ms_gmatch *m)
 	e->accept = m->accept;
 	e->hnext = t->bucket[key % N_BUCKETS];
 	t->bucket[key % N_BUCKETS] = e;
-	lru_front(t, e);
+	ms_list_push_front(&t->lru, &e->link);
 	t->st.bytes += entry_bytes(t, e);
 	t->st.entries++;
 	evict(t);
