@@ -785,7 +785,7 @@ static bool objects_apart(struct js *j, const cJSON *a, const cJSON *b, const ch
 		if (!cJSON_IsString(r))
 			continue;
 		const cJSON *sa = cJSON_GetObjectItemCaseSensitive(pa, r->valuestring);
-		const cJSON *sb = cJSON_GetObjectItemCaseSensitive(pb, r->valuestring), *a1, *b1;
+		const cJSON *sb = cJSON_GetObjectItemCaseSensitive(pb, r->valuestring), *a1 = NULL, *b1 = NULL;
 		if (!sb && cJSON_IsFalse(xb))
 			return true;
 		const cJSON *la = sa ? listed(j, sa, path, &a1) : NULL;
@@ -806,7 +806,7 @@ static bool disjoint(struct js *j, const cJSON *a, const cJSON *b, const char *p
 	b = deref(j, b, path);
 	if (!cJSON_IsObject(a) || !cJSON_IsObject(b))
 		return false;
-	const cJSON *a1, *b1, *la = listed(j, a, path, &a1), *lb = listed(j, b, path, &b1);
+	const cJSON *a1 = NULL, *b1 = NULL, *la = listed(j, a, path, &a1), *lb = listed(j, b, path, &b1);
 	if (la && lb && !lists_meet(la, a1, lb, b1))
 		return true;
 	return ta == T_OBJ && tb == T_OBJ && (objects_apart(j, a, b, path) || objects_apart(j, b, a, path));

@@ -588,7 +588,7 @@ static void form_step(struct step *e, int f, int k, int32_t q)
 		}
 		uint8_t fl = gv->flags[r];
 		e->esc |= (fl & (MS_GST_FINAL | MS_GST_CALLS)) != 0;
-		if (k + 1 < plain_forms[f].n)
+		if (k + 1 < plain_forms[f].n && k < 3) /* k < 3: forms are at most 4 bytes */
 			form_step(e, f, k + 1, r);
 		else if (fl & MS_GST_BYTES)
 			xadd(e->to, r);
