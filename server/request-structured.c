@@ -1,5 +1,6 @@
 /* request-structured.c: the structured-output fields of a request, as
- * grammars (request.h's ms_req_answer_grammar, ms_req_tool_grammar). */
+ * grammars and the constraint that holds the answer to them (request.h's
+ * ms_req_answer_schema, ms_req_answer_grammar, ms_req_shape). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,15 +218,27 @@ static int tool_grammar(const struct ms_req_model *m, const cJSON *fn, int k, bo
 	return rc;
 }
 
+static bool call_forced(const struct ms_req_gen *r)
+{
+	return r->tool_choice == MS_TC_REQUIRED || r->tool_choice == MS_TC_NAMED;
+}
+
+static void unref_all(struct ms_tmask **t, int n)
+{
+	for (int i = 0; i < n; i++)
+		ms_tmask_unref(t[i]);
+}
+
 /* Each function of the chat body's tools that a call may name (all, or
  * the named one), with its arguments' grammar: every one when a call is
- * forced, the strict ones otherwise. The count, or an error. */
+ * forced, the strict ones otherwise. The count, or an error (with no
+ * grammar held). */
 static int call_targets(const struct ms_req_model *m, const struct ms_req_gen *r,
 			const char **names, struct ms_tmask **args, bool *any_strict,
 			struct ms_req_error *e)
 {
 	const cJSON *tools = jget(r->req, "tools"), *t;
-	bool forced = r->tool_choice == MS_TC_REQUIRED || r->tool_choice == MS_TC_NAMED;
+	bool forced = call_forced(r);
 	int n = 0, k = 0, rc = 0;
 	*any_strict = false;
 	cJSON_ArrayForEach(t, tools) {
@@ -234,23 +247,23 @@ static int call_targets(const struct ms_req_model *m, const struct ms_req_gen *r
 		k++;
 		if (!cJSON_IsString(nm) || (r->tool_named && strcmp(r->tool_named, nm->valuestring)))
 			continue;
-		if (n == MS_FORCE_MAX_NAMES)
-			return refuse(e, "tools", NULL, "at most %d functions can be called under "
-				      "tool_choice or strict", MS_FORCE_MAX_NAMES);
-		names[n] = nm->valuestring;
-		args[n] = NULL;
-		*any_strict |= strict;
-		if ((forced || strict) && (rc = tool_grammar(m, fn, k - 1, strict, &args[n], e)))
+		if (n == MS_FORCE_MAX_NAMES) {
+			rc = refuse(e, "tools", NULL, "at most %d functions can be called under "
+				    "tool_choice or strict", MS_FORCE_MAX_NAMES);
+		} else {
+			names[n] = nm->valuestring;
+			args[n] = NULL;
+			if (forced || strict)
+				rc = tool_grammar(m, fn, k - 1, strict, &args[n], e);
+		}
+		if (rc) {
+			unref_all(args, n);
 			return rc;
+		}
+		*any_strict |= strict;
 		n++;
 	}
 	return n;
-}
-
-static void unref_all(struct ms_tmask **t, int n)
-{
-	for (int i = 0; i < n; i++)
-		ms_tmask_unref(t[i]);
 }
 
 int ms_req_shape(const struct ms_req_model *m, struct ms_req_gen *r, struct ms_req_error *e)
@@ -266,7 +279,7 @@ int ms_req_shape(const struct ms_req_model *m, struct ms_req_gen *r, struct ms_r
 		ms_tmask_unref(final);
 		return n;
 	}
-	bool forced = r->tool_choice == MS_TC_REQUIRED || r->tool_choice == MS_TC_NAMED;
+	bool forced = call_forced(r);
 	if (!forced && !any_strict && !final) {
 		unref_all(args, n);
 		return 0;  /* free: no constraint at all */

@@ -268,6 +268,17 @@ static void body(struct state *s, struct ms_tmask *t, int32_t end)
 	s->gm_ok = t && !ms_gmatch_init(&s->gm, ms_tmask_grammar(t));
 }
 
+static void st_free(void *st)
+{
+	struct state *s = st;
+	if (s->gm_ok)
+		ms_gmatch_free(&s->gm);
+	ms_tmask_unref(s->f.final);
+	for (int i = 0; i < s->f.n_names; i++)
+		ms_tmask_unref(s->f.args[i]);
+	free(s);
+}
+
 static void *st_init(const void *arg)
 {
 	const struct ms_tool_force *f = arg;
@@ -284,7 +295,7 @@ static void *st_init(const void *arg)
 	if (f->plain) {
 		body(s, s->f.final, -1);
 		if (s->f.final && !s->gm_ok) {
-			free(s);
+			st_free(s);  /* out of memory: the grammars' references go too */
 			return NULL;
 		}
 	} else {
@@ -296,27 +307,20 @@ static void *st_init(const void *arg)
 	return s;
 }
 
-static void st_free(void *st)
-{
-	struct state *s = st;
-	if (s->gm_ok)
-		ms_gmatch_free(&s->gm);
-	ms_tmask_unref(s->f.final);
-	for (int i = 0; i < s->f.n_names; i++)
-		ms_tmask_unref(s->f.args[i]);
-	free(s);
-}
-
 static int32_t fixed_tok(const struct state *s)
 {
 	return s->fixed_off < 0 ? s->f.channel : s->f.seq[s->fixed_off + s->pos];
 }
 
-/* Leave only a[0..n) (an allowed token the model gives no chance still
- * wins over nothing). */
+/* The most tokens only() keeps: closing()'s 256 bytes and the ends (the
+ * other callers keep fewer). */
+#define ONLY_MAX (256 + 16)
+
+/* Leave only a[0..n) (n <= ONLY_MAX; an allowed token the model gives no
+ * chance still wins over nothing). */
 static void only(float *z, int64_t vocab, const int32_t *a, int n)
 {
-	float v[MAX_NAMES + 16];
+	float v[ONLY_MAX];
 	for (int i = 0; i < n; i++)
 		v[i] = a[i] >= 0 && a[i] < vocab ? z[a[i]] : -INFINITY;
 	for (int64_t i = 0; i < vocab; i++)
@@ -353,7 +357,7 @@ static void free_text(const struct state *s, float *z, int64_t vocab, int32_t en
  * own), and the end once complete. */
 static void closing(struct state *s, float *z, int64_t vocab)
 {
-	int32_t a[256 + 16];
+	int32_t a[ONLY_MAX];
 	int n = 0;
 	const struct ms_vocab_trie *v = ms_tmask_vocab(s->gt);
 	int64_t need = ms_gmatch_min_bytes(&s->gm);
@@ -413,13 +417,7 @@ static void near_end(struct state *s, float *z, int64_t vocab, const int32_t *e,
 		closing(s, z, vocab);
 		return;
 	}
-	float v[NEAR_TOP];
-	for (int i = 0; i < m; i++)
-		v[i] = z[ok[i]];
-	for (int64_t i = 0; i < vocab; i++)
-		z[i] = -INFINITY;
-	for (int i = 0; i < m; i++)
-		z[ok[i]] = v[i];
+	only(z, vocab, ok, m);
 	for (int i = 0; s->gm.accept && i < ne; i++)
 		if (e[i] >= 0 && e[i] < vocab)
 			z[e[i]] = isfinite(keep[i]) ? keep[i] : -1e30f;
@@ -440,7 +438,8 @@ static void body_mask(struct state *s, float *z, int64_t vocab)
 		only(z, vocab, e, ne);
 		return;
 	}
-	if (left(s) <= ms_gmatch_min_bytes(&s->gm) + 1 + CLOSE_SLACK) {
+	int64_t need = ms_gmatch_min_bytes(&s->gm);
+	if (left(s) <= need + 1 + CLOSE_SLACK) {
 		closing(s, z, vocab);
 		return;
 	}
@@ -451,7 +450,7 @@ static void body_mask(struct state *s, float *z, int64_t vocab)
 		only(z, vocab, e, ne);  /* out of memory: end the body */
 		return;
 	}
-	if (left(s) <= ms_gmatch_min_bytes(&s->gm) + 1 + CLOSE_SLACK + NEAR) {
+	if (left(s) <= need + 1 + CLOSE_SLACK + NEAR) {
 		near_end(s, z, vocab, e, ne, keep);
 		return;
 	}

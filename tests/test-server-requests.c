@@ -858,6 +858,11 @@ START_TEST(structured_fields)
 	CHAT_BAD("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": "
 		 "\"function\", \"function\": {\"name\": \"f\", \"strict\": true, \"parameters\": "
 		 "{\"type\": \"object\", \"if\": {}}}}]}", "tools", "\"if\"", "tools[0]");
+	/* the second strict function refused after the first's grammar was taken */
+	CHAT_BAD("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": "
+		 "\"function\", \"function\": {\"name\": \"f\", \"strict\": true, \"parameters\": "
+		 "{\"type\": \"object\"}}}, {\"type\": \"function\", \"function\": {\"name\": \"g\", "
+		 "\"strict\": true, \"parameters\": {\"not\": {}}}}]}", "tools", "\"not\"", "tools[1]");
 	r = CHAT("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": "
 		 "\"required\", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", "
 		 "\"parameters\": {\"type\": \"object\", \"if\": {}}}}]}");
