@@ -271,7 +271,7 @@ int32_t ms_vocab_trie_byte_token(const struct ms_vocab_trie *v, uint8_t b)
 /* ---- applying a mask ---- */
 
 /* -INFINITY where n words of bits have a 0 (apply_pick's choice). */
-typedef void apply_fn(const uint64_t *bits, int64_t n, float *z);
+typedef ms_tmask_writer apply_fn;
 
 /* -INFINITY in the 64 logits of each of words n of bits where the word has
  * a 0; a word of ones (most of a string's mask) costs nothing. The
@@ -314,6 +314,19 @@ __attribute__((target("avx2"))) static void apply_words_avx2(const uint64_t *bit
 	}
 }
 #endif
+
+ms_tmask_writer *ms_tmask_writer_by_name(const char *name)
+{
+	if (!strcmp(name, "portable"))
+		return apply_words;
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (!strcmp(name, "avx512") && __builtin_cpu_supports("avx512f"))
+		return apply_words_avx512;
+	if (!strcmp(name, "avx2") && __builtin_cpu_supports("avx2"))
+		return apply_words_avx2;
+#endif
+	return NULL;
+}
 
 static apply_fn *apply_pick(void)
 {

@@ -66,6 +66,14 @@ const struct ms_vocab_trie *ms_tmask_vocab(const struct ms_tmask *t);
  * refuses everything but its ends). */
 int ms_tmask_apply(struct ms_tmask *t, const struct ms_gmatch *m, float *logits, int64_t vocab);
 
+/* The writers of a mask into logits: z[i] = -INFINITY for each 0 bit of
+ * bits[0..words) (64 logits a word), the others untouched. One is chosen
+ * when a mask is made (AVX-512, AVX2, portable: the best this CPU has);
+ * by name ("avx512", "avx2", "portable") for the tests, NULL where this
+ * CPU lacks it. */
+typedef void ms_tmask_writer(const uint64_t *bits, int64_t words, float *z);
+ms_tmask_writer *ms_tmask_writer_by_name(const char *name);
+
 /* The allowed set as a bitset into bits[(vocab + 63) / 64] (tests, bench). */
 int ms_tmask_bits(struct ms_tmask *t, const struct ms_gmatch *m, uint64_t *bits);
 

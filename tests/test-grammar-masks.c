@@ -472,6 +472,46 @@ START_TEST(masks_o200k)
 }
 END_TEST
 
+/* Each logit writer this CPU has against the portable one, on random
+ * bits of every density (words all 0, all 1, single bits, random) and
+ * ragged word counts, random logits: the same floats, bit for bit; the
+ * words past the count untouched. */
+START_TEST(mask_writers)
+{
+	static const char *const names[] = {"avx512", "avx2"};
+	ms_tmask_writer *ref = ms_tmask_writer_by_name("portable");
+	ensure(ref != NULL);
+	ensure(ms_tmask_writer_by_name("sse9") == NULL);
+	struct rng r = {0x5eedf00dull};
+	enum { MAXW = 70 };
+	uint64_t bits[MAXW];
+	static float z0[MAXW * 64 + 64], z1[MAXW * 64 + 64], z2[MAXW * 64 + 64];
+	for (int k = 0; k < 2; k++) {
+		ms_tmask_writer *w = ms_tmask_writer_by_name(names[k]);
+		if (!w)
+			continue;  /* this CPU lacks it */
+		for (int round = 0; round < 200; round++) {
+			int64_t n = (int64_t)rbelow(&r, MAXW + 1);  /* 0 .. MAXW words */
+			for (int64_t i = 0; i < MAXW; i++) {
+				int kind = (int)rbelow(&r, 4);
+				bits[i] = kind == 0 ? 0 : kind == 1 ? ~0ull : kind == 2 ? 1ull << rbelow(&r, 64)
+					  : rnext(&r);
+			}
+			for (size_t i = 0; i < sizeof(z0) / sizeof(z0[0]); i++)
+				z0[i] = (float)(int32_t)(rnext(&r) >> 40) / 1024.0f;
+			memcpy(z1, z0, sizeof(z0));
+			memcpy(z2, z0, sizeof(z0));
+			ref(bits, n, z1);
+			w(bits, n, z2);
+			ensure_msg(!memcmp(z1, z2, sizeof(z1)), "%s: %lld words: not the portable writer's",
+				   names[k], (long long)n);
+			ensure_msg(!memcmp(z1 + n * 64, z0 + n * 64, sizeof(z0) - (size_t)n * 64 * 4),
+				   "%s: wrote past %lld words", names[k], (long long)n);
+		}
+	}
+}
+END_TEST
+
 TCase *grammar_masks_tcase(void)
 {
 	TCase *tm = tcase_create("masks");
@@ -479,6 +519,7 @@ TCase *grammar_masks_tcase(void)
 	tcase_add_test(tm, masks_eviction);
 	tcase_add_test(tm, masks_threads);
 	tcase_add_test(tm, cache_refusals);
+	tcase_add_test(tm, mask_writers);
 	return tm;
 }
 
