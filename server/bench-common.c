@@ -212,3 +212,36 @@ bool bench_json_line(struct ms_strbuf *j)
 	ms_strbuf_free(j);
 	return line != NULL;
 }
+
+int bench_targets_judge(struct bench_target *t, int n)
+{
+	int n_pass = 0;
+	for (int i = 0; i < n; i++) {
+		t[i].pass = !t[i].below_is_good ? t[i].value >= t[i].threshold
+			    : t[i].at_most ? t[i].value <= t[i].threshold : t[i].value < t[i].threshold;
+		n_pass += t[i].pass;
+	}
+	return n_pass;
+}
+
+void bench_targets_print(const char *issue, const struct bench_target *t, int n)
+{
+	printf("  targets (%s; informational)\n", issue);
+	for (int i = 0; i < n; i++)
+		printf("    %-40s %9.3f%s %s %.2f%s  %s\n", t[i].name, t[i].value, t[i].unit,
+		       !t[i].below_is_good ? ">=" : t[i].at_most ? "<=" : "< ", t[i].threshold, t[i].unit,
+		       t[i].pass ? "PASS" : "BELOW");
+}
+
+void bench_targets_json(struct ms_strbuf *j, const struct bench_target *t, int n)
+{
+	int n_pass = 0;
+	for (int i = 0; i < n; i++) {
+		char k[64];
+		snprintf(k, sizeof(k), "pass_%s", t[i].json);
+		jbool(j, k, t[i].pass);
+		n_pass += t[i].pass;
+	}
+	jint(j, "targets_passed", n_pass);
+	jint(j, "targets", n);
+}

@@ -162,4 +162,20 @@ static inline void jstr(struct ms_strbuf *j, const char *key, const char *v)
  * memory (said on stderr). */
 bool bench_json_line(struct ms_strbuf *j);
 
+/* An issue's target: value against threshold (under it when below_is_good,
+ * at most it when at_most too; at least it otherwise). */
+struct bench_target {
+	const char *name, *json, *unit;
+	double value, threshold;
+	bool below_is_good, at_most;
+	bool pass;
+};
+
+/* Sets each pass; the count that pass. */
+int bench_targets_judge(struct bench_target *t, int n);
+/* The table's lines under "targets (ISSUE; informational)". */
+void bench_targets_print(const char *issue, const struct bench_target *t, int n);
+/* pass_JSON per target, targets_passed, targets. */
+void bench_targets_json(struct ms_strbuf *j, const struct bench_target *t, int n);
+
 #endif

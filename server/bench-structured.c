@@ -468,31 +468,22 @@ struct sreport {
 	struct mask_fig f[N_SCHEMA];
 	double med_us, p99_us;          /* every schema's steps together */
 	struct dec_fig d[2];
-	struct target {
-		const char *name, *json, *unit;
-		double value, threshold;
-		bool below_is_good, pass;
-	} tg[4];
+	struct bench_target tg[4];
 	int n_pass;
 };
 
 static void targets(struct sreport *r)
 {
-	const struct target tg[4] = {
-		{"mask time, median over the schemas", "mask_median", " us", r->med_us, 50, true, false},
-		{"mask time, p99 over the schemas", "mask_p99", " us", r->p99_us, 1000, true, false},
+	const struct bench_target tg[4] = {
+		{"mask time, median over the schemas", "mask_median", " us", r->med_us, 50, true, true, false},
+		{"mask time, p99 over the schemas", "mask_p99", " us", r->p99_us, 1000, true, true, false},
 		{"compile, 50-property schema", "compile_props50", " ms", r->f[2].compile_ms, 50, true,
-		 false},
+		 true, false},
 		{"constrained over plain decode, batch 1", "decode_ratio", "", r->d[0].ratio, 0.95, false,
-		 false},
+		 false, false},
 	};
 	memcpy(r->tg, tg, sizeof(tg));
-	r->n_pass = 0;
-	for (int i = 0; i < 4; i++) {
-		struct target *t = &r->tg[i];
-		t->pass = t->below_is_good ? t->value <= t->threshold : t->value >= t->threshold;
-		r->n_pass += t->pass;
-	}
+	r->n_pass = bench_targets_judge(r->tg, 4);
 }
 
 static void print_table(const struct ms_bench_opts *o, const struct sreport *r)
@@ -518,12 +509,7 @@ static void print_table(const struct ms_bench_opts *o, const struct sreport *r)
 		       "    the constraint: %.1f us a token, %.4f of a step\n",
 		       r->d[i].n, r->d[i].plain_tps, r->sc[0].name, r->d[i].cons_tps, r->d[i].ratio,
 		       r->d[i].cons_us, r->d[i].share);
-	printf("  targets (issue 22; informational)\n");
-	for (int i = 0; i < 4; i++) {
-		const struct target *t = &r->tg[i];
-		printf("    %-40s %9.2f%s %s %.2f%s  %s\n", t->name, t->value, t->unit,
-		       t->below_is_good ? "<=" : ">=", t->threshold, t->unit, t->pass ? "PASS" : "BELOW");
-	}
+	bench_targets_print("issue 22", r->tg, 4);
 }
 
 static void json_schema_fig(struct ms_strbuf *j, const char *name, const struct mask_fig *f)
@@ -562,13 +548,7 @@ static bool print_json(const struct sreport *r)
 		jnum_batch(&j, r->d[i].n, "constraint_us_per_token", r->d[i].cons_us, 2);
 		jnum_batch(&j, r->d[i].n, "constraint_share", r->d[i].share, 5);
 	}
-	for (int i = 0; i < 4; i++) {
-		char k[64];
-		snprintf(k, sizeof(k), "pass_%s", r->tg[i].json);
-		jbool(&j, k, r->tg[i].pass);
-	}
-	jint(&j, "targets_passed", r->n_pass);
-	jint(&j, "targets", 4);
+	bench_targets_json(&j, r->tg, 4);
 	ms_strbuf_str(&j, "}");
 	return bench_json_line(&j);
 }

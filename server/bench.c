@@ -627,13 +627,6 @@ static int measure(struct ms_model *m, struct ms_cpu *be, const struct ms_bench_
 
 /* ---- the figures ---- */
 
-struct target {
-	const char *name, *json, *unit;
-	double value, threshold;
-	bool below_is_good;   /* value must stay under the threshold */
-	bool pass;
-};
-
 /* Everything the table and the JSON line print. */
 struct report {
 	int threads;
@@ -649,7 +642,7 @@ struct report {
 	bool have_base;
 	double sp1, sp8;            /* decode speedups over the baseline, batch 1 and 8 */
 	double kv_bpt;
-	struct target tg[6];
+	struct bench_target tg[6];
 	int n_tg, n_pass;
 };
 
@@ -708,23 +701,18 @@ static void baseline_report(const struct ms_bench_opts *o, struct ms_cpu *be, st
 
 static void targets(const struct ms_bench_opts *o, struct report *p)
 {
-	const struct target tg[] = {
-		{"decode batch 1, roofline share", "decode_b1", "", p->d[0].share, 0.85, false, false},
-		{"decode batch 8, roofline share", "decode_b8", "", p->d[2].share, 0.75, false, false},
-		{"decode batch 16, roofline share", "decode_b16", "", p->d[3].share, 0.75, false, false},
-		{"prefill GFLOP/s over oneDNN's", "prefill", "", p->prefill_ratio, 0.50, false, false},
-		{"load time, repacking included", "load_time", " s", o->load_seconds, 10.0, true, false},
-		{"peak RSS over resident weights", "load_rss", "", p->rss_ratio, 1.2, true, false},
+	const struct bench_target tg[] = {
+		{"decode batch 1, roofline share", "decode_b1", "", p->d[0].share, 0.85, false, false, false},
+		{"decode batch 8, roofline share", "decode_b8", "", p->d[2].share, 0.75, false, false, false},
+		{"decode batch 16, roofline share", "decode_b16", "", p->d[3].share, 0.75, false, false, false},
+		{"prefill GFLOP/s over oneDNN's", "prefill", "", p->prefill_ratio, 0.50, false, false, false},
+		{"load time, repacking included", "load_time", " s", o->load_seconds, 10.0, true, false, false},
+		{"peak RSS over resident weights", "load_rss", "", p->rss_ratio, 1.2, true, false, false},
 	};
 	_Static_assert(sizeof(tg) == sizeof(p->tg), "report.tg is the targets' size");
 	memcpy(p->tg, tg, sizeof(tg));
 	p->n_tg = (int)(sizeof(tg) / sizeof(tg[0]));
-	p->n_pass = 0;
-	for (int i = 0; i < p->n_tg; i++) {
-		struct target *t = &p->tg[i];
-		t->pass = t->below_is_good ? t->value < t->threshold : t->value >= t->threshold;
-		p->n_pass += t->pass;
-	}
+	p->n_pass = bench_targets_judge(p->tg, p->n_tg);
 }
 
 /* ---- the table ---- */
@@ -788,12 +776,7 @@ static void print_table(const struct ms_model *m, const struct ms_cpu *be,
 		printf("    decode, batch 8                    %10.1f tokens/s  speedup %.2fx\n",
 		       p->base.d8.tps, p->sp8);
 	}
-	printf("  targets (issue 7; informational)\n");
-	for (int i = 0; i < p->n_tg; i++) {
-		const struct target *t = &p->tg[i];
-		printf("    %-34s %8.3f%s %s %.2f%s  %s\n", t->name, t->value, t->unit,
-		       t->below_is_good ? "< " : ">=", t->threshold, t->unit, t->pass ? "PASS" : "BELOW");
-	}
+	bench_targets_print("issue 7", p->tg, p->n_tg);
 }
 
 /* ---- the JSON line (writers in bench-int.h) ---- */
@@ -862,13 +845,7 @@ static void json_tail(struct ms_strbuf *j, const struct ms_bench_opts *o, const 
 		jnum(j, "speedup_decode", p->sp1, 3);
 		jnum(j, "speedup_batch8", p->sp8, 3);
 	}
-	for (int i = 0; i < p->n_tg; i++) {
-		char k[64];
-		snprintf(k, sizeof(k), "pass_%s", p->tg[i].json);
-		jbool(j, k, p->tg[i].pass);
-	}
-	jint(j, "targets_passed", p->n_pass);
-	jint(j, "targets", p->n_tg);
+	bench_targets_json(j, p->tg, p->n_tg);
 }
 
 /* The one JSON line, whole or not at all. */
