@@ -6,8 +6,11 @@
 #ifndef MS_UTF8_H
 #define MS_UTF8_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* Code points in n bytes of UTF-8: every byte that is not a continuation
  * byte starts one (OpenAI's character offsets; Jinja's `|length`). */
@@ -72,6 +75,60 @@ static inline int ms_utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
 		return -1;
 	*cp = v;
 	return len;
+}
+
+/* U+0000 inside the process. Strings cross cJSON and the request structs as
+ * C strings, so a NUL a client sent (JSON's \u0000) or the model wrote (its
+ * 0x00 byte token) is carried as the two bytes C0 80, as Java's "modified
+ * UTF-8" does: never valid UTF-8 (an overlong form, refused wherever text
+ * comes in), so it cannot be mistaken for text, and no C string is cut at
+ * it. The tokenizer reads it as the byte 0x00, the JSON writers as \u0000,
+ * raw output (the CLI) as the byte itself. */
+#define MS_NUL_CARRIER "\xC0\x80"
+
+/* s[0..n) holds a carried NUL? */
+static inline int ms_nul_carried(const char *s, size_t n)
+{
+	for (size_t i = 0; i + 1 < n; i++)
+		if ((unsigned char)s[i] == 0xC0 && (unsigned char)s[i + 1] == 0x80)
+			return 1;
+	return 0;
+}
+
+/* Carried NULs back to the byte, in place; the new length. */
+static inline size_t ms_nul_uncarry(char *s, size_t n)
+{
+	size_t o = 0;
+	for (size_t i = 0; i < n; i++) {
+		bool nul = (unsigned char)s[i] == 0xC0 && i + 1 < n && (unsigned char)s[i + 1] == 0x80;
+		s[o++] = nul ? '\0' : s[i];
+		i += nul;
+	}
+	return o;
+}
+
+/* Printed JSON s (taken) with each carried NUL as the escape \u0000:
+ * carriers occur only inside its strings, all other text being valid
+ * UTF-8. NULL when s is NULL or out of memory. */
+static inline char *ms_nul_json_escape(char *s)
+{
+	size_t n = s ? strlen(s) : 0, k = 0;
+	if (!s || !ms_nul_carried(s, n))
+		return s;
+	char *o = (char *)malloc(3 * n + 1); /* 2 bytes become 6 */
+	for (size_t i = 0; o && i < n; i++) {
+		bool nul = (unsigned char)s[i] == 0xC0 && (unsigned char)s[i + 1] == 0x80;
+		if (nul)
+			memcpy(o + k, "\\u0000", 6);
+		else
+			o[k] = s[i];
+		k += nul ? 6 : 1;
+		i += nul;
+	}
+	if (o)
+		o[k] = '\0';
+	free(s);
+	return o;
 }
 
 #endif

@@ -26,6 +26,7 @@
 #include <time.h>
 #include "ms-clock.h"
 #include "ms-hash.h"
+#include "ms-mapguard.h"
 
 enum req_state { REQ_WAITING, REQ_RUNNING };
 
@@ -91,6 +92,7 @@ struct ms_engine {
 	pthread_cond_t cv;
 	struct req *wait_head, *wait_tail;
 	int n_waiting;
+	int64_t waiting_pages;        /* the waiting requests' reservations */
 	uint64_t next_id;
 	bool stop;
 	bool thread_started;
@@ -103,6 +105,8 @@ struct ms_engine {
 	float *work;                  /* sampler scratch [V] */
 	uint64_t seed_counter;
 	uint64_t prompt_tokens, generation_tokens, cached_tokens, steps;
+	double step_s;                /* a forward pass's time, moving average */
+	unsigned long faults0;        /* ms_mapguard_faults() when the engine began */
 };
 
 const char *ms_finish_name(enum ms_finish f)
@@ -203,10 +207,47 @@ static void finish(struct ms_engine *e, struct req *r, enum ms_finish why, const
 
 /* ---- submission ---- */
 
-int ms_engine_submit(struct ms_engine *e, const int32_t *prompt, int64_t n_prompt,
-		     const struct ms_request_params *p, ms_engine_cb cb, void *ctx, uint64_t *id,
-		     struct ms_err *err)
+/* A fault in the mapped checkpoint (its file shrank: config/ms-mapguard.h)
+ * means every pass since computed with zeros in place of weights: nothing
+ * the model gives can be trusted until it is loaded again. */
+static int weights_lost(const struct ms_engine *e, struct ms_err *err)
 {
+	if (ms_mapguard_faults() == e->faults0)
+		return 0;
+	char d[MS_ERR_MSG_MAX / 2];
+	if (!ms_mapguard_describe(d, sizeof(d)))
+		snprintf(d, sizeof(d), "a mapped file shrank");
+	return ms_err_set(err, -EIO, "the model's weights can no longer be read: %s; the server "
+			  "must be restarted", d);
+}
+
+/* Under mu: may one more request of `need` pages wait? The queue holds at
+ * most max_queue requests (-EBUSY, a 429) and at most one whole KV cache's
+ * worth of reservations (-EAGAIN, a 503): so a request that is queued waits
+ * only for the running requests and one cache's turnover ahead of it,
+ * never for an unbounded backlog; beyond that the client is told to come
+ * back (Retry-After) instead of hanging on. */
+static int queue_refuses(const struct ms_engine *e, int64_t need, struct ms_err *err)
+{
+	if (e->n_waiting >= e->cfg.max_queue)
+		return ms_err_set(err, -EBUSY, "the queue is full (%d requests waiting)",
+				  e->cfg.max_queue);
+	if (e->n_waiting && e->waiting_pages + need > e->pool.n_pages)
+		return ms_err_set(err, -EAGAIN, "the KV cache is exhausted: %d requests already wait "
+				  "for %lld of its %d pages and this one needs %lld",
+				  e->n_waiting, (long long)e->waiting_pages, e->pool.n_pages,
+				  (long long)need);
+	return 0;
+}
+
+/* What submit refuses before taking anything: the weights, the prompt,
+ * the context, the whole cache, the parameters. *pages: the reservation. */
+static int submit_check(const struct ms_engine *e, const int32_t *prompt, int64_t n_prompt,
+			const struct ms_request_params *p, int64_t *pages, struct ms_err *err)
+{
+	int rc = weights_lost(e, err);
+	if (rc)
+		return rc;
 	if (n_prompt <= 0)
 		return ms_err_set(err, -EINVAL, "the prompt is empty");
 	for (int64_t i = 0; i < n_prompt; i++)
@@ -219,7 +260,7 @@ int ms_engine_submit(struct ms_engine *e, const int32_t *prompt, int64_t n_promp
 		return ms_err_set(err, -E2BIG, "the prompt (%lld tokens) plus max_tokens (%lld) exceeds "
 				  "the context of %lld tokens", (long long)n_prompt,
 				  (long long)p->max_tokens, (long long)e->cfg.max_context);
-	int64_t need = ms_engine_pages_for(e, n_prompt + p->max_tokens);
+	int64_t need = *pages = ms_engine_pages_for(e, n_prompt + p->max_tokens);
 	if (need > e->pool.n_pages)
 		return ms_err_set(err, -ENOSPC, "the request needs %lld KV pages (prompt %lld + "
 				  "max_tokens %lld tokens) but the whole cache has %d",
@@ -230,11 +271,21 @@ int ms_engine_submit(struct ms_engine *e, const int32_t *prompt, int64_t n_promp
 	for (int i = 0; i < p->n_stop_ids; i++)
 		if (p->stop_ids[i] < 0 || p->stop_ids[i] >= e->V)
 			return ms_err_set(err, -EINVAL, "stop token %d is outside the vocabulary", p->stop_ids[i]);
-	int rc = ms_sampling_check(&p->sampling, e->V, err);
-	if (rc)
+	if ((rc = ms_sampling_check(&p->sampling, e->V, err)))
 		return rc;
 	if (p->prompt_logprobs > 20)
 		return ms_err_set(err, -EINVAL, "prompt_logprobs %d is more than 20", p->prompt_logprobs);
+	return 0;
+}
+
+int ms_engine_submit(struct ms_engine *e, const int32_t *prompt, int64_t n_prompt,
+		     const struct ms_request_params *p, ms_engine_cb cb, void *ctx, uint64_t *id,
+		     struct ms_err *err)
+{
+	int64_t need = 0;
+	int rc = submit_check(e, prompt, n_prompt, p, &need, err);
+	if (rc)
+		return rc;
 
 	struct req *r = calloc(1, sizeof(*r));
 	if (!r)
@@ -280,10 +331,10 @@ int ms_engine_submit(struct ms_engine *e, const int32_t *prompt, int64_t n_promp
 	r->t_submit = ms_now_s();
 
 	pthread_mutex_lock(&e->mu);
-	if (e->n_waiting >= e->cfg.max_queue) {
+	if ((rc = queue_refuses(e, need, err))) {
 		pthread_mutex_unlock(&e->mu);
 		req_free(e, r);
-		return ms_err_set(err, -EBUSY, "the queue is full (%d requests waiting)", e->cfg.max_queue);
+		return rc;
 	}
 	r->id = ++e->next_id;
 	/* the fallback seed depends only on the request's number: reproducible
@@ -308,10 +359,10 @@ int ms_engine_submit(struct ms_engine *e, const int32_t *prompt, int64_t n_promp
 		return rc;
 	}
 	pthread_mutex_lock(&e->mu);
-	if (e->n_waiting >= e->cfg.max_queue) { /* (re-checked: the lock was dropped) */
+	if ((rc = queue_refuses(e, need, err))) { /* (re-checked: the lock was dropped) */
 		pthread_mutex_unlock(&e->mu);
 		req_free(e, r);
-		return ms_err_set(err, -EBUSY, "the queue is full (%d requests waiting)", e->cfg.max_queue);
+		return rc;
 	}
 	r->next = NULL;
 	if (e->wait_tail)
@@ -320,6 +371,7 @@ int ms_engine_submit(struct ms_engine *e, const int32_t *prompt, int64_t n_promp
 		e->wait_head = r;
 	e->wait_tail = r;
 	e->n_waiting++;
+	e->waiting_pages += r->reserved;
 	if (id)
 		*id = r->id;
 	pthread_cond_signal(&e->cv);
@@ -423,41 +475,48 @@ static void admit(struct ms_engine *e, struct req *r)
 /* ---- one step ---- */
 
 /* Text storage for one step's output (r->text). */
-static void set_text(struct req *r, const char *p, size_t n)
+static int set_text(struct req *r, const char *p, size_t n)
 {
 	r->text_len = 0;
 	if (r->text_cap < n + 1) {
 		char *nb = realloc(r->text, n + 1);
 		if (!nb)
-			return; /* out of memory: this step's text is lost, not the request */
+			return -ENOMEM;
 		r->text = nb;
 		r->text_cap = n + 1;
 	}
 	memcpy(r->text, p, n);
 	r->text[n] = '\0';
 	r->text_len = n;
+	return 0;
 }
 
-static void emit_token(struct ms_engine *e, struct req *r, int32_t tok, bool is_stop_tok,
-		       const struct ms_token_logprobs *lp, const char **stop_hit)
+/* The token's event; -ENOMEM (no event) when its text cannot be made: the
+ * request then fails rather than answer with text missing. */
+static int emit_token(struct ms_engine *e, struct req *r, int32_t tok, bool is_stop_tok,
+		      const struct ms_token_logprobs *lp, const char **stop_hit)
 {
 	r->text_len = 0;
 	*stop_hit = NULL;
 	if (e->text.ops && !is_stop_tok) {
 		char *piece = NULL;
 		size_t pl = 0, pc = 0;
-		e->text.ops->push(r->detok, tok, &piece, &pl, &pc);
-		if (r->has_stopper) {
+		/* an id the tokenizer lacks (a padded vocabulary) has no text */
+		int rc = e->text.ops->push(r->detok, tok, &piece, &pl, &pc) == -ENOMEM ? -ENOMEM : 0;
+		if (!rc && r->has_stopper) {
 			size_t emit = 0;
 			bool stopped = false;
-			ms_stopper_push(&r->stopper, piece ? piece : "", pl, &emit, &stopped);
-			set_text(r, ms_stopper_text(&r->stopper), emit);
-			if (stopped)
+			rc = ms_stopper_push(&r->stopper, piece ? piece : "", pl, &emit, &stopped);
+			if (!rc)
+				rc = set_text(r, ms_stopper_text(&r->stopper), emit);
+			if (!rc && stopped)
 				*stop_hit = ms_stopper_matched(&r->stopper);
-		} else {
-			set_text(r, piece ? piece : "", pl);
+		} else if (!rc) {
+			rc = set_text(r, piece ? piece : "", pl);
 		}
 		free(piece);
+		if (rc)
+			return rc;
 	}
 	struct ms_event ev = {
 		.kind = MS_EV_TOKEN, .id = r->id, .token = tok, .index = r->n_generated - 1,
@@ -466,6 +525,7 @@ static void emit_token(struct ms_engine *e, struct req *r, int32_t tok, bool is_
 		.completion_tokens = r->n_generated,
 	};
 	r->cb(r->ctx, &ev);
+	return 0;
 }
 
 static bool is_stop_id(const struct req *r, int32_t t)
@@ -485,6 +545,23 @@ static void drop_running(struct ms_engine *e, int i)
 	pthread_mutex_unlock(&e->mu);
 }
 
+/* When is a refused request likely to be taken? When the running request
+ * nearest its max_tokens ends (its pages and its batch slot come back),
+ * at the recent step rate: whole seconds in [1, 60]. An upper bound for
+ * that request (a stop can end it sooner), a guess for the queue. */
+static int retry_after(const struct ms_engine *e)
+{
+	int64_t steps = -1;
+	for (int i = 0; i < e->n_running; i++) {
+		const struct req *r = e->running[i];
+		int64_t left = r->p.max_tokens - r->n_generated;
+		if (steps < 0 || left < steps)
+			steps = left;
+	}
+	double s = steps > 0 ? (double)steps * e->step_s : 1.0;
+	return s < 1.0 ? 1 : s > 60.0 ? 60 : (int)ceil(s);
+}
+
 static void publish_stats(struct ms_engine *e)
 {
 	struct ms_engine_stats s = {0};
@@ -500,6 +577,7 @@ static void publish_stats(struct ms_engine *e)
 	s.cached_tokens = e->cached_tokens;
 	s.steps = e->steps;
 	s.kv_usage = (double)s.kv_pages_held / (double)e->pool.n_pages;
+	s.retry_after_s = retry_after(e);
 	pthread_mutex_lock(&e->mu);
 	s.waiting = e->n_waiting;
 	e->stats = s;
@@ -518,6 +596,7 @@ static void step_admit(struct ms_engine *e)
 		if (atomic_load(&r->cancel)) {
 			*pp = r->next;
 			e->n_waiting--;
+			e->waiting_pages -= r->reserved;
 			r->next = cancelled;
 			cancelled = r;
 		} else {
@@ -534,6 +613,7 @@ static void step_admit(struct ms_engine *e)
 		if (!e->wait_head)
 			e->wait_tail = NULL;
 		e->n_waiting--;
+		e->waiting_pages -= r->reserved;
 		r->next = NULL;
 		admit(e, r);
 		e->running[e->n_running++] = r;
@@ -653,8 +733,13 @@ static int step_forward(struct ms_engine *e, struct step_batch *s, struct ms_err
 	struct ms_batch b = {.n = s->n, .tokens = s->tokens, .pos = s->pos, .seq = s->seq,
 			     .kv = s->kv, .pool = &e->pool, .logit_rows = s->rows, .n_logits = s->nl};
 	int rc = 0;
+	double t0 = ms_now_s();
 	if (s->n && (rc = m->forward(m->model, &b, s->logits, err)))
 		return rc;
+	if ((rc = weights_lost(e, err)))
+		return rc;
+	double dt = ms_now_s() - t0;
+	e->step_s = e->steps ? 0.9 * e->step_s + 0.1 * dt : dt;
 	e->steps++;
 	return 0;
 }
@@ -693,14 +778,17 @@ static enum ms_finish step_sample(struct ms_engine *e, struct req *r, const floa
 					       r->cstate ? r->con.mask : NULL, r->cstate);
 	if (r->cstate)
 		r->con.accept(r->cstate, tok);
-	ms_sampler_accept(&r->sampler, tok);
+	/* out of memory for the penalties' counts: the next draws would not
+	 * be the ones asked for */
+	bool acc = ms_sampler_accept(&r->sampler, tok) == -ENOMEM;
 	r->tokens[r->n_tokens++] = tok;
 	r->n_generated++;
 	e->generation_tokens++;
 	if (!r->t_first)
 		r->t_first = ms_now_s();
 	bool stop_tok = is_stop_id(r, tok);
-	emit_token(e, r, tok, stop_tok, want_lp ? &lp : NULL, stop_hit);
+	if (acc || emit_token(e, r, tok, stop_tok, want_lp ? &lp : NULL, stop_hit))
+		return MS_FINISH_ERROR;
 	if (stop_tok || *stop_hit)
 		return MS_FINISH_STOP;
 	if (r->n_generated >= r->p.max_tokens)
@@ -740,7 +828,7 @@ static void step_result(struct ms_engine *e, const struct step_batch *s, int i)
 				drop_running(e, k);
 				break;
 			}
-		finish(e, r, why, stop_hit, NULL);
+		finish(e, r, why, stop_hit, why == MS_FINISH_ERROR ? "out of memory" : NULL);
 	}
 }
 
@@ -823,6 +911,7 @@ int ms_engine_init(struct ms_engine **out, const struct ms_lm *m, const struct m
 	ms_engine_config_defaults(&e->cfg, m);
 	e->P = MS_KV_PAGE_TOKENS;
 	e->V = m->vocab;
+	e->faults0 = ms_mapguard_faults();
 	int64_t kvd = m->kv.kv_dim;
 	uint64_t page = ms_kv_page_bytes(e->P, kvd);
 	int64_t pages = e->cfg.kv_cache_bytes
@@ -865,6 +954,7 @@ void ms_engine_free(struct ms_engine *e)
 		struct req *r = e->wait_head;
 		e->wait_head = r->next;
 		e->n_waiting--;
+		e->waiting_pages -= r->reserved;
 		finish(e, r, MS_FINISH_CANCELLED, NULL, NULL);
 	}
 	while (e->n_running) {
@@ -944,6 +1034,14 @@ int ms_engine_check(struct ms_engine *e, struct ms_err *err)
 				e->pool.n_cached, e->pool.n_free, cached, free_n);
 	if (!rc && held + cached + free_n != e->pool.n_pages)
 		rc = ms_err_set(err, -EFAULT, "pages do not add up");
+	int64_t waiting = 0;
+	pthread_mutex_lock(&e->mu);
+	for (const struct req *r = e->wait_head; r; r = r->next)
+		waiting += r->reserved;
+	if (!rc && waiting != e->waiting_pages)
+		rc = ms_err_set(err, -EFAULT, "waiting requests reserve %lld pages, counted %lld",
+				(long long)waiting, (long long)e->waiting_pages);
+	pthread_mutex_unlock(&e->mu);
 	free(refs);
 	return rc;
 }

@@ -10,6 +10,10 @@
  * advancing by one token in one batched forward pass -> finish (stop token,
  * stop string, max tokens, context limit, cancellation) -> pages given back
  * at once (published ones stay cached for prefix reuse until evicted).
+ * Nothing is preempted: a running request never waits for memory. The
+ * queue is bounded twice (max_queue requests, one KV cache's worth of
+ * reservations), so a waiting request waits only for the running ones and
+ * at most one cache's turnover ahead of it; beyond that submit refuses.
  *
  * The engine runs on its own thread (ms_engine_start) or is stepped by hand
  * (tests). Callbacks run on the engine thread and must be quick.
@@ -115,8 +119,11 @@ void ms_engine_free(struct ms_engine *e);
 int ms_engine_start(struct ms_engine *e, struct ms_err *err);
 
 /* Queue a request. Refused (with a reason, nothing queued) when the queue is
- * full (-EBUSY), the prompt plus max_tokens exceed the context (-E2BIG) or
- * the whole KV cache (-ENOSPC), or a parameter is out of range (-EINVAL). */
+ * full (-EBUSY: max_queue requests wait), the queue already holds a whole KV
+ * cache's worth of reservations (-EAGAIN: retry later), the prompt plus
+ * max_tokens exceed the context (-E2BIG) or the whole KV cache (-ENOSPC:
+ * it can never run), a parameter is out of range (-EINVAL), or the model's
+ * mapped weights were lost (-EIO: its file shrank; nothing runs again). */
 int ms_engine_submit(struct ms_engine *e, const int32_t *prompt, int64_t n_prompt,
 		     const struct ms_request_params *p, ms_engine_cb cb, void *ctx, uint64_t *id,
 		     struct ms_err *err);
@@ -136,6 +143,7 @@ struct ms_engine_stats {
 	uint64_t prompt_tokens, generation_tokens, cached_tokens;
 	uint64_t steps;
 	double kv_usage;  /* held pages / all pages */
+	int retry_after_s; /* a refused request's likely wait (s, 1..60): engine.c's retry_after */
 };
 
 void ms_engine_get_stats(struct ms_engine *e, struct ms_engine_stats *s);

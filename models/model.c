@@ -80,6 +80,25 @@ static int weights_fit(const struct ms_model *m, struct ms_backend *be, struct m
 	return be->ops->weights_fit ? be->ops->weights_fit(be, bytes, err) : 0;
 }
 
+void (*ms_model_load_hook)(struct ms_model *m);
+
+/* The architecture's load, then: did every byte it read come from the
+ * files? (A file that shrank while mapped reads as zeros: whatever the
+ * load made of them, or refused them for, the truncation is the error.) */
+static int load_checked(struct ms_model *m, struct ms_err *err)
+{
+	if (ms_model_load_hook)
+		ms_model_load_hook(m);
+	int rc = m->ops->load(m, err);
+	struct ms_err fault = {0};
+	if (ms_checkpoint_check(&m->ck, &fault)) {
+		if (err)
+			*err = fault;
+		return fault.code;
+	}
+	return rc;
+}
+
 int ms_model_load(struct ms_model *m, const char *dir, struct ms_backend *be,
 		  struct ms_err *err)
 {
@@ -123,7 +142,7 @@ int ms_model_load(struct ms_model *m, const char *dir, struct ms_backend *be,
 	if (be->ops->weights_begin)
 		be->ops->weights_begin(be);
 	if ((rc = ms_checkpoint_open(&m->ck, dir, err)) || (rc = weights_fit(m, be, err)) ||
-	    (rc = m->ops->load(m, err))) {
+	    (rc = load_checked(m, err))) {
 		if (be->ops->weights_end)
 			be->ops->weights_end(be, NULL, NULL, 0);
 		ms_model_free(m);

@@ -70,6 +70,10 @@ int ms_model_load(struct ms_model *m, const char *dir, struct ms_backend *be,
 		  struct ms_err *err);
 void ms_model_free(struct ms_model *m);
 
+/* Tests only: called by ms_model_load between mapping the checkpoint and
+ * reading its tensors (to truncate a file while it is mapped). */
+extern void (*ms_model_load_hook)(struct ms_model *m);
+
 /* Comma-separated architectures the registry knows. */
 const char *ms_model_arch_names(void);
 

@@ -13,6 +13,7 @@
 
 #include "ms-file.h"
 #include "ms-hash.h"
+#include "ms-utf8.h"
 
 /* ---- GPT-2's byte <-> printable code point mapping ---- */
 
@@ -952,7 +953,7 @@ static bool is_ws(unsigned char c)
 	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
 
-int ms_tokenizer_encode(const struct ms_tokenizer *t, const char *text, size_t len,
+static int encode_bytes(const struct ms_tokenizer *t, const char *text, size_t len,
 			bool allow_special, int32_t **ids, size_t *n, struct ms_err *err)
 {
 	*ids = NULL;
@@ -1020,6 +1021,24 @@ out:
 	*ids = out.v;
 	*n = out.n;
 	return 0;
+}
+
+int ms_tokenizer_encode(const struct ms_tokenizer *t, const char *text, size_t len,
+			bool allow_special, int32_t **ids, size_t *n, struct ms_err *err)
+{
+	if (!ms_nul_carried(text, len))
+		return encode_bytes(t, text, len, allow_special, ids, n, err);
+	/* a carried NUL (ms-utf8.h) is the byte 0x00 */
+	char *raw = malloc(len);
+	if (!raw) {
+		*ids = NULL;
+		*n = 0;
+		return ms_err_set(err, -ENOMEM, "out of memory");
+	}
+	memcpy(raw, text, len);
+	int rc = encode_bytes(t, raw, ms_nul_uncarry(raw, len), allow_special, ids, n, err);
+	free(raw);
+	return rc;
 }
 
 /* ---- lookups ---- */
@@ -1122,7 +1141,10 @@ static int feed_bytes(struct ms_detok *d, const unsigned char *p, size_t n, char
 		while (d->n_pend) {
 			if (prefix_ok(d->pend, d->n_pend)) {
 				if (d->n_pend == utf8_need(d->pend[0])) {
-					if (out_append(buf, len, cap, d->pend, (size_t)d->n_pend))
+					/* NUL as the process carries it (ms-utf8.h) */
+					bool nul = d->pend[0] == 0;
+					if (out_append(buf, len, cap, nul ? MS_NUL_CARRIER : (const char *)d->pend,
+						       nul ? 2 : (size_t)d->n_pend))
 						return -ENOMEM;
 					d->n_pend = 0;
 				}

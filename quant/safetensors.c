@@ -17,6 +17,7 @@
 
 #include "wmat.h"      /* bf16/f16 decoding */
 #include "ms-file.h"
+#include "ms-mapguard.h"
 
 /* The safetensors library refuses headers above 100 MB; so do we. */
 #define MS_ST_MAX_HEADER (100u * 1024u * 1024u)
@@ -64,6 +65,7 @@ const char *ms_shape_str(char *buf, size_t len, int ndim, const int64_t *shape)
 static int map_file(struct ms_st_file *f, const char *path, struct ms_err *err)
 {
 	memset(f, 0, sizeof(*f));
+	f->guard = -1;
 	f->path = strdup(path);
 	if (!f->path)
 		return ms_err_set(err, -ENOMEM, "out of memory");
@@ -87,11 +89,20 @@ static int map_file(struct ms_st_file *f, const char *path, struct ms_err *err)
 		}
 	}
 	close(fd); /* the mapping keeps the file alive */
+	/* every read of the mapping from here on, the header's included, may
+	 * meet a file truncated since the fstat */
+	if (f->map) {
+		int slot = ms_mapguard_add(f->map, f->size, f->path, err);
+		if (slot < 0)
+			return slot;
+		f->guard = slot;
+	}
 	return 0;
 }
 
 static void unmap_file(struct ms_st_file *f)
 {
+	ms_mapguard_remove(f->guard);
 	if (f->map)
 		munmap(f->map, f->size);
 	free(f->path);
@@ -332,6 +343,16 @@ static int add_file(struct ms_checkpoint *ck, const char *path, struct ms_err *e
 	return rc;
 }
 
+/* A header read from a file that shrank under it is zeros: say so, not
+ * what the zeros looked like. */
+static void close_failed(struct ms_checkpoint *ck, struct ms_err *err)
+{
+	struct ms_err fault = {0};
+	if (ms_checkpoint_check(ck, &fault) && err)
+		*err = fault;
+	ms_checkpoint_close(ck);
+}
+
 int ms_checkpoint_open_file(struct ms_checkpoint *ck, const char *path, struct ms_err *err)
 {
 	memset(ck, 0, sizeof(*ck));
@@ -341,7 +362,7 @@ int ms_checkpoint_open_file(struct ms_checkpoint *ck, const char *path, struct m
 	if (!rc)
 		rc = finish(ck, err);
 	if (rc)
-		ms_checkpoint_close(ck);
+		close_failed(ck, err);
 	return rc;
 }
 
@@ -437,7 +458,7 @@ int ms_checkpoint_open(struct ms_checkpoint *ck, const char *dir, struct ms_err 
 	if (!rc)
 		rc = finish(ck, err);
 	if (rc)
-		ms_checkpoint_close(ck);
+		close_failed(ck, err);
 	return rc;
 }
 
@@ -506,6 +527,35 @@ void ms_checkpoint_release(const struct ms_checkpoint *ck, const struct ms_tenso
 	uintptr_t e = ((uintptr_t)t->data + t->nbytes) & ~((uintptr_t)pg - 1);
 	if (e > b)
 		madvise((void *)b, e - b, MADV_DONTNEED);
+}
+
+int ms_checkpoint_check(const struct ms_checkpoint *ck, struct ms_err *err)
+{
+	for (int i = 0; i < ck->n_files; i++) {
+		const struct ms_st_file *f = &ck->files[i];
+		size_t off;
+		if (!ms_mapguard_faulted(f->guard, &off))
+			continue;
+		const char *tensor = NULL;
+		for (size_t j = 0; j < ck->n_tensors && !tensor; j++) {
+			const struct ms_tensor *t = &ck->tensors[j];
+			size_t b = (size_t)((const uint8_t *)t->data - (const uint8_t *)f->map);
+			if (t->file == i && t->nbytes && off >= b && off - b < t->nbytes)
+				tensor = t->name;
+		}
+		struct stat st;
+		char now[64] = "it is gone";
+		if (stat(f->path, &st) == 0)
+			snprintf(now, sizeof(now), "now %lld bytes", (long long)st.st_size);
+		if (tensor)
+			return ms_err_set(err, -EIO, "%s: tensor \"%s\" could not be read: the file "
+					  "shrank while mapped (%zu bytes when opened, %s; byte %zu failed)",
+					  f->path, tensor, f->size, now, off);
+		return ms_err_set(err, -EIO, "%s: could not be read: the file shrank while mapped "
+				  "(%zu bytes when opened, %s; byte %zu failed)", f->path, f->size, now,
+				  off);
+	}
+	return 0;
 }
 
 void ms_checkpoint_close(struct ms_checkpoint *ck)

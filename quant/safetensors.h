@@ -52,6 +52,7 @@ struct ms_st_file {
 	void *map;          /* whole file, PROT_READ */
 	size_t size;
 	size_t data_start;  /* 8 + header length */
+	int guard;          /* its ms_mapguard slot, or -1 */
 };
 
 struct ms_checkpoint {
@@ -95,6 +96,13 @@ const char *ms_checkpoint_file_of(const struct ms_checkpoint *ck, const struct m
  * converted them into its own layout), so peak memory stays near the final
  * size. The tensor must not be read afterwards. */
 void ms_checkpoint_release(const struct ms_checkpoint *ck, const struct ms_tensor *t);
+
+/* Were all the bytes read from the mappings so far really the files'? A
+ * file that shrank while mapped reads as zeros past its new end (see
+ * config/ms-mapguard.h) and is an -EIO here, naming the file and the
+ * tensor that lost its data. Readers check after reading, before trusting
+ * what they computed. */
+int ms_checkpoint_check(const struct ms_checkpoint *ck, struct ms_err *err);
 
 /* Unmap everything; NULL and already-closed are fine. */
 void ms_checkpoint_close(struct ms_checkpoint *ck);

@@ -12,6 +12,7 @@
 #include "http.h"
 #include "json.h"
 #include "ms-clock.h"
+#include "ms-mapguard.h"
 #include "request.h"
 #include "response.h"
 #include "responses.h"
@@ -98,6 +99,10 @@ static bool enqueue(struct ms_call *cl, struct ms_ev *v)
 
 static void finished(struct ms_gen *g, const struct ms_event *e)
 {
+	/* the weights' file shrank under the engine (its message says so):
+	 * /health must tell the orchestrator to restart us, at once */
+	if (e->finish == MS_FINISH_ERROR && e->error && ms_mapguard_faults())
+		ms_server_set_failed(g->s, e->error);
 	if (g->s->metrics)
 		ms_metrics_request_finished(g->s->metrics,
 					    e->finish == MS_FINISH_CONTEXT ? "length" : ms_finish_name(e->finish),
@@ -296,7 +301,14 @@ static void pump(struct ms_job *jb)
 		jb->failed |= cl->lost;
 		while (cl->done < cl->nq) {
 			bool was = jb->ch[i].stopped;
-			ms_resp_event(jb, i, &cl->q[cl->done++]);
+			const struct ms_ev *ev = &cl->q[cl->done++];
+			/* chat and completions have no finish_reason for a failed
+			 * engine step (out of memory): the answer becomes an error
+			 * (a 500, or a stream's error event); /v1/responses says
+			 * "failed" itself */
+			if (ev->kind == MS_EV_FINISH && ev->finish == MS_FINISH_ERROR && !jb->rq->responses)
+				jb->failed = true;
+			ms_resp_event(jb, i, ev);
 			/* a chat stop string matched in the answer: nothing more is wanted */
 			if (!was && jb->ch[i].stopped && !cl->finished)
 				ms_engine_cancel(jb->s->engine, cl->id);

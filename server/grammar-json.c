@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "grammar-text.h"
+#include "ms-utf8.h"
 
 #define JS_MAX_DEPTH 64
 #define NUM_DIGITS 16          /* integer and fraction digits at most */
@@ -59,7 +60,7 @@ static ms_gx ws_lit_ws(struct js *j, const char *s)
 /* A value printed as JSON (enum, const). */
 static ms_gx json_literal(struct js *j, const cJSON *v, const char *path)
 {
-	char *s = cJSON_PrintUnformatted(v);
+	char *s = ms_nul_json_escape(cJSON_PrintUnformatted(v)); /* a NUL as \u0000 */
 	if (!s)
 		return fail(j, -ENOMEM, path, "out of memory printing %s at %s", "enum");
 	ms_gx x = lit(j, s);

@@ -462,6 +462,9 @@ static ms_gx rx_alt(struct rx *x)
 ms_gx ms_regex_expr(struct ms_gb *b, const char *re, enum ms_regex_mode mode, struct ms_err *err)
 {
 	struct rx x = {.b = b, .s = re, .n = strlen(re), .mode = mode, .err = err};
+	if (ms_nul_carried(re, x.n)) /* the escapes \x00 and \u0000 are supported */
+		return ms_err_set(err, -EINVAL, "a raw NUL character in a pattern is not supported; "
+				  "write it as \\x00"), -1;
 	bool head = x.n && re[0] == '^';
 	x.i = head;
 	ms_gx body = rx_alt(&x);
@@ -717,6 +720,9 @@ static ms_gx gp_alternates(struct gp *p, bool nested)
 int ms_gbnf_parse(struct ms_gb *b, const char *text, int *root, struct ms_err *err)
 {
 	struct gp p = {.b = b, .s = text, .line = 1, .err = err};
+	if (ms_nul_carried(text, strlen(text)))
+		return ms_err_set(err, -EINVAL, "a raw NUL character in a grammar is not supported; "
+				  "write it as \\x00");
 	for (;;) {
 		gp_space(&p, true);
 		if (!p.s[p.i])

@@ -150,8 +150,17 @@ struct dfa_build {
 	uint64_t *clsmask;       /* per set: its classes, 4 words */
 	int32_t *one;            /* per NFA state s: the DFA state of closure({s}), or -1 */
 	uint8_t *imp;            /* per NFA state: a byte or call leaves it, or it accepts */
-	bool oom, big;
+	uint64_t work;           /* closure visits and member edges so far */
+	bool oom, big, slow;
 };
+
+/* The closures' visits a compilation may take: a request's grammar is
+ * compiled on its HTTP thread, and some regexes of a few hundred bytes
+ * (".{60}" after ".*") reach the state bound only after ~10^8 visits,
+ * seconds of CPU and 100+ MB. The largest schema of
+ * tests/structured_schemas.json takes 4 x 10^5. Counted: closure visits
+ * and the (class, target) pairs of each state's members. */
+#define MS_GRAMMAR_MAX_WORK (8u << 20)
 
 /* The epsilon closure of set[0..n) into out: its important states only
  * (those with a byte or a call, and accepts; the rest, passed through, do
@@ -168,8 +177,10 @@ static int closure(struct dfa_build *d, const int32_t *set, int n, int32_t *out)
 			d->mark[set[i]] = stamp;
 			stack[sp++] = set[i];
 		}
+	d->work += (uint64_t)n;
 	while (sp) {
 		int32_t s = stack[--sp];
+		d->work++;
 		if (d->imp[s])
 			out[k++] = s;
 		for (int32_t e = d->a->head[s]; e >= 0; e = d->a->e[e].next)
@@ -178,6 +189,8 @@ static int closure(struct dfa_build *d, const int32_t *set, int n, int32_t *out)
 				stack[sp++] = d->a->e[e].to;
 			}
 	}
+	if (d->work > MS_GRAMMAR_MAX_WORK)
+		d->slow = d->big = true;  /* stops the build as the state bound does */
 	return k;
 }
 
@@ -245,7 +258,8 @@ static int32_t intern(struct dfa_build *d, const int32_t *s, int n, int rule)
 		}
 		d->cap_states = c;
 	}
-	memcpy(d->members + d->n_members, s, (size_t)n * 4);
+	if (n) /* the empty set (a dead state) may come first: members still NULL */
+		memcpy(d->members + d->n_members, s, (size_t)n * 4);
 	d->moff[q] = (int32_t)d->n_members;
 	d->mlen[q] = n;
 	d->mrule[q] = rule;
@@ -360,6 +374,7 @@ static void expand_state(struct dfa_build *d, int32_t q, int32_t *buf, struct pa
 		d->oom = true;
 		return;
 	}
+	d->work += pr->n;
 	/* group targets by class */
 	for (int c = 0; c <= n_cls; c++)
 		pr->cnt[c] = 0;
@@ -452,6 +467,10 @@ static int dfa_build_all(struct dfa_build *d, struct ms_err *err)
 	free(pr.cnt);
 	free(pr.memo);
 	free(d->one);
+	if (d->slow)
+		return ms_err_set(err, -E2BIG, "the grammar is too complex to compile (over %u "
+				  "automaton steps; a shorter or less ambiguous pattern would do)",
+				  MS_GRAMMAR_MAX_WORK);
 	if (d->big)
 		return ms_err_set(err, -E2BIG, "the grammar needs more than %d automaton states",
 				  MS_GRAMMAR_MAX_STATES);
@@ -678,6 +697,18 @@ static int build_nfa(const struct ms_gb *b, struct nfa *a, int32_t *start, int32
 	return a->oom ? ms_err_set(err, -ENOMEM, "out of memory compiling the grammar") : 0;
 }
 
+/* A grammar with no sentence (a regex "[]x") would leave the sampler no
+ * allowed token: refused here, not served as an answer cut at once. */
+static int some_sentence(const struct ms_grammar *g, struct ms_err *err)
+{
+	struct ms_gmatch m;
+	if (ms_gmatch_init(&m, g))
+		return ms_err_set(err, -ENOMEM, "out of memory compiling the grammar");
+	bool none = ms_gmatch_min_bytes(&m) == INT64_MAX;
+	ms_gmatch_free(&m);
+	return none ? ms_err_set(err, -EINVAL, "the grammar matches no text at all") : 0;
+}
+
 int ms_gb_compile(const struct ms_gb *b, int root, struct ms_grammar **out, struct ms_err *err)
 {
 	*out = NULL;
@@ -724,6 +755,8 @@ int ms_gb_compile(const struct ms_gb *b, int root, struct ms_grammar **out, stru
 		rc = min_dist(g, err);
 	if (!rc)
 		rc = state_flags(g, err);
+	if (!rc)
+		rc = some_sentence(g, err);
 	free(nstart);
 	free(d.accept);
 	free(d.mark);

@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <gnutls/gnutls.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -41,6 +42,7 @@ struct conn {
 	int64_t prompt_tokens, gen_tokens;
 	int status;
 	bool responding;  /* a generation's response is under way: counted in in_flight */
+	int retry_after;  /* a 429/503's Retry-After (s); 0: 1 */
 };
 
 /* ---- responses ---- */
@@ -60,6 +62,14 @@ static enum MHD_Result queue(struct ms_server *s, struct MHD_Connection *c, stru
 {
 	MHD_add_response_header(r, "Content-Type", ctype);
 	add_common_headers(s, r);
+	/* every 429 and 503 (queue, KV cache, loading, draining, failed) says
+	 * when to come back: clients (the OpenAI SDKs, load balancers) wait
+	 * that long instead of retrying at once */
+	if ((status == 429 || status == 503) && !MHD_get_response_header(r, "Retry-After")) {
+		char ra[16];
+		snprintf(ra, sizeof(ra), "%d", k->retry_after > 0 ? k->retry_after : 1);
+		MHD_add_response_header(r, "Retry-After", ra);
+	}
 	k->status = status;
 	enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
 	MHD_destroy_response(r);
@@ -78,7 +88,9 @@ static enum MHD_Result send_oom(struct ms_server *s, struct MHD_Connection *c, s
 static enum MHD_Result send_text(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
 				 int status, const char *ctype, char *body, size_t len)
 {
-	struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+	/* freed by our free, not libmicrohttpd's: the fault-injection build
+	 * (config/ms-fault.h) tracks every block our code allocates */
+	struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback(len, body, free);
 	if (!r) {
 		free(body);
 		return MHD_NO;
@@ -108,13 +120,12 @@ static enum MHD_Result error_response_code(struct ms_server *s, struct MHD_Conne
 	char *body = ms_json_print(ms_resp_error_code(status, type, param, code, msg), f0);
 	if (!body)
 		return send_oom(s, c, k);
-	struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+	struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback(strlen(body), body,
+										     free);
 	if (!r) {
 		free(body);
 		return MHD_NO;
 	}
-	if (status == 429 || status == 503)
-		MHD_add_response_header(r, "Retry-After", "1");
 	if (status == 401)
 		MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
 	if (allow)
@@ -149,16 +160,29 @@ static enum MHD_Result send_error(struct ms_server *s, struct MHD_Connection *c,
 static enum MHD_Result send_req_error(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
 				      const struct ms_req_error *e)
 {
-	return error_response(s, c, k, e->status, e->type, e->param, NULL, e->msg);
+	return error_response_code(s, c, k, e->status, e->type, e->param, e->code, NULL, e->msg);
 }
 
-/* Map an engine refusal to its HTTP status. */
+/* Map an engine refusal to its HTTP status. A full queue is a 429 and a
+ * KV cache whose queue holds a cache's worth already a 503, both with the
+ * engine's guess of when a request will be taken as Retry-After; a
+ * request that can never fit is a 400 at once. */
 static enum MHD_Result send_submit_error(struct ms_server *s, struct MHD_Connection *c,
 					 struct conn *k, const struct ms_err *err)
 {
+	if (err->code == -EBUSY || err->code == -EAGAIN) {
+		struct ms_engine_stats st;
+		ms_engine_get_stats(s->engine, &st);
+		k->retry_after = st.retry_after_s;
+	}
 	switch (err->code) {
 	case -EBUSY:
 		return send_error(s, c, k, 429, "rate_limit_exceeded", NULL, "%s; retry later", err->msg);
+	case -EAGAIN:
+		return error_response_code(s, c, k, 503, "server_error", NULL, "kv_cache_exhausted",
+					   NULL, err->msg);
+	case -EIO: /* the model's weights are gone (bridge.c marked /health failed) */
+		return send_error(s, c, k, 503, "server_error", NULL, "%s", err->msg);
 	case -E2BIG: /* Codex and the SDKs know this code: the prompt must shrink */
 		return error_response_code(s, c, k, 400, "invalid_request_error", NULL,
 					   "context_length_exceeded", NULL, err->msg);
@@ -487,6 +511,10 @@ static enum MHD_Result h_metrics(struct ms_server *s, struct MHD_Connection *c, 
 		ms_metrics_set_grammars(s->metrics, &(struct ms_metrics_grammars){
 			.compiles = gs.misses, .hits = gs.hits, .compile_s = gs.compile_s});
 	}
+	const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon,
+							     MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+	if (di)
+		ms_metrics_set_connections(s->metrics, di->num_connections);
 	char *out;
 	size_t len;
 	struct ms_err err = {0};
@@ -506,20 +534,16 @@ static void warn_unknown_fields(struct ms_server *s, const cJSON *req)
 		fprintf(stderr, "moeserve: note: ignoring unknown request field \"%s\" (logged once)\n", f);
 }
 
+/* The key is compared with every accepted key in constant time (auth.c). */
 static bool authorized(struct ms_server *s, struct MHD_Connection *c)
 {
-	if (!s->cfg.api_key)
+	if (!ms_auth_enabled(&s->auth))
 		return true;
 	const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-	if (!h || strncmp(h, "Bearer ", 7))
-		return false;
-	/* constant-time comparison: no timing hint about the key */
-	const char *a = h + 7, *b = s->cfg.api_key;
-	size_t la = strlen(a), lb = strlen(b);
-	unsigned char diff = la != lb;
-	for (size_t i = 0; i < lb; i++)
-		diff |= (unsigned char)(a[i < la ? i : 0] ^ b[i]);
-	return diff == 0;
+	if (ms_auth_check(&s->auth, h))
+		return true;
+	ms_metrics_auth_failure(s->metrics);
+	return false;
 }
 
 static bool known_route(const char *u)
@@ -553,7 +577,7 @@ static enum MHD_Result dispatch_body(struct ms_server *s, struct MHD_Connection 
 	if (k->oom)
 		return OOM();
 	struct ms_req_model m = req_model(s);
-	struct ms_req_error e;
+	struct ms_req_error e = {0}; /* ms_req_body's 404 leaves "code" unset */
 	cJSON *req;
 	if (ms_req_body(&m, k->body, k->len, &req, &e))
 		return send_req_error(s, c, k, &e);
@@ -695,6 +719,67 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	*con_cls = NULL;
 }
 
+/* HTTPS asked: can this libmicrohttpd do it, and do the certificate, key,
+ * password and priorities load? GnuTLS is asked directly, so that the
+ * message says what is wrong rather than that the daemon did not start. */
+static int tls_check(const struct ms_server_config *cfg, struct ms_err *err)
+{
+	if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+		return ms_err_set(err, -ENOTSUP, "--tls-cert: this libmicrohttpd (%s) is built "
+				  "without TLS (HTTPS); put a TLS proxy in front instead",
+				  MHD_get_version());
+	if (cfg->tls_key_password && MHD_is_feature_supported(MHD_FEATURE_HTTPS_KEY_PASSWORD) != MHD_YES)
+		return ms_err_set(err, -ENOTSUP, "--tls-key-password: this libmicrohttpd (%s) cannot "
+				  "read encrypted keys; decrypt %s", MHD_get_version(), cfg->tls_key);
+	gnutls_certificate_credentials_t cred;
+	if (gnutls_certificate_allocate_credentials(&cred) < 0)
+		return ms_err_set(err, -ENOMEM, "TLS: out of memory");
+	gnutls_datum_t cd = {(unsigned char *)cfg->tls_cert_pem, (unsigned)strlen(cfg->tls_cert_pem)};
+	gnutls_datum_t kd = {(unsigned char *)cfg->tls_key_pem, (unsigned)strlen(cfg->tls_key_pem)};
+	int rc = gnutls_certificate_set_x509_key_mem2(cred, &cd, &kd, GNUTLS_X509_FMT_PEM,
+						      cfg->tls_key_password, 0);
+	gnutls_certificate_free_credentials(cred);
+	if (rc < 0)
+		return ms_err_set(err, -EINVAL, "--tls-cert %s, --tls-key %s: %s%s", cfg->tls_cert,
+				  cfg->tls_key, gnutls_strerror(rc),
+				  rc != GNUTLS_E_DECRYPTION_FAILED ? ""
+				  : cfg->tls_key_password ? " (a wrong --tls-key-password?)"
+				  : " (an encrypted key needs --tls-key-password)");
+	if (cfg->tls_priorities) {
+		gnutls_priority_t p;
+		const char *pos = NULL;
+		rc = gnutls_priority_init(&p, cfg->tls_priorities, &pos);
+		if (rc < 0)
+			return ms_err_set(err, -EINVAL, "--tls-priorities: \"%s\" is not a GnuTLS priority "
+					  "string (%s, at \"%s\")", cfg->tls_priorities,
+					  gnutls_strerror(rc), pos ? pos : "");
+		gnutls_priority_deinit(p);
+	}
+	return 0;
+}
+
+/* The options that depend on the configuration, MHD_OPTION_END last. */
+static void start_options(const struct ms_server_config *cfg, struct MHD_OptionItem *o)
+{
+	int n = 0;
+	o[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT,
+					 cfg->max_connections > 0 ? cfg->max_connections : 1024, NULL};
+	if (cfg->max_connections_per_ip > 0)
+		o[n++] = (struct MHD_OptionItem){MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+						 cfg->max_connections_per_ip, NULL};
+	if (cfg->tls_cert_pem) {
+		o[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)cfg->tls_cert_pem};
+		o[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)cfg->tls_key_pem};
+	}
+	if (cfg->tls_cert_pem && cfg->tls_key_password)
+		o[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_KEY_PASSWORD, 0,
+						 (void *)cfg->tls_key_password};
+	if (cfg->tls_cert_pem && cfg->tls_priorities)
+		o[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0,
+						 (void *)cfg->tls_priorities};
+	o[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+}
+
 int ms_server_start(struct ms_server *s, const struct ms_server_config *cfg,
 		    struct ms_metrics *metrics, struct ms_err *err)
 {
@@ -708,17 +793,38 @@ int ms_server_start(struct ms_server *s, const struct ms_server_config *cfg,
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->port)};
 	if (inet_pton(AF_INET, cfg->host, &a.sin_addr) != 1)
 		return ms_err_set(err, -EINVAL, "--host: \"%s\" is not an IPv4 address", cfg->host);
-	s->daemon = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-					     MHD_USE_ITC,
-				     (uint16_t)cfg->port, NULL, NULL, on_request, s,
+	int rc = cfg->tls_cert_pem ? tls_check(cfg, err) : 0;
+	if (rc)
+		return rc;
+	if ((rc = ms_auth_init(&s->auth, cfg->api_key, cfg->api_key_file, err)))
+		return cfg->api_key_file ? ms_err_prefix(err, "--api-key-file: ") : rc;
+	struct MHD_OptionItem opts[8];
+	start_options(cfg, opts);
+	unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC;
+	if (cfg->tls_cert_pem)
+		flags |= MHD_USE_TLS;
+	s->daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
 				     MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&a,
 				     MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
 				     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)600,
-				     MHD_OPTION_CONNECTION_LIMIT, (unsigned int)1024, MHD_OPTION_END);
-	if (!s->daemon)
+				     MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
+	if (!s->daemon) {
+		ms_auth_free(&s->auth);
 		return ms_err_set(err, -EADDRINUSE, "cannot listen on %s:%d (in use, or not allowed)",
 				  cfg->host, cfg->port);
+	}
+	ms_metrics_set_transport(metrics, cfg->tls_cert_pem != NULL,
+				 ms_keyset_count(s->auth.set));
 	return 0;
+}
+
+int ms_server_reload_keys(struct ms_server *s, int *n_keys, struct ms_err *err)
+{
+	*n_keys = 0;
+	int rc = ms_auth_reload(&s->auth, n_keys, err);
+	if (s->auth.file)
+		ms_metrics_key_reload(s->metrics, rc == 0, *n_keys);
+	return rc;
 }
 
 void ms_server_set_ready(struct ms_server *s, struct ms_model *m, struct ms_tokenizer *tok,
@@ -772,6 +878,7 @@ void ms_server_stop(struct ms_server *s)
 {
 	if (s->daemon) {
 		MHD_stop_daemon(s->daemon); /* joins its threads: none reads the reason now */
+		ms_auth_free(&s->auth);
 		pthread_mutex_destroy(&s->reason_mu);
 		ms_rsp_store_free(&s->rstore);
 		ms_grammar_cache_free(s->grammars);

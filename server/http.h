@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "auth.h"
 #include "engine.h"
 #include "harmony.h"
 #include "metrics.h"
@@ -25,7 +26,16 @@
 struct ms_server_config {
 	const char *host;
 	int port;
-	const char *api_key;            /* NULL: no auth */
+	const char *api_key;            /* NULL: no auth (unless api_key_file) */
+	const char *api_key_file;       /* more keys, reread by ms_server_reload_keys; NULL: none */
+	const char *tls_cert, *tls_key; /* their files' names, for messages */
+	const char *tls_cert_pem;       /* HTTPS with this certificate and key (PEM text, kept
+	                                   by the caller until ms_server_stop); NULL: HTTP */
+	const char *tls_key_pem;
+	const char *tls_key_password;   /* NULL: the key is not encrypted */
+	const char *tls_priorities;     /* NULL: libmicrohttpd's default, "NORMAL" */
+	int max_connections;            /* 0: 1024 */
+	int max_connections_per_ip;     /* 0: no limit */
 	const char *model_name;         /* served model id */
 	size_t max_body_bytes;
 	const char *cors_origin;        /* NULL: no CORS headers */
@@ -67,15 +77,22 @@ struct ms_server {
 	atomic_bool warned_unknown;
 	atomic_bool warned_tool;        /* a hosted tool type ignored (logged once) */
 	struct ms_rsp_store rstore;     /* /v1/responses kept for previous_response_id */
+	struct ms_auth auth;            /* the API keys (auth.h) */
 };
 
-/* Listen (the model may load afterwards). */
+/* Listen (the model may load afterwards). Errors: -EINVAL a bad API key
+ * file or TLS certificate, key, password or priority string (named);
+ * -ENOTSUP TLS asked of a libmicrohttpd built without it; -ENOENT a key
+ * file that cannot be read; -EADDRINUSE. */
 int ms_server_start(struct ms_server *s, const struct ms_server_config *cfg,
 		    struct ms_metrics *metrics, struct ms_err *err);
 /* The model is ready: requests are accepted from now on. */
 void ms_server_set_ready(struct ms_server *s, struct ms_model *m, struct ms_tokenizer *tok,
 			 struct ms_engine *e);
 void ms_server_set_failed(struct ms_server *s, const char *reason);
+/* SIGHUP: reread --api-key-file; the new keys replace the old only when
+ * the file reads correctly (*n_keys: how many now). -ENOENT: no file. */
+int ms_server_reload_keys(struct ms_server *s, int *n_keys, struct ms_err *err);
 /* Stop accepting connections (requests in flight go on). */
 void ms_server_quiesce(struct ms_server *s);
 void ms_server_stop(struct ms_server *s);

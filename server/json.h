@@ -1,5 +1,7 @@
 /*
- * json.h: cJSON's allocation failures made visible (server/ only).
+ * json.h: the server's JSON (server/ only): request bodies parsed as
+ * strict RFC 8259 JSON, output with NULs escaped, and cJSON's allocation
+ * failures made visible.
  *
  * cJSON tells of a failed allocation only by a NULL, and its Add*
  * functions swallow that NULL: a tree built through them silently lacks the
@@ -13,6 +15,7 @@
 #define MS_SERVER_JSON_H
 
 #include <cjson/cJSON.h>
+#include <stddef.h>
 
 /* Install the counting allocator (idempotent; before other threads use
  * cJSON). Without it the count stays 0. */
@@ -24,6 +27,19 @@ unsigned long ms_json_failures(void);
 /* Tests: the n-th next cJSON allocation on this thread fails, and only
  * that one (1: the next); 0 turns it off. Needs ms_json_init. */
 void ms_json_fail_nth(unsigned long n);
+
+/* text[0..len) as strict RFC 8259 JSON (whitespace as the RFC spells it,
+ * strings valid UTF-8 with control bytes escaped and surrogates paired,
+ * nothing after the value, nesting under 512, no object holding a key
+ * twice). A \u0000 in a string arrives carried (ms-utf8.h), so no reader
+ * cuts the string at it. 0 with *out set; -EINVAL with msg naming the
+ * fault and its position (line, column, byte) or the path of a repeated
+ * key; -ENOMEM. */
+int ms_json_parse_strict(const char *text, size_t len, cJSON **out, char *msg, size_t cap);
+
+/* v as compact JSON text (malloc'd; NULL when out of memory), a carried
+ * NUL written as \u0000. */
+char *ms_json_text(const cJSON *v);
 
 /* j as compact text (malloc'd), j deleted; NULL when printing fails or when
  * an allocation failed on this thread since the count was `since` (the

@@ -23,6 +23,7 @@
 #include "quant.h"
 #include "tokenizer.h"
 #include "bench.h"
+#include "json.h"
 #include "request.h"
 #include "serve.h"
 #include "ms-clock.h"
@@ -140,7 +141,7 @@ struct common_opts {
 	bool dense_int8;    /* attention projections and lm_head requantized to int8 */
 };
 
-enum { OPT_KERNELS = 1000, OPT_BACKEND, OPT_THREADS, OPT_LOGITS, OPT_IGNORE_EOS, OPT_PROMPT, OPT_NUMA, OPT_EXACT,
+enum { OPT_KERNELS = 1000, OPT_BACKEND, OPT_THREADS, OPT_LOGITS, OPT_IGNORE_EOS, OPT_PROMPT, OPT_PROMPT_FILE, OPT_NUMA, OPT_EXACT,
        OPT_DENSE_INT8, OPT_DEVICE };
 
 static int load(const struct common_opts *o, struct ms_backend **be, struct ms_model *m)
@@ -201,6 +202,8 @@ static void generate_help(void)
 	       "  --tokens IDS       prompt token ids, comma-separated (e.g. 1,2,3)\n"
 	       "  --prompt TEXT      prompt text, encoded with DIR/tokenizer.json (special\n"
 	       "                     tokens in it are plain text)\n"
+	       "  --prompt-file FILE the prompt text from FILE (- for stdin), every byte\n"
+	       "                     kept (a NUL is the byte 0x00 token)\n"
 	       "  --max-tokens N     tokens to generate (default 16; 0 = prompt only)\n"
 	       "  --ignore-eos       keep generating after an eos_token_id\n"
 	       "  --logits-out FILE  write the logits of every prompt position as\n"
@@ -244,7 +247,7 @@ static int32_t argmax(const float *v, int64_t n)
 
 struct gen_args {
 	struct common_opts co;
-	const char *tokens, *logits_out, *text;
+	const char *tokens, *logits_out, *text, *text_file;
 	long max_tokens;
 	bool ignore_eos;
 };
@@ -255,6 +258,7 @@ static int generate_args(int argc, char **argv, struct gen_args *a)
 		{"model", required_argument, NULL, 'm'},
 		{"tokens", required_argument, NULL, 't'},
 		{"prompt", required_argument, NULL, OPT_PROMPT},
+		{"prompt-file", required_argument, NULL, OPT_PROMPT_FILE},
 		{"max-tokens", required_argument, NULL, 'n'},
 		{"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
 		{"logits-out", required_argument, NULL, OPT_LOGITS},
@@ -292,16 +296,19 @@ static int generate_args(int argc, char **argv, struct gen_args *a)
 		case OPT_EXACT: a->co.exact = true; break;
 		case OPT_DENSE_INT8: a->co.dense_int8 = true; break;
 		case OPT_PROMPT: a->text = optarg; break;
+		case OPT_PROMPT_FILE: a->text_file = optarg; break;
 		case 'h': generate_help(); return EX_OK;
 		default: return usage_error("generate", "%s", "invalid option");
 		}
 	}
 	if (optind < argc)
 		return usage_error("generate", "unexpected argument \"%s\"", argv[optind]);
-	if (!a->tokens == !a->text)
-		return usage_error("generate", "%s", "give --tokens or --prompt (one of them)");
+	if ((a->tokens != NULL) + (a->text != NULL) + (a->text_file != NULL) != 1)
+		return usage_error("generate", "%s", "give --tokens, --prompt or --prompt-file (one of them)");
 	return GO_ON;
 }
+
+static char *read_path(const char *path, size_t *n);
 
 /* The prompt: --tokens, or --prompt encoded with the model's tokenizer
  * (kept in *tok to print the continuation as text). An exit status. */
@@ -309,7 +316,7 @@ static int generate_prompt(const struct gen_args *a, struct ms_tokenizer **tok, 
 			   int64_t *n_prompt)
 {
 	*tok = NULL;
-	if (!a->text) {
+	if (!a->text && !a->text_file) {
 		if (parse_tokens(a->tokens, prompt, n_prompt))
 			return usage_error("generate", "--tokens: \"%s\" is not a comma-separated list of ids",
 					   a->tokens);
@@ -323,7 +330,17 @@ static int generate_prompt(const struct gen_args *a, struct ms_tokenizer **tok, 
 	snprintf(path, sizeof(path), "%s/tokenizer.json", a->co.model);
 	if (ms_tokenizer_load(tok, path, &err))
 		return fail(&err);
-	if (ms_tokenizer_encode(*tok, a->text, strlen(a->text), false, prompt, &n, &err)) {
+	size_t tl = a->text ? strlen(a->text) : 0;
+	char *file = a->text ? NULL : read_path(a->text_file, &tl);
+	if (!a->text && !file) {
+		ms_tokenizer_free(*tok);
+		*tok = NULL;
+		fprintf(stderr, "moeserve: error: --prompt-file: cannot read \"%s\"\n", a->text_file);
+		return EX_NOINPUT;
+	}
+	int rc = ms_tokenizer_encode(*tok, a->text ? a->text : file, tl, false, prompt, &n, &err);
+	free(file);
+	if (rc) {
 		ms_tokenizer_free(*tok);
 		*tok = NULL;
 		return fail(&err);
@@ -417,7 +434,7 @@ static int generate_print(const struct ms_tokenizer *tok, const int32_t *out, in
 	char *txt;
 	size_t tl;
 	if (tok && ms_tokenizer_decode(tok, out, (size_t)n_out, false, &txt, &tl, &err) == 0) {
-		fwrite(txt, 1, tl, stdout);
+		fwrite(txt, 1, ms_nul_uncarry(txt, tl), stdout);
 		printf("\n");
 		free(txt);
 	}
@@ -701,6 +718,17 @@ static char *read_all(FILE *f, size_t *n)
 	return b;
 }
 
+/* The whole file at path ("-": stdin), or NULL. */
+static char *read_path(const char *path, size_t *n)
+{
+	bool in = !strcmp(path, "-");
+	FILE *f = in ? stdin : fopen(path, "rb");
+	char *b = f ? read_all(f, n) : NULL;
+	if (f && !in)
+		fclose(f);
+	return b;
+}
+
 static int hexval(int c)
 {
 	return c >= '0' && c <= '9' ? c - '0' : (c | 32) >= 'a' && (c | 32) <= 'f' ? (c | 32) - 'a' + 10 : -1;
@@ -771,6 +799,8 @@ static void print_json_string(const char *s, size_t n)
 			printf("\\%c", c);
 		else if (c < 0x20)
 			printf("\\u%04x", c);
+		else if (c == 0xC0 && i + 1 < n && (unsigned char)s[i + 1] == 0x80)
+			printf("\\u0000"), i++; /* a carried NUL (ms-utf8.h) */
 		else
 			putchar(c);
 	}
@@ -899,7 +929,7 @@ static int decode_line(const struct ms_tokenizer *t, bool jsonl, char *line, siz
 	if (jsonl)
 		print_json_string(text, tl);
 	else
-		fwrite(text, 1, tl, stdout);
+		fwrite(text, 1, ms_nul_uncarry(text, tl), stdout);
 	free(text);
 	return EX_OK;
 }
@@ -928,14 +958,14 @@ static int encode_line(const struct ms_tokenizer *t, const struct tok_args *a, c
  * renderer and message parser, so the text is the daemon's). */
 static int render_line(const char *line, size_t ll)
 {
-	cJSON *req = cJSON_ParseWithLength(line, ll);
+	cJSON *req;
 	struct ms_req_chat c;
 	struct ms_req_error e = {0};
 	struct ms_err err = {0};
 	char *text = NULL;
 	size_t tl = 0;
-	if (!req) {
-		fprintf(stderr, "moeserve: error: --chat: the input is not JSON\n");
+	if (ms_json_parse_strict(line, ll, &req, e.msg, sizeof(e.msg))) {
+		fprintf(stderr, "moeserve: error: --chat: %s\n", e.msg);
 		return EX_DATAERR;
 	}
 	int rc = ms_req_chat_messages(req, &c, &e);

@@ -106,6 +106,11 @@ static const char *const seeded_reasons[] = {
 
 struct state {
 	bool loaded;
+	/* security and transport (metrics.h: ms_metrics_auth_failure...) */
+	uint64_t auth_failures, key_reloads[2];  /* [0] ok, [1] error */
+	int api_keys;
+	bool tls;
+	unsigned connections;
 	uint64_t harmony_errors;
 	struct ms_metrics_grammars gr;
 	int n_reasons;
@@ -274,6 +279,45 @@ void ms_metrics_set_loaded(struct ms_metrics *m, bool loaded)
 	pthread_mutex_unlock(&m->mu);
 }
 
+void ms_metrics_auth_failure(struct ms_metrics *m)
+{
+	if (!m)
+		return;
+	pthread_mutex_lock(&m->mu);
+	m->s.auth_failures++;
+	pthread_mutex_unlock(&m->mu);
+}
+
+void ms_metrics_key_reload(struct ms_metrics *m, bool ok, int api_keys)
+{
+	if (!m)
+		return;
+	pthread_mutex_lock(&m->mu);
+	m->s.key_reloads[ok ? 0 : 1]++;
+	if (ok)
+		m->s.api_keys = api_keys;
+	pthread_mutex_unlock(&m->mu);
+}
+
+void ms_metrics_set_transport(struct ms_metrics *m, bool tls, int api_keys)
+{
+	if (!m)
+		return;
+	pthread_mutex_lock(&m->mu);
+	m->s.tls = tls;
+	m->s.api_keys = api_keys;
+	pthread_mutex_unlock(&m->mu);
+}
+
+void ms_metrics_set_connections(struct ms_metrics *m, unsigned open)
+{
+	if (!m)
+		return;
+	pthread_mutex_lock(&m->mu);
+	m->s.connections = open;
+	pthread_mutex_unlock(&m->mu);
+}
+
 /* ---- rendering ---- */
 
 /* A sample value or bound: the shortest decimal that reads back as v, and
@@ -406,6 +450,21 @@ int ms_metrics_render(struct ms_metrics *m, const struct ms_engine_stats *st, ch
 						 "method=\"%s\",status=\"%d\"} %" PRIu64 "\n", ml,
 						 http_methods[mi], si == N_STATUS - 1 ? 0 : si + STATUS_LO,
 						 s->http[mi][si]);
+
+	/* security and transport */
+	gauge(&b, ml, "moeserve:tls_enabled", "1 when the server speaks HTTPS only (--tls-cert).",
+	      s->tls ? 1 : 0);
+	gauge(&b, ml, "moeserve:api_keys", "API keys accepted now (0: no authentication).",
+	      s->api_keys);
+	gauge(&b, ml, "moeserve:http_connections", "Open HTTP connections (--max-connections).",
+	      s->connections);
+	counter(&b, ml, "moeserve:auth_failures_total",
+		"Requests refused with 401: no, or no valid, API key.", s->auth_failures);
+	header(&b, "moeserve:api_key_reloads_total", "counter",
+	       "Rereadings of --api-key-file on SIGHUP, by result (error: the old keys kept).");
+	for (int i = 0; i < 2; i++)
+		ms_strbuf_printf(&b, "moeserve:api_key_reloads_total{model_name=\"%s\",result=\"%s\"} %"
+				 PRIu64 "\n", ml, i ? "error" : "ok", s->key_reloads[i]);
 
 	/* histograms */
 	for (int h = 0; h < H_COUNT; h++)

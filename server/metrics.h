@@ -25,6 +25,11 @@
  * | `moeserve:request_success_total` | counter | `model_name`, `finished_reason` | Finished requests by reason: `stop`, `length`, `tool_calls`, `cancelled`, `error` (others as reported, `other` past 16 distinct reasons) |
  * | `moeserve:http_requests_total` | counter | `model_name`, `method`, `status` | HTTP responses by method (`GET`, `POST`, ..., `other`) and status code |
  * | `moeserve:harmony_parse_errors_total` | counter | `model_name` | Malformed harmony output from the model, recovered as plain content |
+ * | `moeserve:tls_enabled` | gauge | `model_name` | 1 when the server speaks HTTPS only (`--tls-cert`) |
+ * | `moeserve:api_keys` | gauge | `model_name` | API keys accepted now (`--api-key` and `--api-key-file`; 0: no authentication) |
+ * | `moeserve:http_connections` | gauge | `model_name` | Open HTTP connections (at `--max-connections`, new ones wait) |
+ * | `moeserve:auth_failures_total` | counter | `model_name` | Requests refused with 401 (no valid API key) |
+ * | `moeserve:api_key_reloads_total` | counter | `model_name`, `result` | SIGHUP rereadings of `--api-key-file`: `ok`, or `error` (the old keys kept) |
  * | `moeserve:time_to_first_token_seconds` | histogram | `model_name` | Arrival to first generated token (s), 0.001..2560 |
  * | `moeserve:time_per_output_token_seconds` | histogram | `model_name` | Inter-token latency: time between two generated tokens of a request (s), 0.01..80 |
  * | `moeserve:e2e_request_latency_seconds` | histogram | `model_name` | Arrival to the last token (s), 0.3..7680 |
@@ -94,6 +99,16 @@ struct ms_metrics_grammars {
 };
 
 void ms_metrics_set_grammars(struct ms_metrics *m, const struct ms_metrics_grammars *g);
+
+/* One request refused for want of a valid API key (401). */
+void ms_metrics_auth_failure(struct ms_metrics *m);
+/* One SIGHUP reload of the key file: ok (api_keys: the new set's size) or
+ * not (the old keys kept). */
+void ms_metrics_key_reload(struct ms_metrics *m, bool ok, int api_keys);
+/* At start: HTTPS or not, and the keys accepted (0: no authentication). */
+void ms_metrics_set_transport(struct ms_metrics *m, bool tls, int api_keys);
+/* Open connections, as read at a scrape. */
+void ms_metrics_set_connections(struct ms_metrics *m, unsigned open);
 
 /* The model_loaded gauge. */
 void ms_metrics_set_loaded(struct ms_metrics *m, bool loaded);

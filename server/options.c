@@ -22,6 +22,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "auth.h"
 #include "ms-strbuf.h"
 
 /* ---- the option table ---- */
@@ -71,9 +72,23 @@ static const struct opt_def serve_opts[] = {
 	 "address to listen on (0.0.0.0: all IPv4)"},
 	{"port", 0, T_INT, F(port), 1, 65535, NULL, "8080", NULL, "N", "TCP port"},
 	{"api-key", 0, T_STR, F(api_key), 0, 0, NULL, NULL, "none (no authentication)", "KEY",
-	 "require \"Authorization: Bearer KEY\" on /v1/*"},
+	 "require \"Authorization: Bearer KEY\" on /v1/*\nand /tokenize, /detokenize (/health, /live,\n"
+	 "/metrics stay open)"},
 	{"api-key-file", 0, T_STR, F(api_key_file), 0, 0, NULL, NULL, "none", "FILE",
-	 "read the API key from FILE (not both this and\n--api-key)"},
+	 "API keys, one a line (blank and # lines\nignored), each accepted (with --api-key's);\n"
+	 "SIGHUP rereads it (a bad file keeps the old\nkeys)"},
+	{"tls-cert", 0, T_STR, F(tls_cert), 0, 0, NULL, NULL, "none (plain HTTP)", "FILE",
+	 "PEM certificate (chain): serve HTTPS only\n(with --tls-key)"},
+	{"tls-key", 0, T_STR, F(tls_key), 0, 0, NULL, NULL, "none", "FILE",
+	 "PEM private key of --tls-cert"},
+	{"tls-key-password", 0, T_STR, F(tls_key_password), 0, 0, NULL, NULL, "none", "PASS",
+	 "passphrase of an encrypted --tls-key (prefer\nthe environment variable to the flag)"},
+	{"tls-priorities", 0, T_STR, F(tls_priorities), 0, 0, NULL, NULL, "NORMAL", "STR",
+	 "GnuTLS priority string (ciphers, versions),\ne.g. SECURE256:-VERS-TLS1.2"},
+	{"max-connections", 0, T_INT, F(max_connections), 1, 65536, NULL, "1024", NULL, "N",
+	 "open connections; more wait in the kernel's\nlisten queue until one closes"},
+	{"max-connections-per-ip", 0, T_INT, F(max_connections_per_ip), 0, 65536, NULL, "0",
+	 "0 (no limit)", "N", "open connections from one address; more are\nclosed at once"},
 	{"max-body-bytes", 0, T_SIZE, F(max_body_bytes), KIB, GIB, NULL, "1M", NULL, "SIZE",
 	 "largest request body (bigger: 413), e.g. 4M"},
 	{"cors-origin", 0, T_STR, F(cors_origin), 0, 0, NULL, NULL, "none (CORS off)", "ORIGIN",
@@ -569,35 +584,77 @@ static int scan_argv(int argc, char *const *argv, struct flag *flags, int *n, st
 	return rc;
 }
 
-/* --api-key-file: read the key, refusing it next to --api-key. */
-static int load_api_key_file(struct ctx *c, struct ms_err *err)
+/* --api-key and --api-key-file: each key well-formed, the file readable
+ * and holding keys (the daemon reads it again when it starts, and on
+ * SIGHUP). Errors name the option and its source, never a key. */
+static int check_api_keys(struct ctx *c, struct ms_err *err)
 {
 	struct ms_serve_options *o = c->o;
 	const struct opt_def *dk = find_long("api-key", 7), *df = find_long("api-key-file", 12);
-	char lk[600], lf[600];
-	label(c, df, c->src[df - serve_opts], lf, sizeof(lf));
-	if (o->api_key)
-		return ms_err_set(err, -EINVAL, "%s: cannot be combined with %s (set one of the two)", lf,
-				  label(c, dk, c->src[dk - serve_opts], lk, sizeof(lk)));
-	char *text;
-	size_t len;
-	int rc = read_file(o->api_key_file, 64 * 1024, &text, &len);
-	if (rc == -ENOMEM)
-		return ms_err_set(err, rc, "%s: out of memory", lf);
-	if (rc == -EFBIG)
-		return ms_err_set(err, -EINVAL, "%s: \"%s\" is larger than 64 KiB", lf, o->api_key_file);
+	char lab[600];
+	const char *why = o->api_key ? ms_auth_key_invalid(o->api_key, strlen(o->api_key)) : NULL;
+	if (why)
+		return ms_err_set(err, -EINVAL, "%s: the key is %s",
+				  label(c, dk, c->src[dk - serve_opts], lab, sizeof(lab)), why);
+	if (!o->api_key_file)
+		return 0;
+	struct ms_keyset *ks;
+	/* with --api-key's key, a file without keys is fine: they may come
+	 * later, on SIGHUP */
+	int rc = ms_keyset_load(o->api_key, o->api_key_file, &ks, err);
+	ms_keyset_free(ks);
 	if (rc)
-		return ms_err_set(err, -ENOENT, "%s: cannot read \"%s\": %s", lf, o->api_key_file,
-				  strerror(-rc));
-	while (len && isspace((unsigned char)text[len - 1]))
-		text[--len] = '\0';
-	if (!len || strlen(text) != len) {
-		free(text);
-		return ms_err_set(err, -EINVAL, "%s: \"%s\" holds no key (empty, or a NUL byte in it)",
-				  lf, o->api_key_file);
-	}
-	o->api_key = text;
+		ms_err_prefix(err, "%s: ", label(c, df, c->src[df - serve_opts], lab, sizeof(lab)));
+	return rc;
+}
+
+/* A PEM file of the TLS options into *pem; NULL path: nothing. */
+static int read_pem(struct ctx *c, const char *name, const char *path, const char *marker,
+		    char **pem, struct ms_err *err)
+{
+	const struct opt_def *d = find_long(name, strlen(name));
+	char lab[600];
+	label(c, d, c->src[d - serve_opts], lab, sizeof(lab));
+	size_t len;
+	int rc = read_file(path, 1u << 20, pem, &len);
+	if (rc == -ENOMEM)
+		return ms_err_set(err, rc, "%s: out of memory", lab);
+	if (rc == -EFBIG)
+		return ms_err_set(err, -EINVAL, "%s: \"%s\" is larger than 1 MiB", lab, path);
+	if (rc)
+		return ms_err_set(err, -ENOENT, "%s: cannot read \"%s\": %s", lab, path, strerror(-rc));
+	if (strlen(*pem) != len || !strstr(*pem, marker))
+		return ms_err_set(err, -EINVAL, "%s: \"%s\" is not PEM (no \"%s\" line)", lab, path,
+				  marker);
 	return 0;
+}
+
+/* --tls-*: the certificate and the key both or neither; the password and
+ * the priorities only with them; the files read. */
+static int check_tls(struct ctx *c, struct ms_err *err)
+{
+	struct ms_serve_options *o = c->o;
+	static const char *const names[] = {"tls-cert", "tls-key", "tls-key-password",
+					    "tls-priorities"};
+	char *const vals[] = {o->tls_cert, o->tls_key, o->tls_key_password, o->tls_priorities};
+	char lab[600];
+	for (int i = 0; i < 4; i++) {
+		const struct opt_def *d = find_long(names[i], strlen(names[i]));
+		label(c, d, c->src[d - serve_opts], lab, sizeof(lab));
+		if (i < 2 && vals[i] && !vals[1 - i])
+			return ms_err_set(err, -EINVAL, "%s: needs --%s too (give both or neither)", lab,
+					  names[1 - i]);
+		if (i >= 2 && vals[i] && !o->tls_cert)
+			return ms_err_set(err, -EINVAL, "%s: only applies with --tls-cert and --tls-key",
+					  lab);
+	}
+	if (!o->tls_cert)
+		return 0;
+	int rc = read_pem(c, "tls-cert", o->tls_cert, "-----BEGIN CERTIFICATE-----",
+			  &o->tls_cert_pem, err);
+	if (!rc)
+		rc = read_pem(c, "tls-key", o->tls_key, "PRIVATE KEY-----", &o->tls_key_pem, err);
+	return rc;
 }
 
 int ms_serve_options_parse(struct ms_serve_options *o, int argc, char *const *argv,
@@ -670,8 +727,9 @@ int ms_serve_options_parse(struct ms_serve_options *o, int argc, char *const *ar
 	if (rc)
 		goto out;
 
-	if (o->api_key_file)
-		rc = load_api_key_file(&c, err);
+	rc = check_api_keys(&c, err);
+	if (!rc)
+		rc = check_tls(&c, err);
 out:
 	free(flags);
 	if (rc)
@@ -687,6 +745,10 @@ void ms_serve_options_free(struct ms_serve_options *o)
 		if (serve_opts[i].type == T_STR)
 			free(*(char **)(void *)((char *)o + serve_opts[i].off));
 	free(o->config);
+	if (o->tls_key_pem)
+		explicit_bzero(o->tls_key_pem, strlen(o->tls_key_pem));
+	free(o->tls_cert_pem);
+	free(o->tls_key_pem);
 	memset(o, 0, sizeof(*o));
 }
 

@@ -48,8 +48,18 @@ struct ms_serve_options {
 	char *host;                /* listen address, "127.0.0.1" */
 	int port;                  /* 8080, in [1, 65535] */
 	char *api_key;             /* Bearer token the /v1 routes require; NULL: no auth */
-	char *api_key_file;        /* file holding the key (the key is read into api_key; set
-	                              at most one of the two) */
+	char *api_key_file;        /* file of keys, one a line (auth.h), reread on SIGHUP; with
+	                              api_key, both are accepted */
+	char *tls_cert;            /* PEM certificate (chain) file: HTTPS; NULL: plain HTTP */
+	char *tls_key;             /* PEM private key file (set both or neither) */
+	char *tls_key_password;    /* the key's passphrase, when it is encrypted */
+	char *tls_priorities;      /* GnuTLS priority string; NULL: libmicrohttpd's "NORMAL" */
+	char *tls_cert_pem;        /* tls_cert's and tls_key's contents, read by the parse */
+	char *tls_key_pem;
+	int max_connections;       /* open connections; beyond it new ones wait in the
+	                              listen backlog; 1024 */
+	int max_connections_per_ip; /* per client address; beyond it new ones are closed; 0: no
+	                              limit */
 	uint64_t max_body_bytes;   /* request bodies above this: 413; 1 MiB */
 	char *cors_origin;         /* Access-Control-Allow-Origin value; NULL: CORS off */
 	int keepalive_s;           /* SSE comment every N idle seconds; 0: off; 10 */
@@ -94,7 +104,8 @@ struct ms_serve_options {
  * and the source ("--port: ...", "MOESERVE_PORT: ...", "config file F: key
  * \"port\": ..."): -EINVAL for a bad flag or value, -ENOENT for a config or
  * key file that cannot be read, -EBADMSG for a config file that is not a
- * JSON object, -ENOMEM. After a non-zero return o owns nothing (freeing it
+ * JSON object, -ENOMEM. The API key file is read and checked (auth.h) and
+ * the TLS files read here, so their errors name the option too. After a non-zero return o owns nothing (freeing it
  * again is harmless). Reentrant: no global state. */
 int ms_serve_options_parse(struct ms_serve_options *o, int argc, char *const *argv,
 			   char *const *envp, struct ms_err *err);

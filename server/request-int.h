@@ -21,6 +21,32 @@ void ms_req_refusal(struct ms_req_error *e, const char *param, const cJSON *got,
 	__attribute__((format(printf, 4, 5)));
 #define ms_req_refuse(...) (ms_req_refusal(__VA_ARGS__), -EINVAL)
 
+/* The same with OpenAI's error code (NULL: none). param may be e->path. */
+void ms_req_refusal_code(struct ms_req_error *e, const char *code, const char *param, const cJSON *got,
+			 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+#define ms_req_refuse_code(...) (ms_req_refusal_code(__VA_ARGS__), -EINVAL)
+
+/* OpenAI's three refusals of one field, its path formatted from pathfmt:
+ * "Invalid type for 'PATH': expected EXPECTED (got ...)." (invalid_type),
+ * "Missing required parameter: 'PATH'." (missing_required_parameter),
+ * "Invalid value for 'PATH': WHY (got ...)." (invalid_value). */
+void ms_req_type_refusal(struct ms_req_error *e, const cJSON *got, const char *expected,
+			 const char *pathfmt, ...) __attribute__((format(printf, 4, 5)));
+void ms_req_missing_refusal(struct ms_req_error *e, const char *pathfmt, ...)
+	__attribute__((format(printf, 2, 3)));
+void ms_req_value_refusal(struct ms_req_error *e, const cJSON *got, const char *why,
+			  const char *pathfmt, ...) __attribute__((format(printf, 4, 5)));
+#define ms_req_wrong_type(...) (ms_req_type_refusal(__VA_ARGS__), -EINVAL)
+#define ms_req_missing(...) (ms_req_missing_refusal(__VA_ARGS__), -EINVAL)
+#define ms_req_bad_value(...) (ms_req_value_refusal(__VA_ARGS__), -EINVAL)
+
+/* A function's definition at path `at` (chat's tools[i].function, a
+ * Responses flat tool tools[i]): "name" required and matching the API's
+ * ^[a-zA-Z0-9_-]{1,64}$, "description" a string, "strict" a boolean,
+ * "parameters" a JSON Schema object (type-checked keyword by keyword,
+ * nested schemas too; under strict, "required" names only properties). */
+int ms_req_check_function(const cJSON *fn, const char *at, struct ms_req_error *e);
+
 /* 500 "out of memory"; -ENOMEM. */
 int ms_req_oom(struct ms_req_error *e);
 

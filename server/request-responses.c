@@ -15,7 +15,9 @@
  *   function_call_output           a tool message, named by its call_id
  *
  * Items of hosted tools (web_search_call, local_shell_call, ...) and item
- * references have nothing to render and are skipped.
+ * references have nothing to render and are skipped. Each rendered item's
+ * fields are checked here, refusals naming input[i]... (its index in this
+ * request's input), before chat sees the messages made of them.
  */
 #include "request.h"
 
@@ -23,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ms-strbuf.h"
 #include "request-int.h"
 
 #define refuse ms_req_refuse
@@ -34,6 +37,8 @@ struct conv {
 	cJSON *msgs;
 	char *reasoning;           /* malloc'd */
 	cJSON *calls;              /* the open assistant message's tool_calls, or NULL */
+	int n_prev;                /* the items of previous_response_id, first */
+	char at[48];               /* the item's path: input[i] */
 };
 
 static const char *str_of(const cJSON *o, const char *k)
@@ -42,40 +47,66 @@ static const char *str_of(const cJSON *o, const char *k)
 	return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-/* Text parts joined: a string, or a list of parts whose "text" is taken
- * (input_text, output_text, text, summary_text, reasoning_text, refusal's
- * "refusal"). 1 with *out malloc'd, 0 when v is not that. */
-static int parts_text(const cJSON *v, char **out, const char **bad)
+/* The part types whose text is read ("refusal" holds its own key), and
+ * the API's that this model cannot read. */
+static const char *const text_parts[] = {"input_text", "output_text", "text", "summary_text",
+					 "reasoning_text", "refusal"};
+static const char *const media_parts[] = {"input_image", "input_file", "input_audio"};
+
+/* Part j of <at>.<field>: its text. */
+static int part_of(const cJSON *p, const char *at, const char *field, int j, const char **out,
+		   struct ms_req_error *e)
+{
+	if (!cJSON_IsObject(p))
+		return ms_req_wrong_type(e, p, "an object", "%s.%s[%d]", at, field, j);
+	const cJSON *ty = jget(p, "type");
+	if (!ty)
+		return ms_req_missing(e, "%s.%s[%d].type", at, field, j);
+	if (!cJSON_IsString(ty))
+		return ms_req_wrong_type(e, ty, "a string", "%s.%s[%d].type", at, field, j);
+	for (int k = 0; k < 3; k++)
+		if (!strcmp(ty->valuestring, media_parts[k]))
+			return ms_req_bad_value(e, ty, "content parts of this type are not supported by "
+						"this model (it reads text only: input_text, output_text)",
+						"%s.%s[%d].type", at, field, j);
+	int k = 0;
+	while (k < 6 && strcmp(ty->valuestring, text_parts[k]))
+		k++;
+	if (k == 6)
+		return ms_req_bad_value(e, ty, "supported values are \"input_text\", \"output_text\", "
+					"\"refusal\", \"summary_text\" and \"reasoning_text\"",
+					"%s.%s[%d].type", at, field, j);
+	const char *key = k == 5 ? "refusal" : "text";
+	const cJSON *t = jget(p, key);
+	if (!t)
+		return ms_req_missing(e, "%s.%s[%d].%s", at, field, j, key);
+	if (!cJSON_IsString(t))
+		return ms_req_wrong_type(e, t, "a string", "%s.%s[%d].%s", at, field, j, key);
+	*out = t->valuestring;
+	return 0;
+}
+
+/* <at>.<field> v: a string, or a list of text parts joined; *out malloc'd. */
+static int parts_text(const cJSON *v, const char *at, const char *field, char **out,
+		      struct ms_req_error *e)
 {
 	*out = NULL;
-	*bad = NULL;
 	if (cJSON_IsString(v))
-		return (*out = strdup(v->valuestring)) ? 1 : -ENOMEM;
+		return (*out = strdup(v->valuestring)) ? 0 : ms_req_oom(e);
 	if (!cJSON_IsArray(v))
-		return 0;
-	size_t len = 0, cap = 1;
+		return ms_req_wrong_type(e, v, "a string or a list of content parts", "%s.%s", at, field);
+	struct ms_strbuf b = {0};
 	const cJSON *p;
+	int j = 0, rc;
 	cJSON_ArrayForEach(p, v) {
-		const char *t = str_of(p, "text"), *ty = str_of(p, "type");
-		if (!t && ty && !strcmp(ty, "refusal"))
-			t = str_of(p, "refusal");
-		if (!t) {
-			*bad = ty ? ty : "(no type)";
-			return 0;
+		const char *t;
+		if ((rc = part_of(p, at, field, j++, &t, e))) {
+			ms_strbuf_free(&b);
+			return rc;
 		}
-		cap += strlen(t);
+		ms_strbuf_str(&b, t);
 	}
-	char *s = malloc(cap);
-	if (!s)
-		return -ENOMEM;
-	cJSON_ArrayForEach(p, v) {
-		const char *t = str_of(p, "text") ? str_of(p, "text") : str_of(p, "refusal");
-		memcpy(s + len, t, strlen(t));
-		len += strlen(t);
-	}
-	s[len] = '\0';
-	*out = s;
-	return 1;
+	return (*out = ms_strbuf_take(&b)) ? 0 : ms_req_oom(e);
 }
 
 /* A new chat message {role, content} at the end (content may be NULL). */
@@ -101,27 +132,39 @@ static void take_reasoning(struct conv *c, cJSON *m)
 	c->reasoning = NULL;
 }
 
-static int item_message(struct conv *c, const cJSON *it, int i, struct ms_req_error *e)
+/* A string field of the item: required (a missing or wrong one refused
+ * by its path), or NULL when absent and not required. */
+static int item_str(const cJSON *it, const char *at, const char *k, bool required, const char **out,
+		    struct ms_req_error *e)
 {
-	const char *role = str_of(it, "role");
+	const cJSON *v = jget(it, k);
+	*out = NULL;
+	if (!v)
+		return required ? ms_req_missing(e, "%s.%s", at, k) : 0;
+	if (!cJSON_IsString(v))
+		return ms_req_wrong_type(e, v, "a string", "%s.%s", at, k);
+	*out = v->valuestring;
+	return 0;
+}
+
+static int item_message(struct conv *c, const cJSON *it, struct ms_req_error *e)
+{
 	static const char *const roles[] = {"user", "assistant", "system", "developer", NULL};
-	int r = 0;
-	while (role && roles[r] && strcmp(roles[r], role))
+	const char *role;
+	int r = 0, rc = item_str(it, c->at, "role", true, &role, e);
+	if (rc)
+		return rc;
+	while (roles[r] && strcmp(roles[r], role))
 		r++;
-	if (!role || !roles[r])
-		return refuse(e, "input", jget(it, "role"), "input[%d].role must be \"user\", "
-			      "\"assistant\", \"system\" or \"developer\"", i);
+	if (!roles[r])
+		return ms_req_bad_value(e, jget(it, "role"), "supported values are \"user\", \"assistant\", "
+					"\"system\" and \"developer\"", "%s.role", c->at);
+	const cJSON *content = jget(it, "content");
+	if (!content)
+		return ms_req_missing(e, "%s.content", c->at);
 	char *text;
-	const char *bad;
-	int ok = parts_text(jget(it, "content"), &text, &bad);
-	if (ok < 0)
-		return ms_req_oom(e);
-	if (!ok && bad)
-		return refuse(e, "input", NULL, "input[%d].content: parts of type \"%s\" are not "
-			      "supported (text parts only: input_text, output_text)", i, bad);
-	if (!ok)
-		return refuse(e, "input", jget(it, "content"), "input[%d].content must be a string "
-			      "or a list of text parts", i);
+	if ((rc = parts_text(content, c->at, "content", &text, e)))
+		return rc;
 	cJSON *m = add_msg(c, role, text);
 	free(text);
 	if (!strcmp(role, "assistant"))
@@ -129,36 +172,36 @@ static int item_message(struct conv *c, const cJSON *it, int i, struct ms_req_er
 	return 0;
 }
 
-static int item_reasoning(struct conv *c, const cJSON *it, int i, struct ms_req_error *e)
+static int item_reasoning(struct conv *c, const cJSON *it, struct ms_req_error *e)
 {
-	char *text = NULL;
-	const char *bad;
-	int ok = parts_text(jget(it, "content"), &text, &bad);
-	if (ok == 1 && !*text) {
+	char *text = NULL, *sum = NULL;
+	const cJSON *ct = jget(it, "content"), *sm = jget(it, "summary");
+	int rc = ct ? parts_text(ct, c->at, "content", &text, e) : 0;
+	if (!rc && sm)
+		rc = parts_text(sm, c->at, "summary", &sum, e);
+	if (!rc && (!text || !*text)) { /* no content text: the summary's */
 		free(text);
-		ok = 0;
+		text = sum;
+		sum = NULL;
 	}
-	if (ok == 0) /* no content text: the summary's */
-		ok = parts_text(jget(it, "summary"), &text, &bad);
-	if (ok < 0)
-		return ms_req_oom(e);
-	(void)i;
-	if (!ok || !*text) { /* only encrypted_content, or nothing: nothing to render */
+	free(sum);
+	if (rc || !text || !*text) { /* only encrypted_content, or nothing: nothing to render */
 		free(text);
-		return 0;
+		return rc;
 	}
 	free(c->reasoning); /* two in a row: the later one */
 	c->reasoning = text;
 	return 0;
 }
 
-static int item_call(struct conv *c, const cJSON *it, int i, struct ms_req_error *e)
+static int item_call(struct conv *c, const cJSON *it, struct ms_req_error *e)
 {
-	const char *name = str_of(it, "name"), *id = str_of(it, "call_id");
-	const cJSON *args = jget(it, "arguments");
-	if (!name || !id)
-		return refuse(e, "input", NULL, "input[%d]: a function_call item needs \"name\" and "
-			      "\"call_id\"", i);
+	const char *name, *id, *args;
+	int rc;
+	if ((rc = item_str(it, c->at, "call_id", true, &id, e)) ||
+	    (rc = item_str(it, c->at, "name", true, &name, e)) ||
+	    (rc = item_str(it, c->at, "arguments", true, &args, e)))
+		return rc;
 	if (!c->calls) {
 		cJSON *m = add_msg(c, "assistant", NULL);
 		take_reasoning(c, m);
@@ -169,45 +212,51 @@ static int item_call(struct conv *c, const cJSON *it, int i, struct ms_req_error
 	cJSON_AddStringToObject(tc, "type", "function");
 	fn = cJSON_AddObjectToObject(tc, "function");
 	cJSON_AddStringToObject(fn, "name", name);
-	if (args)
-		cJSON_AddItemToObject(fn, "arguments", cJSON_Duplicate(args, true));
+	cJSON_AddStringToObject(fn, "arguments", args);
 	cJSON_AddItemToArray(c->calls, tc);
 	return 0;
 }
 
-static int item_output(struct conv *c, const cJSON *it, int i, struct ms_req_error *e)
+static int item_output(struct conv *c, const cJSON *it, struct ms_req_error *e)
 {
-	const char *id = str_of(it, "call_id");
+	const char *id;
+	int rc = item_str(it, c->at, "call_id", true, &id, e);
+	if (rc)
+		return rc;
+	const cJSON *out = jget(it, "output");
+	if (!out)
+		return ms_req_missing(e, "%s.output", c->at);
 	char *text;
-	const char *bad;
-	int ok = parts_text(jget(it, "output"), &text, &bad);
-	if (ok < 0)
-		return ms_req_oom(e);
-	if (!id || !ok) {
-		free(text);
-		return refuse(e, "input", NULL, "input[%d]: a function_call_output item needs "
-			      "\"call_id\" and \"output\" (a string or text parts)", i);
-	}
+	if ((rc = parts_text(out, c->at, "output", &text, e)))
+		return rc;
 	cJSON *m = add_msg(c, "tool", text);
 	free(text);
 	cJSON_AddStringToObject(m, "tool_call_id", id);
 	return 0;
 }
 
-/* One item; i its index in the conversation. */
+/* One item; i its index in the conversation (previous_response_id's
+ * items, then input's). */
 static int item_of(struct conv *c, const cJSON *it, int i, struct ms_req_error *e)
 {
+	if (i < c->n_prev)
+		snprintf(c->at, sizeof(c->at), "previous_response_id");
+	else
+		snprintf(c->at, sizeof(c->at), "input[%d]", i - c->n_prev);
 	if (!cJSON_IsObject(it))
-		return refuse(e, "input", it, "input[%d] must be an object", i);
-	const char *type = str_of(it, "type");
+		return ms_req_wrong_type(e, it, "an object (an input item)", "%s", c->at);
+	const char *type;
+	int rc = item_str(it, c->at, "type", false, &type, e);
+	if (rc)
+		return rc;
 	if (!type || !strcmp(type, "message"))
-		return item_message(c, it, i, e);
+		return item_message(c, it, e);
 	if (!strcmp(type, "reasoning"))
-		return item_reasoning(c, it, i, e);
+		return item_reasoning(c, it, e);
 	if (!strcmp(type, "function_call"))
-		return item_call(c, it, i, e);
+		return item_call(c, it, e);
 	if (!strcmp(type, "function_call_output"))
-		return item_output(c, it, i, e);
+		return item_output(c, it, e);
 	return 0; /* hosted tools' calls and outputs, item references: nothing to render */
 }
 
@@ -241,7 +290,10 @@ static int items_field(const cJSON *req, const cJSON *prev, struct ms_req_gen *r
 
 static int messages_of(const cJSON *req, struct ms_req_gen *r, cJSON *body, struct ms_req_error *e)
 {
-	struct conv c = {.msgs = cJSON_AddArrayToObject(body, "messages")};
+	const cJSON *in = jget(req, "input");
+	struct conv c = {.msgs = cJSON_AddArrayToObject(body, "messages"),
+			 .n_prev = cJSON_GetArraySize(r->items) -
+				   (cJSON_IsArray(in) ? cJSON_GetArraySize(in) : 1)};
 	const cJSON *ins = jget(req, "instructions");
 	if (ins && !cJSON_IsString(ins))
 		return refuse(e, "instructions", ins, "\"instructions\" must be a string");
@@ -262,26 +314,56 @@ static int messages_of(const cJSON *req, struct ms_req_gen *r, cJSON *body, stru
 
 /* ---- tools, tool_choice ---- */
 
+/* The API's tool types other than function: hosted tools (and Codex's
+ * namespace and custom tools) that this server cannot run. Clients such as
+ * Codex send them with every request, so they are ignored (the server
+ * logs the first), not refused; any other type is. */
+static bool hosted_tool(const char *type)
+{
+	static const char *const hosted[] = {"file_search", "computer_use_preview", "computer_use",
+					     "computer", "code_interpreter", "image_generation", "mcp",
+					     "local_shell", "shell", "apply_patch", "custom",
+					     "namespace", "tool_search"};
+	if (!strncmp(type, "web_search", strlen("web_search")))
+		return true;
+	for (size_t k = 0; k < sizeof(hosted) / sizeof(hosted[0]); k++)
+		if (!strcmp(type, hosted[k]))
+			return true;
+	return false;
+}
+
 /* A function tool (flat, or chat's nested form) as chat's; 0 when the tool
- * is another kind (ignored). */
+ * is a hosted one (ignored). */
 static int tool_of(const cJSON *t, int i, cJSON *out, struct ms_req_gen *r, struct ms_req_error *e)
 {
-	const char *type = str_of(t, "type");
-	if (!cJSON_IsObject(t) || !type)
-		return refuse(e, "tools", t, "tools[%d] needs a \"type\"", i);
-	if (strcmp(type, "function")) {
+	if (!cJSON_IsObject(t))
+		return ms_req_wrong_type(e, t, "an object", "tools[%d]", i);
+	const cJSON *ty = jget(t, "type");
+	if (!ty)
+		return ms_req_missing(e, "tools[%d].type", i);
+	if (!cJSON_IsString(ty))
+		return ms_req_wrong_type(e, ty, "a string", "tools[%d].type", i);
+	if (strcmp(ty->valuestring, "function")) {
+		if (!hosted_tool(ty->valuestring))
+			return ms_req_bad_value(e, ty, "supported values are \"function\" (and the API's "
+						"hosted tools, which this server ignores)", "tools[%d].type", i);
 		if (!r->ignored_tool)
-			r->ignored_tool = type;
+			r->ignored_tool = ty->valuestring;
 		return 0;
 	}
-	const cJSON *fn = jget(t, "function") ? jget(t, "function") : t;
-	const cJSON *name = jget(fn, "name");
-	if (!cJSON_IsString(name) || !name->valuestring[0])
-		return refuse(e, "tools", name, "tools[%d].name is required", i);
+	const cJSON *fn = jget(t, "function");
+	char at[48];
+	if (fn && !cJSON_IsObject(fn))
+		return ms_req_wrong_type(e, fn, "an object", "tools[%d].function", i);
+	snprintf(at, sizeof(at), fn ? "tools[%d].function" : "tools[%d]", i);
+	fn = fn ? fn : t;
+	int rc = ms_req_check_function(fn, at, e);
+	if (rc)
+		return rc;
 	cJSON *o = cJSON_CreateObject(), *f;
 	cJSON_AddStringToObject(o, "type", "function");
 	f = cJSON_AddObjectToObject(o, "function");
-	cJSON_AddStringToObject(f, "name", name->valuestring);
+	cJSON_AddStringToObject(f, "name", jget(fn, "name")->valuestring);
 	const char *keys[] = {"description", "parameters", "strict"};
 	for (int k = 0; k < 3; k++)
 		if (jget(fn, keys[k]))
@@ -452,18 +534,24 @@ static int params_of(const cJSON *req, struct ms_req_gen *r, cJSON *body, struct
 	return 0;
 }
 
-/* The chat parser's refusal, named by the Responses field. */
+/* The chat parser's refusal, named by the Responses field. Items and
+ * tools were checked here first, so what chat still refuses of them
+ * (a strict tool's schema the grammar cannot hold, the rendered prompt)
+ * is named by the field alone: chat's indices are not the request's. */
 static void rename_param(struct ms_req_error *e)
 {
 	static const char *const from[] = {"messages", "max_tokens", "reasoning_effort",
-					   "response_format", "response_format.json_schema.schema"};
+					   "response_format", "response_format.json_schema.schema",
+					   "tools"};
 	static const char *const to[] = {"input", "max_output_tokens", "reasoning.effort",
-					 "text.format", "text.format.schema"};
-	for (int k = 0; e->param && k < 5; k++)
-		if (!strcmp(e->param, from[k])) {
+					 "text.format", "text.format.schema", "tools"};
+	for (int k = 0; e->param && k < 6; k++) {
+		size_t n = strlen(from[k]);
+		if (!strncmp(e->param, from[k], n) && (!e->param[n] || (k == 0 || k == 5))) {
 			e->param = to[k];
 			break;
 		}
+	}
 }
 
 int ms_req_responses(const struct ms_req_model *m, cJSON *req, const cJSON *prev,

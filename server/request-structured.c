@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "grammar-cache.h"
+#include "ms-utf8.h"
 #include "request-int.h"
 
 #define refuse ms_req_refuse
@@ -158,6 +159,11 @@ static int get(const struct ms_req_model *m, const struct want *w, struct ms_tma
 	int rc = want_text(w, &text, e);
 	if (rc)
 		return rc;
+	if (w->kind == MS_GK_CHOICE && ms_nul_carried(text, strlen(text))) {
+		free(text); /* a choice is raw text, which a NUL would cut */
+		return refuse(e, w->field, NULL, "\"%s\": a choice holding a NUL (\\u0000) is not "
+			      "supported", w->field);
+	}
 	struct ms_err err = {0};
 	rc = ms_grammar_cache_get(m->grammars, w->kind, text, out, &err);
 	free(text);

@@ -42,23 +42,101 @@ static const char *shown(const cJSON *v, char *b, size_t n)
 }
 
 #define refuse ms_req_refuse
+#define refuse_code ms_req_refuse_code
 #define oom ms_req_oom
 #define jget ms_req_jget
+
+/* The refusal's message from fmt and ap, then " (got v)". */
+static void refusal_v(struct ms_req_error *e, const char *code, const cJSON *got, const char *fmt,
+		      va_list ap)
+{
+	vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+	size_t l = strlen(e->msg);
+	if (got) {
+		char v[64];
+		snprintf(e->msg + l, sizeof(e->msg) - l, " (got %s)", shown(got, v, sizeof(v)));
+	}
+	e->status = 400;
+	e->type = "invalid_request_error";
+	e->code = code;
+}
+
+/* param into e->path (it may be there already), e->param pointing at it. */
+static void set_param(struct ms_req_error *e, const char *param)
+{
+	if (param && param != e->path)
+		snprintf(e->path, sizeof(e->path), "%s", param);
+	e->param = param ? e->path : NULL;
+}
 
 void ms_req_refusal(struct ms_req_error *e, const char *param, const cJSON *got, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+	refusal_v(e, NULL, got, fmt, ap);
 	va_end(ap);
-	if (got) {
+	set_param(e, param);
+}
+
+void ms_req_refusal_code(struct ms_req_error *e, const char *code, const char *param, const cJSON *got,
+			 const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	refusal_v(e, code, got, fmt, ap);
+	va_end(ap);
+	set_param(e, param);
+}
+
+/* OpenAI's wording: "<head>'<path>'<mid> (got v)." with e->path from
+ * pathfmt; show: the value is shown even when absent or null. */
+static void path_refusal(struct ms_req_error *e, const char *code, const cJSON *got, bool show,
+			 const char *head, const char *mid, const char *pathfmt, va_list ap)
+{
+	vsnprintf(e->path, sizeof(e->path), pathfmt, ap);
+	snprintf(e->msg, sizeof(e->msg), "%s'%s'%s", head, e->path, mid);
+	size_t l = strlen(e->msg);
+	if (got || show) {
 		char v[64];
-		size_t l = strlen(e->msg);
 		snprintf(e->msg + l, sizeof(e->msg) - l, " (got %s)", shown(got, v, sizeof(v)));
+		l = strlen(e->msg);
 	}
+	snprintf(e->msg + l, sizeof(e->msg) - l, ".");
 	e->status = 400;
 	e->type = "invalid_request_error";
-	e->param = param;
+	e->code = code;
+	e->param = e->path;
+}
+
+void ms_req_type_refusal(struct ms_req_error *e, const cJSON *got, const char *expected,
+			 const char *pathfmt, ...)
+{
+	char mid[256];
+	snprintf(mid, sizeof(mid), ": expected %s", expected);
+	va_list ap;
+	va_start(ap, pathfmt);
+	path_refusal(e, "invalid_type", got, true, "Invalid type for ", mid, pathfmt, ap);
+	va_end(ap);
+}
+
+void ms_req_missing_refusal(struct ms_req_error *e, const char *pathfmt, ...)
+{
+	va_list ap;
+	va_start(ap, pathfmt);
+	path_refusal(e, "missing_required_parameter", NULL, false, "Missing required parameter: ",
+		     "", pathfmt, ap);
+	va_end(ap);
+}
+
+void ms_req_value_refusal(struct ms_req_error *e, const cJSON *got, const char *why,
+			  const char *pathfmt, ...)
+{
+	char mid[512];
+	snprintf(mid, sizeof(mid), ": %s", why);
+	va_list ap;
+	va_start(ap, pathfmt);
+	path_refusal(e, "invalid_value", got, false, "Invalid value for ", mid, pathfmt, ap);
+	va_end(ap);
 }
 
 int ms_req_oom(struct ms_req_error *e)
@@ -67,6 +145,7 @@ int ms_req_oom(struct ms_req_error *e)
 	e->status = 500;
 	e->type = "server_error";
 	e->param = NULL;
+	e->code = NULL;
 	return -ENOMEM;
 }
 
@@ -184,12 +263,18 @@ static int logit_bias_field(const cJSON *j, int64_t vocab, struct ms_req_gen *r,
 		return oom(e);
 	size_t k = 0;
 	cJSON_ArrayForEach(it, v) {
-		char *end;
-		long id = strtol(it->string, &end, 10);
-		if (*end || end == it->string || id < 0 || id >= vocab || !cJSON_IsNumber(it) ||
-		    fabs(it->valuedouble) > 100)
-			return refuse(e, "logit_bias", it, "\"logit_bias\": \"%s\" must be a token id in "
-				      "[0, %lld) with a bias in [-100, 100]", it->string, (long long)vocab);
+		/* keys are token ids in decimal, digits only: strtol alone would
+		 * take " 5", "+5" and "0x5"-less forms as ids */
+		size_t nd = strspn(it->string, "0123456789");
+		long id = nd && !it->string[nd] && nd < 10 ? strtol(it->string, NULL, 10) : -1;
+		if (id < 0 || id >= vocab)
+			return refuse_code(e, "invalid_value", "logit_bias", NULL, "Invalid value for "
+					   "'logit_bias': the key \"%.40s\" is not a token id in [0, %lld) "
+					   "(a decimal number)", it->string, (long long)vocab);
+		if (!cJSON_IsNumber(it) || fabs(it->valuedouble) > 100)
+			return refuse_code(e, cJSON_IsNumber(it) ? "invalid_value" : "invalid_type",
+					   "logit_bias", it, "Invalid value for 'logit_bias': the bias of "
+					   "token %ld must be a number in [-100, 100]", id);
 		r->bias[k++] = (struct ms_logit_bias){(int32_t)id, (float)it->valuedouble};
 	}
 	r->params.sampling.logit_bias = r->bias;
@@ -228,9 +313,12 @@ static int stop_field(const cJSON *j, struct ms_req_gen *r, struct ms_req_error 
 	}
 	if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) > MS_REQ_MAX_STOPS)
 		return refuse(e, "stop", v, "\"stop\" must be a string or a list of at most 16 strings");
+	int i = 0;
 	cJSON_ArrayForEach(it, v) {
 		if (!cJSON_IsString(it))
-			return refuse(e, "stop", it, "\"stop\" must be a string or a list of strings");
+			return ms_req_wrong_type(e, it, "a string (\"stop\" is a string or a list of "
+						 "strings)", "stop[%d]", i);
+		i++;
 		if (it->valuestring[0])
 			r->stops[r->n_stops++] = it->valuestring;
 	}
@@ -276,15 +364,13 @@ int ms_req_body(const struct ms_req_model *m, const char *body, size_t len, cJSO
 		struct ms_req_error *e)
 {
 	*out = NULL;
-	unsigned long f0 = ms_json_failures();
-	const char *end = NULL;
-	body = body ? body : "";
-	cJSON *req = cJSON_ParseWithLengthOpts(body, len, &end, false);
-	if (!req && ms_json_failures() != f0)
+	cJSON *req;
+	char why[sizeof(e->msg)];
+	int prc = ms_json_parse_strict(body ? body : "", body ? len : 0, &req, why, sizeof(why));
+	if (prc == -ENOMEM)
 		return oom(e);
-	if (!req)
-		return refuse(e, NULL, NULL, "the body is not a JSON object (not valid JSON near byte %zu)",
-			      end ? (size_t)(end - body) : (size_t)0);
+	if (prc)
+		return refuse(e, NULL, NULL, "%s", why);
 	if (!cJSON_IsObject(req)) {
 		int rc = refuse(e, NULL, req, "the body is not a JSON object");
 		cJSON_Delete(req);
@@ -297,6 +383,7 @@ int ms_req_body(const struct ms_req_model *m, const char *body, size_t len, cJSO
 		e->status = 404;
 		e->type = "invalid_request_error";
 		e->param = "model";
+		e->code = "model_not_found";
 		cJSON_Delete(req);
 		return -ENOENT;
 	}
@@ -364,7 +451,7 @@ void ms_req_gen_free(struct ms_req_gen *r)
 /* ---- POST /v1/completions ---- */
 
 /* A list of token ids into *out (its length in *n). */
-static int prompt_ids(const struct ms_req_model *m, const cJSON *p, int32_t **out, int64_t *n,
+static int prompt_ids(const struct ms_req_model *m, const cJSON *p, int at, int32_t **out, int64_t *n,
 		      struct ms_req_error *e)
 {
 	*out = malloc((size_t)(cJSON_GetArraySize(p) + 1) * sizeof(int32_t));
@@ -375,8 +462,16 @@ static int prompt_ids(const struct ms_req_model *m, const cJSON *p, int32_t **ou
 	cJSON_ArrayForEach(it, p) {
 		if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) || it->valuedouble < 0 ||
 		    it->valuedouble >= (double)m->vocab)
-			return refuse(e, "prompt", it, "prompt token %lld is not an id in [0, %lld)",
-				      (long long)k, (long long)m->vocab);
+		{
+			char p[48];
+			if (at < 0)
+				snprintf(p, sizeof(p), "prompt[%lld]", (long long)k);
+			else
+				snprintf(p, sizeof(p), "prompt[%d][%lld]", at, (long long)k);
+			return refuse_code(e, cJSON_IsNumber(it) ? "invalid_value" : "invalid_type", p, it,
+					   "Invalid value for '%s': a prompt token must be an id in "
+					   "[0, %lld)", p, (long long)m->vocab);
+		}
 		(*out)[k++] = (int32_t)it->valuedouble;
 	}
 	*n = k;
@@ -385,8 +480,8 @@ static int prompt_ids(const struct ms_req_model *m, const cJSON *p, int32_t **ou
 
 /* Tokens of one prompt element: a string (encoded, special tokens as plain
  * text) or a list of ids; *text is what echo shows of it. */
-static int prompt_tokens(const struct ms_req_model *m, const cJSON *p, int32_t **out, int64_t *n,
-			 char **text, struct ms_req_error *e)
+static int prompt_tokens(const struct ms_req_model *m, const cJSON *p, int at, int32_t **out,
+			 int64_t *n, char **text, struct ms_req_error *e)
 {
 	struct ms_err err = {0};
 	*out = NULL;
@@ -403,7 +498,7 @@ static int prompt_tokens(const struct ms_req_model *m, const cJSON *p, int32_t *
 		*text = strdup(p->valuestring);
 		return *text ? 0 : oom(e);
 	}
-	int rc = prompt_ids(m, p, out, n, e);
+	int rc = prompt_ids(m, p, at, out, n, e);
 	if (rc)
 		return rc;
 	size_t tl;
@@ -421,7 +516,7 @@ static int prompts_field(const struct ms_req_model *m, struct ms_req_gen *r, str
 {
 	const cJSON *pr = jget(r->req, "prompt");
 	if (!pr)
-		return refuse(e, "prompt", NULL, "\"prompt\" is required");
+		return ms_req_missing(e, "prompt");
 	const cJSON *first = cJSON_GetArrayItem(pr, 0);
 	bool list_of = cJSON_IsArray(pr) && (cJSON_IsString(first) || cJSON_IsArray(first));
 	int np = list_of ? cJSON_GetArraySize(pr) : 1;
@@ -436,13 +531,18 @@ static int prompts_field(const struct ms_req_model *m, struct ms_req_gen *r, str
 	r->n_prompts = np;
 	for (int i = 0; i < np; i++) {
 		const cJSON *one = list_of ? cJSON_GetArrayItem(pr, i) : pr;
+		char at[32];
+		snprintf(at, sizeof(at), "prompt[%d]", i);
+		if (!list_of)
+			at[strlen("prompt")] = '\0';
 		if (list_of && !cJSON_IsString(one) && !cJSON_IsArray(one))
-			return refuse(e, "prompt", one, "\"prompt\"[%d] must be a string or a list of ids", i);
-		int rc = prompt_tokens(m, one, &r->prompts[i], &r->n_prompt[i], &r->echo_text[i], e);
+			return ms_req_wrong_type(e, one, "a string or a list of token ids", "%s", at);
+		int rc = prompt_tokens(m, one, list_of ? i : -1, &r->prompts[i], &r->n_prompt[i],
+				       &r->echo_text[i], e);
 		if (rc)
 			return rc;
 		if (r->n_prompt[i] == 0)
-			return refuse(e, "prompt", NULL, "\"prompt\" is empty");
+			return refuse_code(e, "invalid_value", at, NULL, "\"%s\" is empty", at);
 	}
 	return 0;
 }
@@ -508,114 +608,246 @@ static const char *keep_json(struct ms_req_chat *c, const cJSON *v)
 	return keep(c, cJSON_PrintUnformatted(v));
 }
 
-/* A message's content: a string, or a list of {"type": "text", "text": ...}
- * joined. 1 with *out set (NULL when absent), 0 when it is neither, or
- * -ENOMEM. */
-static int content_text(struct ms_req_chat *c, const cJSON *v, const char **out)
+/* The roles of the API ("function" is its deprecated tool result: a tool
+ * message named by "name"). */
+enum role { R_SYSTEM, R_DEVELOPER, R_USER, R_ASSISTANT, R_TOOL, R_FUNCTION, R_N };
+static const char *const role_names[R_N] = {"system", "developer", "user", "assistant", "tool",
+					    "function"};
+
+/* One content part of messages[i].content[j] onto b: "text" for every
+ * role, "refusal" for the assistant's; the user's image, audio and file
+ * parts are the API's but this model reads text only. */
+static int part_text(const cJSON *p, int i, int j, enum role role, struct ms_strbuf *b,
+		     struct ms_req_error *e)
 {
-	*out = NULL;
-	if (!v)
-		return 1;
-	if (cJSON_IsString(v)) {
-		*out = v->valuestring;
-		return 1;
-	}
-	if (!cJSON_IsArray(v))
-		return 0;
-	struct ms_strbuf b = {0};
-	const cJSON *part;
-	cJSON_ArrayForEach(part, v) {
-		const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
-		const cJSON *ty = cJSON_GetObjectItemCaseSensitive(part, "type");
-		if (!cJSON_IsString(t) || (ty && (!cJSON_IsString(ty) || strcmp(ty->valuestring, "text")))) {
-			ms_strbuf_free(&b);
-			return 0;
-		}
-		ms_strbuf_str(&b, t->valuestring);
-	}
-	*out = keep(c, ms_strbuf_take(&b));
-	return *out ? 1 : -ENOMEM;
+	static const char *const media[] = {"image_url", "input_audio", "file"};
+	if (!cJSON_IsObject(p))
+		return ms_req_wrong_type(e, p, "an object", "messages[%d].content[%d]", i, j);
+	const cJSON *ty = jget(p, "type");
+	if (!ty)
+		return ms_req_missing(e, "messages[%d].content[%d].type", i, j);
+	if (!cJSON_IsString(ty))
+		return ms_req_wrong_type(e, ty, "a string", "messages[%d].content[%d].type", i, j);
+	const char *key = !strcmp(ty->valuestring, "text") ? "text"
+			  : role == R_ASSISTANT && !strcmp(ty->valuestring, "refusal") ? "refusal" : NULL;
+	for (int k = 0; !key && role == R_USER && k < 3; k++)
+		if (!strcmp(ty->valuestring, media[k]))
+			return ms_req_bad_value(e, ty, "content parts of this type are not supported by "
+						"this model (it reads text only: send \"text\" parts)",
+						"messages[%d].content[%d].type", i, j);
+	if (!key)
+		return ms_req_bad_value(e, ty, role == R_USER ? "supported values are \"text\" (and "
+					"\"image_url\", \"input_audio\", \"file\", which this model cannot "
+					"read)" : role == R_ASSISTANT ? "supported values are \"text\" and "
+					"\"refusal\"" : "supported values are \"text\"",
+					"messages[%d].content[%d].type", i, j);
+	const cJSON *t = jget(p, key);
+	if (!t)
+		return ms_req_missing(e, "messages[%d].content[%d].%s", i, j, key);
+	if (!cJSON_IsString(t))
+		return ms_req_wrong_type(e, t, "a string", "messages[%d].content[%d].%s", i, j, key);
+	ms_strbuf_str(b, t->valuestring);
+	return 0;
 }
 
-/* An assistant message's tool calls, from c->tcalls[*t] on. */
+/* messages[i].content v (present, not null): a string, or a non-empty list
+ * of parts joined. */
+static int content_text(struct ms_req_chat *c, const cJSON *v, int i, enum role role,
+			const char **out, struct ms_req_error *e)
+{
+	if (cJSON_IsString(v)) {
+		*out = v->valuestring;
+		return 0;
+	}
+	if (!cJSON_IsArray(v))
+		return ms_req_wrong_type(e, v, "a string or a list of content parts",
+					 "messages[%d].content", i);
+	if (!cJSON_GetArraySize(v))
+		return ms_req_bad_value(e, v, "expected a string or a non-empty list of content parts",
+					"messages[%d].content", i);
+	struct ms_strbuf b = {0};
+	const cJSON *part;
+	int j = 0, rc = 0;
+	cJSON_ArrayForEach(part, v) {
+		if ((rc = part_text(part, i, j++, role, &b, e))) {
+			ms_strbuf_free(&b);
+			return rc;
+		}
+	}
+	*out = keep(c, ms_strbuf_take(&b));
+	return *out ? 0 : oom(e);
+}
+
+/* A call's function {name, arguments} at messages[i].<at>: arguments a
+ * string of JSON (an object is taken as its text, as some clients send
+ * it), or absent. */
+static int call_function(struct ms_req_chat *c, const cJSON *fn, int i, const char *at,
+			 struct ms_chat_tool_call *call, struct ms_req_error *e)
+{
+	if (!cJSON_IsObject(fn))
+		return ms_req_wrong_type(e, fn, "an object", "messages[%d].%s", i, at);
+	const cJSON *nm = jget(fn, "name"), *args = jget(fn, "arguments");
+	if (!nm)
+		return ms_req_missing(e, "messages[%d].%s.name", i, at);
+	if (!cJSON_IsString(nm))
+		return ms_req_wrong_type(e, nm, "a string", "messages[%d].%s.name", i, at);
+	if (args && !cJSON_IsString(args) && !cJSON_IsObject(args))
+		return ms_req_wrong_type(e, args, "a string (the arguments as JSON text)",
+					 "messages[%d].%s.arguments", i, at);
+	call->name = nm->valuestring;
+	call->arguments = cJSON_IsString(args) ? args->valuestring : NULL;
+	/* the model reads this text: a NUL as the escape, not the carrier */
+	if (cJSON_IsObject(args) && !(call->arguments = keep(c, ms_json_text(args))))
+		return oom(e);
+	return 0;
+}
+
+/* One of messages[i].tool_calls: {id, type "function", function}. */
+static int tool_call_of(struct ms_req_chat *c, const cJSON *c1, int i, int j,
+			struct ms_chat_tool_call *call, struct ms_req_error *e)
+{
+	if (!cJSON_IsObject(c1))
+		return ms_req_wrong_type(e, c1, "an object", "messages[%d].tool_calls[%d]", i, j);
+	const cJSON *id = jget(c1, "id"), *ty = jget(c1, "type"), *fn = jget(c1, "function");
+	if (id && !cJSON_IsString(id))
+		return ms_req_wrong_type(e, id, "a string", "messages[%d].tool_calls[%d].id", i, j);
+	if (ty && !cJSON_IsString(ty))
+		return ms_req_wrong_type(e, ty, "a string", "messages[%d].tool_calls[%d].type", i, j);
+	if (ty && strcmp(ty->valuestring, "function"))
+		return ms_req_bad_value(e, ty, "supported values are \"function\"",
+					"messages[%d].tool_calls[%d].type", i, j);
+	if (!fn)
+		return ms_req_missing(e, "messages[%d].tool_calls[%d].function", i, j);
+	char at[64];
+	snprintf(at, sizeof(at), "tool_calls[%d].function", j);
+	call->id = id ? id->valuestring : NULL;
+	return call_function(c, fn, i, at, call, e);
+}
+
+/* An assistant message's tool calls (and the deprecated function_call),
+ * from c->tcalls[*t] on. */
 static int tool_calls_of(struct ms_req_chat *c, const cJSON *m, int i, struct ms_chat_message *cm,
 			 int *t, struct ms_req_error *e)
 {
-	const cJSON *tc = jget(m, "tool_calls"), *c1;
-	if (!tc || !cJSON_IsArray(tc))
-		return 0;
+	const cJSON *tc = jget(m, "tool_calls"), *fc = jget(m, "function_call"), *c1;
+	if (tc && !cJSON_IsArray(tc))
+		return ms_req_wrong_type(e, tc, "a list of tool calls", "messages[%d].tool_calls", i);
 	cm->tool_calls = &c->tcalls[*t];
+	int j = 0, rc;
 	cJSON_ArrayForEach(c1, tc) {
-		const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c1, "function");
-		const cJSON *nm = cJSON_GetObjectItemCaseSensitive(fn, "name");
-		const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
-		const cJSON *id = cJSON_GetObjectItemCaseSensitive(c1, "id");
-		if (!cJSON_IsString(nm))
-			return refuse(e, "messages", nm, "messages[%d].tool_calls[%d].function.name is "
-				      "required", i, cm->n_tool_calls);
-		struct ms_chat_tool_call *call = &c->tcalls[(*t)++];
-		call->name = nm->valuestring;
-		call->id = cJSON_IsString(id) ? id->valuestring : NULL;
-		/* arguments sent as an object rather than JSON text: its text */
-		call->arguments = cJSON_IsString(args) ? args->valuestring : NULL;
-		if (args && !cJSON_IsString(args) && !(call->arguments = keep_json(c, args)))
-			return oom(e);
+		if ((rc = tool_call_of(c, c1, i, j++, &c->tcalls[*t], e)))
+			return rc;
+		(*t)++;
 		cm->n_tool_calls++;
 	}
+	if (fc) {
+		if ((rc = call_function(c, fc, i, "function_call", &c->tcalls[*t], e)))
+			return rc;
+		(*t)++;
+		cm->n_tool_calls++;
+	}
+	if (!cm->n_tool_calls)
+		cm->tool_calls = NULL;
 	return 0;
 }
 
 /* A tool result's function: its "name", or that of the earlier call its
  * "tool_call_id" names (the first t calls). */
-static int tool_name_of(const struct ms_req_chat *c, const cJSON *m, int i, struct ms_chat_message *cm,
-			int t, struct ms_req_error *e)
+static int tool_name_of(const struct ms_req_chat *c, const cJSON *m, int i, enum role role,
+			struct ms_chat_message *cm, int t, struct ms_req_error *e)
 {
-	const cJSON *nm = jget(m, "name"), *id = jget(m, "tool_call_id");
-	if (nm && cJSON_IsString(nm))
-		cm->name = nm->valuestring;
-	for (int q = 0; !cm->name && id && cJSON_IsString(id) && q < t; q++)
+	const cJSON *id = jget(m, "tool_call_id");
+	if (role == R_FUNCTION) {
+		if (!cm->name)
+			return ms_req_missing(e, "messages[%d].name", i);
+		return 0;
+	}
+	if (!id)
+		return ms_req_missing(e, "messages[%d].tool_call_id", i);
+	if (!cJSON_IsString(id))
+		return ms_req_wrong_type(e, id, "a string", "messages[%d].tool_call_id", i);
+	for (int q = 0; !cm->name && q < t; q++)
 		if (c->tcalls[q].id && !strcmp(c->tcalls[q].id, id->valuestring))
 			cm->name = c->tcalls[q].name;
 	if (!cm->name)
-		return refuse(e, "messages", NULL, "messages[%d]: a tool message needs \"name\" or the "
-			      "\"tool_call_id\" of an earlier tool call", i);
+		return ms_req_bad_value(e, id, "no earlier tool call has this id (or give the "
+					"function's \"name\")", "messages[%d].tool_call_id", i);
 	return 0;
+}
+
+/* messages[i]'s content by its role's rules: required (a string or parts)
+ * for system, developer, user and tool messages; an assistant's may be
+ * absent or null when it calls a tool, refuses or only reasons. */
+static int content_of(struct ms_req_chat *c, const cJSON *m, int i, enum role role,
+		      struct ms_chat_message *cm, struct ms_req_error *e)
+{
+	const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+	if (content && !cJSON_IsNull(content))
+		return content_text(c, content, i, role, &cm->content, e);
+	if (role == R_ASSISTANT) {
+		const cJSON *rf = jget(m, "refusal");
+		if (rf && !cJSON_IsString(rf))
+			return ms_req_wrong_type(e, rf, "a string", "messages[%d].refusal", i);
+		if (rf)
+			cm->content = rf->valuestring;
+		if (rf || jget(m, "tool_calls") || jget(m, "function_call") || cm->reasoning)
+			return 0;
+	}
+	if (!content)
+		return ms_req_missing(e, "messages[%d].content", i);
+	return ms_req_wrong_type(e, content, role == R_ASSISTANT ? "a string or a list of content "
+				 "parts (null only with \"tool_calls\")" : "a string or a list of "
+				 "content parts", "messages[%d].content", i);
 }
 
 static int message_of(struct ms_req_chat *c, const cJSON *m, int i, int *t, struct ms_req_error *e)
 {
 	struct ms_chat_message *cm = &c->msgs[i];
-	const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-	if (!cJSON_IsObject(m) || !cJSON_IsString(role))
-		return refuse(e, "messages", cJSON_IsObject(m) ? role : m,
-			      "messages[%d] needs a \"role\"", i);
-	cm->role = role->valuestring;
-	const cJSON *content = jget(m, "content");
-	int ok = content_text(c, content, &cm->content);
-	if (ok < 0)
-		return oom(e);
-	if (!ok)
-		return refuse(e, "messages", content, "messages[%d].content must be a string or a list "
-			      "of text parts", i);
-	const cJSON *r = jget(m, "reasoning_content");
-	r = r ? r : jget(m, "reasoning");
-	if (r && cJSON_IsString(r))
-		cm->reasoning = r->valuestring;
-	int rc = tool_calls_of(c, m, i, cm, t, e);
-	if (!rc && !strcmp(cm->role, "tool"))
-		rc = tool_name_of(c, m, i, cm, *t, e);
+	if (!cJSON_IsObject(m))
+		return ms_req_wrong_type(e, m, "an object", "messages[%d]", i);
+	const cJSON *role = jget(m, "role"), *nm = jget(m, "name");
+	if (!role)
+		return ms_req_missing(e, "messages[%d].role", i);
+	if (!cJSON_IsString(role))
+		return ms_req_wrong_type(e, role, "a string", "messages[%d].role", i);
+	int r = 0;
+	while (r < R_N && strcmp(role_names[r], role->valuestring))
+		r++;
+	if (r == R_N)
+		return ms_req_bad_value(e, role, "supported values are \"system\", \"developer\", "
+					"\"user\", \"assistant\", \"tool\" and \"function\"",
+					"messages[%d].role", i);
+	cm->role = r == R_FUNCTION ? "tool" : role_names[r];
+	if (nm && !cJSON_IsString(nm))
+		return ms_req_wrong_type(e, nm, "a string", "messages[%d].name", i);
+	if (nm && (r == R_TOOL || r == R_FUNCTION))
+		cm->name = nm->valuestring;
+	const cJSON *rs = jget(m, "reasoning_content");
+	if (rs && !cJSON_IsString(rs))
+		return ms_req_wrong_type(e, rs, "a string", "messages[%d].reasoning_content", i);
+	rs = rs ? rs : jget(m, "reasoning");
+	if (r == R_ASSISTANT && cJSON_IsString(rs))
+		cm->reasoning = rs->valuestring;
+	int rc = content_of(c, m, i, (enum role)r, cm, e);
+	if (!rc && r == R_ASSISTANT)
+		rc = tool_calls_of(c, m, i, cm, t, e);
+	if (!rc && (r == R_TOOL || r == R_FUNCTION))
+		rc = tool_name_of(c, m, i, (enum role)r, cm, *t, e);
 	return rc;
 }
 
 static int messages_field(const cJSON *req, struct ms_req_chat *c, struct ms_req_error *e)
 {
 	const cJSON *ms = jget(req, "messages"), *m;
+	if (!ms)
+		return ms_req_missing(e, "messages");
 	if (!cJSON_IsArray(ms) || !cJSON_GetArraySize(ms))
 		return refuse(e, "messages", ms, "\"messages\" must be a non-empty list");
 	int n = cJSON_GetArraySize(ms), ntc = 0;
 	cJSON_ArrayForEach(m, ms) {
 		const cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
 		ntc += cJSON_IsArray(tc) ? cJSON_GetArraySize(tc) : 0;
+		ntc += jget(m, "function_call") != NULL;
 	}
 	c->msgs = calloc((size_t)n, sizeof(*c->msgs));
 	c->tcalls = calloc((size_t)ntc + 1, sizeof(*c->tcalls));
@@ -632,6 +864,261 @@ static int messages_field(const cJSON *req, struct ms_req_chat *c, struct ms_req
 	return 0;
 }
 
+/* ---- tool definitions ---- */
+
+/* Where a schema check is: the function (named in messages) and the path,
+ * grown and cut back as the check descends. */
+struct schema_at {
+	const char *fn;
+	bool strict;
+	char p[MS_REQ_PATH];
+};
+
+static int schema_check(struct schema_at *a, const cJSON *s, int depth, struct ms_req_error *e);
+
+/* a->p with fmt (of a key k, or an index i) appended: the length to cut
+ * back to. */
+static size_t descend(struct schema_at *a, const char *fmt, const char *k)
+{
+	size_t l = strlen(a->p);
+	snprintf(a->p + l, sizeof(a->p) - l, fmt, k);
+	return l;
+}
+
+static size_t descend_i(struct schema_at *a, const char *fmt, int i)
+{
+	size_t l = strlen(a->p);
+	snprintf(a->p + l, sizeof(a->p) - l, fmt, i);
+	return l;
+}
+
+static int bad_schema(struct schema_at *a, const cJSON *got, const char *rule, struct ms_req_error *e)
+{
+	return ms_req_refuse_code(e, "invalid_function_parameters", a->p, got, "Invalid schema for "
+				  "function '%s': '%s' must be %s", a->fn, a->p, rule);
+}
+
+/* A subschema at a->p + fmt(k or i). */
+static int sub_schema(struct schema_at *a, const cJSON *v, const char *fmt, const char *k, int i,
+		      int depth, struct ms_req_error *e)
+{
+	size_t l = k ? descend(a, fmt, k) : descend_i(a, fmt, i);
+	int rc = schema_check(a, v, depth + 1, e);
+	a->p[l] = '\0';
+	return rc;
+}
+
+/* "type": one of JSON Schema's seven names, or a list of them. */
+static bool type_name(const cJSON *v)
+{
+	static const char *const names[] = {"string", "number", "integer", "boolean", "object",
+					    "array", "null"};
+	for (int k = 0; cJSON_IsString(v) && k < 7; k++)
+		if (!strcmp(v->valuestring, names[k]))
+			return true;
+	return false;
+}
+
+static int type_keyword(struct schema_at *a, const cJSON *t, struct ms_req_error *e)
+{
+	const cJSON *it;
+	bool ok = type_name(t) || (cJSON_IsArray(t) && cJSON_GetArraySize(t) > 0);
+	const cJSON *list = cJSON_IsArray(t) ? t : NULL;
+	cJSON_ArrayForEach(it, list)
+		ok = ok && type_name(it);
+	size_t l = descend(a, ".%s", "type");
+	int rc = ok ? 0 : bad_schema(a, t, "one of \"string\", \"number\", \"integer\", \"boolean\", "
+				     "\"object\", \"array\", \"null\" or a list of them", e);
+	a->p[l] = '\0';
+	return rc;
+}
+
+/* "properties" (an object of schemas) and "required" (a list of strings;
+ * under strict, each one of the properties, as OpenAI's strict mode has
+ * it: JSON Schema itself allows other names). */
+static int object_keywords(struct schema_at *a, const cJSON *s, int depth, struct ms_req_error *e)
+{
+	const cJSON *ps = jget(s, "properties"), *rq = jget(s, "required"), *it;
+	int rc = 0, i = 0;
+	size_t l;
+	if (ps && !cJSON_IsObject(ps)) {
+		l = descend(a, ".%s", "properties");
+		rc = bad_schema(a, ps, "an object of property schemas", e);
+		a->p[l] = '\0';
+		return rc;
+	}
+	cJSON_ArrayForEach(it, ps) {
+		/* (an object's members always have a key; -O3 cannot tell) */
+		if ((rc = sub_schema(a, it, ".properties.%s", it->string ? it->string : "", 0, depth, e)))
+			return rc;
+	}
+	if (!rq)
+		return 0;
+	l = descend(a, ".%s", "required");
+	if (!cJSON_IsArray(rq))
+		rc = bad_schema(a, rq, "a list of property names", e);
+	const cJSON *names = rc ? NULL : rq;
+	cJSON_ArrayForEach(it, names) {
+		descend_i(a, "[%d]", i++);
+		if (!cJSON_IsString(it))
+			rc = bad_schema(a, it, "a string (a property name)", e);
+		else if (a->strict && ps && !cJSON_GetObjectItemCaseSensitive(ps, it->valuestring))
+			rc = bad_schema(a, it, "one of \"properties\" (the function is strict)", e);
+		if (rc)
+			break;
+		a->p[l + strlen(".required")] = '\0';
+	}
+	a->p[l] = '\0';
+	return rc;
+}
+
+/* The keywords whose values are schemas, lists of schemas or objects of
+ * schemas, each checked in turn. */
+static int nested_keywords(struct schema_at *a, const cJSON *s, int depth, struct ms_req_error *e)
+{
+	static const char *const one[] = {"items", "additionalProperties", "additionalItems", "not",
+					  "contains", "propertyNames", "if", "then", "else",
+					  "unevaluatedProperties", "unevaluatedItems"};
+	static const char *const lists[] = {"anyOf", "oneOf", "allOf", "prefixItems"};
+	static const char *const maps[] = {"$defs", "definitions", "patternProperties",
+					   "dependentSchemas"};
+	const cJSON *v, *it;
+	int rc = 0;
+	char f[80];
+	for (size_t k = 0; k < sizeof(one) / sizeof(one[0]) && !rc; k++) {
+		if (!(v = jget(s, one[k])))
+			continue;
+		snprintf(f, sizeof(f), ".%s", one[k]);
+		if (!cJSON_IsArray(v) || strcmp(one[k], "items")) {
+			rc = sub_schema(a, v, "%s", f, 0, depth, e);
+			continue;
+		}
+		int i = 0; /* items as a list: the older drafts' tuple form */
+		snprintf(f, sizeof(f), ".items[%%d]");
+		cJSON_ArrayForEach(it, v)
+			if (!rc)
+				rc = sub_schema(a, it, f, NULL, i++, depth, e);
+	}
+	for (size_t k = 0; k < sizeof(lists) / sizeof(lists[0]) && !rc; k++) {
+		if (!(v = jget(s, lists[k])))
+			continue;
+		snprintf(f, sizeof(f), ".%s[%%d]", lists[k]);
+		if (!cJSON_IsArray(v) || !cJSON_GetArraySize(v)) {
+			size_t l = descend(a, ".%s", lists[k]);
+			rc = bad_schema(a, v, "a non-empty list of schemas", e);
+			a->p[l] = '\0';
+		}
+		int i = 0;
+		const cJSON *list = rc ? NULL : v;
+		cJSON_ArrayForEach(it, list)
+			if (!rc)
+				rc = sub_schema(a, it, f, NULL, i++, depth, e);
+	}
+	for (size_t k = 0; k < sizeof(maps) / sizeof(maps[0]) && !rc; k++) {
+		if (!(v = jget(s, maps[k])))
+			continue;
+		snprintf(f, sizeof(f), ".%s.%%s", maps[k]);
+		if (!cJSON_IsObject(v)) {
+			size_t l = descend(a, ".%s", maps[k]);
+			rc = bad_schema(a, v, "an object of schemas", e);
+			a->p[l] = '\0';
+		}
+		const cJSON *map = rc ? NULL : v;
+		cJSON_ArrayForEach(it, map)
+			if (!rc)
+				rc = sub_schema(a, it, f, it->string, 0, depth, e);
+	}
+	return rc;
+}
+
+/* The keywords with plain values: strings, lists, numbers. */
+static int plain_keywords(struct schema_at *a, const cJSON *s, struct ms_req_error *e)
+{
+	static const char *const strs[] = {"description", "title", "pattern", "format", "$ref"};
+	static const char *const nums[] = {"minimum", "maximum", "multipleOf", "minLength",
+					   "maxLength", "minItems", "maxItems", "minProperties",
+					   "maxProperties"};
+	const cJSON *v = NULL;
+	const char *rule = NULL, *key = NULL;
+	for (size_t k = 0; k < sizeof(strs) / sizeof(strs[0]) && !rule; k++)
+		if ((v = jget(s, key = strs[k])) && !cJSON_IsString(v))
+			rule = "a string";
+	for (size_t k = 0; k < sizeof(nums) / sizeof(nums[0]) && !rule; k++)
+		if ((v = jget(s, key = nums[k])) && !cJSON_IsNumber(v))
+			rule = "a number";
+	/* exclusive bounds: numbers, or booleans in draft 4 */
+	const char *const excl[] = {"exclusiveMinimum", "exclusiveMaximum"};
+	for (int k = 0; k < 2 && !rule; k++)
+		if ((v = jget(s, key = excl[k])) && !cJSON_IsNumber(v) && !cJSON_IsBool(v))
+			rule = "a number";
+	if (!rule && (v = jget(s, key = "enum")) && !cJSON_IsArray(v))
+		rule = "a list of values";
+	if (!rule)
+		return 0;
+	size_t l = descend(a, ".%s", key);
+	int rc = bad_schema(a, v, rule, e);
+	a->p[l] = '\0';
+	return rc;
+}
+
+/* A JSON Schema (an object, or a boolean below the top), keyword by
+ * keyword: what the meta-schema holds the keywords to. Keywords unknown
+ * here are left to the grammar compiler (strict) or the model. */
+static int schema_check(struct schema_at *a, const cJSON *s, int depth, struct ms_req_error *e)
+{
+	if (cJSON_IsBool(s) && depth > 0)
+		return 0;
+	if (!cJSON_IsObject(s))
+		return bad_schema(a, s, depth ? "a schema (an object or a boolean)" : "a JSON Schema "
+				  "object", e);
+	if (depth > 64)
+		return bad_schema(a, NULL, "nested at most 64 schemas deep", e);
+	const cJSON *t = jget(s, "type");
+	int rc = t ? type_keyword(a, t, e) : 0;
+	if (!rc)
+		rc = object_keywords(a, s, depth, e);
+	if (!rc)
+		rc = nested_keywords(a, s, depth, e);
+	if (!rc)
+		rc = plain_keywords(a, s, e);
+	return rc;
+}
+
+/* The API's function names: ^[a-zA-Z0-9_-]{1,64}$. */
+static bool function_name_ok(const char *s)
+{
+	size_t n = strlen(s);
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+		      (s[i] >= '0' && s[i] <= '9') || s[i] == '_' || s[i] == '-'))
+			return false;
+	return n >= 1 && n <= 64;
+}
+
+int ms_req_check_function(const cJSON *fn, const char *at, struct ms_req_error *e)
+{
+	const cJSON *nm = jget(fn, "name"), *ds = jget(fn, "description");
+	const cJSON *ps = jget(fn, "parameters"), *st = jget(fn, "strict");
+	if (!nm)
+		return ms_req_missing(e, "%s.name", at);
+	if (!cJSON_IsString(nm))
+		return ms_req_wrong_type(e, nm, "a string", "%s.name", at);
+	if (!function_name_ok(nm->valuestring))
+		return ms_req_bad_value(e, nm, "a function name is 1 to 64 of a-z, A-Z, 0-9, _ and - "
+					"(the pattern ^[a-zA-Z0-9_-]{1,64}$)", "%s.name", at);
+	if (ds && !cJSON_IsString(ds))
+		return ms_req_wrong_type(e, ds, "a string", "%s.description", at);
+	if (st && !cJSON_IsBool(st))
+		return ms_req_wrong_type(e, st, "a boolean", "%s.strict", at);
+	if (!ps)
+		return 0;
+	struct schema_at a = {.fn = nm->valuestring, .strict = cJSON_IsTrue(st)};
+	snprintf(a.p, sizeof(a.p), "%s.parameters", at);
+	return schema_check(&a, ps, 0, e);
+}
+
+/* Chat's tools: [{"type": "function", "function": {...}}]; "type" may be
+ * left out (vLLM's default), any other type is refused. */
 static int tools_field(const cJSON *req, struct ms_req_chat *c, struct ms_req_error *e)
 {
 	const cJSON *tools = jget(req, "tools"), *tl;
@@ -642,17 +1129,28 @@ static int tools_field(const cJSON *req, struct ms_req_chat *c, struct ms_req_er
 	c->tools = calloc((size_t)cJSON_GetArraySize(tools) + 1, sizeof(*c->tools));
 	if (!c->tools)
 		return oom(e);
-	int k = 0;
+	int k = 0, rc;
 	cJSON_ArrayForEach(tl, tools) {
-		const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tl, "function");
-		const cJSON *nm = cJSON_GetObjectItemCaseSensitive(fn, "name");
-		const cJSON *ds = cJSON_GetObjectItemCaseSensitive(fn, "description");
-		const cJSON *ps = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
-		if (!cJSON_IsString(nm))
-			return refuse(e, "tools", nm, "tools[%d].function.name is required", k);
-		c->tools[k].name = nm->valuestring;
-		c->tools[k].description = cJSON_IsString(ds) ? ds->valuestring : NULL;
-		if (ps && !cJSON_IsNull(ps) && !(c->tools[k].parameters = keep_json(c, ps)))
+		if (!cJSON_IsObject(tl))
+			return ms_req_wrong_type(e, tl, "an object", "tools[%d]", k);
+		const cJSON *ty = jget(tl, "type"), *fn = jget(tl, "function");
+		if (ty && !cJSON_IsString(ty))
+			return ms_req_wrong_type(e, ty, "a string", "tools[%d].type", k);
+		if (ty && strcmp(ty->valuestring, "function"))
+			return ms_req_bad_value(e, ty, "supported values are \"function\"",
+						"tools[%d].type", k);
+		if (!fn)
+			return ms_req_missing(e, "tools[%d].function", k);
+		if (!cJSON_IsObject(fn))
+			return ms_req_wrong_type(e, fn, "an object", "tools[%d].function", k);
+		char at[32];
+		snprintf(at, sizeof(at), "tools[%d].function", k);
+		if ((rc = ms_req_check_function(fn, at, e)))
+			return rc;
+		const cJSON *ds = jget(fn, "description"), *ps = jget(fn, "parameters");
+		c->tools[k].name = jget(fn, "name")->valuestring;
+		c->tools[k].description = ds ? ds->valuestring : NULL;
+		if (ps && !(c->tools[k].parameters = keep_json(c, ps)))
 			return oom(e);
 		k++;
 	}
@@ -728,6 +1226,32 @@ static int encode_rendered(const struct ms_tokenizer *tok, const char *text, siz
 /* "tool_choice": none renders no tools; "required" or a named function
  * forces a call (request-structured.c builds it once max_tokens is known);
  * auto (and absent) leaves the model free. */
+#define TOOL_CHOICES "\"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": " \
+		     "{\"name\": ...}}"
+
+/* tool_choice as an object: the function it names ({"function": {"name"}},
+ * or the Responses API's flat {"name"}). */
+static int tool_choice_named(const cJSON *tc, const char **name, struct ms_req_error *e)
+{
+	if (!cJSON_IsObject(tc))
+		return ms_req_wrong_type(e, tc, TOOL_CHOICES, "tool_choice");
+	const cJSON *ty = jget(tc, "type"), *fn = jget(tc, "function");
+	if (ty && !cJSON_IsString(ty))
+		return ms_req_wrong_type(e, ty, "a string", "tool_choice.type");
+	if (ty && strcmp(ty->valuestring, "function"))
+		return ms_req_bad_value(e, ty, "supported values are \"function\"", "tool_choice.type");
+	if (fn && !cJSON_IsObject(fn))
+		return ms_req_wrong_type(e, fn, "an object", "tool_choice.function");
+	const cJSON *nm = jget(fn ? fn : tc, "name");
+	if (!nm)
+		return ms_req_missing(e, "tool_choice.function.name");
+	if (!cJSON_IsString(nm))
+		return ms_req_wrong_type(e, nm, "a string", fn ? "tool_choice.function.name"
+					 : "tool_choice.name");
+	*name = nm->valuestring;
+	return 0;
+}
+
 static int tool_choice_field(struct ms_req_gen *r, struct ms_req_chat *c, struct ms_req_error *e)
 {
 	const cJSON *tc = jget(r->req, "tool_choice");
@@ -739,14 +1263,13 @@ static int tool_choice_field(struct ms_req_gen *r, struct ms_req_chat *c, struct
 		return 0;
 	}
 	r->tool_choice = MS_TC_REQUIRED;
-	if (!cJSON_IsString(tc) || strcmp(tc->valuestring, "required")) {
-		const cJSON *fn = jget(tc, "function"), *nm = jget(fn ? fn : tc, "name");
-		if (!cJSON_IsString(nm))
-			return refuse(e, "tool_choice", tc, "\"tool_choice\" must be \"auto\", \"none\", "
-				      "\"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+	if (cJSON_IsString(tc) && strcmp(tc->valuestring, "required"))
+		return ms_req_bad_value(e, tc, "supported values are " TOOL_CHOICES, "tool_choice");
+	int rc;
+	if (!cJSON_IsString(tc) && (rc = tool_choice_named(tc, &r->tool_named, e)))
+		return rc;
+	if (r->tool_named)
 		r->tool_choice = MS_TC_NAMED;
-		r->tool_named = nm->valuestring;
-	}
 	for (int i = 0; i < c->cr.n_tools; i++)
 		if (!r->tool_named || !strcmp(r->tool_named, c->cr.tools[i].name))
 			return 0;

@@ -2,8 +2,11 @@
  * request.h: the OpenAI request bodies, parsed and validated into what the
  * engine takes (server/ only; no HTTP here, so tests drive it on JSON text).
  *
- * Every refusal names the field (the error envelope's "param") and says
- * what the field must be, with the value that was given. An allocation
+ * Every refusal names the field by its JSON path (the error envelope's
+ * "param", e.g. messages[2].content) and says what the field must be, with
+ * the value that was given; type errors, missing fields and bad values
+ * carry OpenAI's wording and "code" (invalid_type,
+ * missing_required_parameter, invalid_value, invalid_function_parameters). An allocation
  * failure is a refusal too, status 500, never a crash or a shorter request.
  * Fields that are absent or JSON null take their defaults.
  */
@@ -36,10 +39,18 @@ struct ms_req_model {
 	int64_t default_max_tokens;     /* chat without a limit: at most this; 0: the context */
 };
 
+#define MS_REQ_PATH 256
+
+/* A refusal in the OpenAI error envelope's terms. param points into path
+ * (or at a static string), so the struct is passed by pointer, never
+ * copied. */
 struct ms_req_error {
 	int status;         /* 400, 404 (another model), 500 (out of memory) */
 	const char *type;   /* the envelope's "type" */
-	const char *param;  /* the field, or NULL */
+	const char *param;  /* the field's JSON path ("messages[2].content"), or NULL */
+	const char *code;   /* OpenAI's "code" ("invalid_type", "missing_required_parameter",
+			     * "invalid_value", ...), or NULL: the status */
+	char path[MS_REQ_PATH];
 	char msg[1024];
 };
 

@@ -2,7 +2,7 @@
  * serve.c: `moeserve serve`, the daemon: listen first (so /health can say
  * "loading"), load the model, serve; on SIGTERM or SIGINT stop accepting,
  * let running requests finish up to --shutdown-timeout, cancel the rest,
- * exit 0.
+ * exit 0. SIGHUP rereads --api-key-file.
  */
 #include <errno.h>
 #include <libgen.h>
@@ -123,6 +123,28 @@ static void serve_drain(const struct ms_serve_options *o, struct ms_server *srv,
 	ms_backend_close(sv->be);
 }
 
+/* Wait for SIGTERM or SIGINT (returned); SIGHUP meanwhile rereads the API
+ * key file, keeping the old keys when the new file is bad. */
+static int wait_signal(const sigset_t *sigs, struct ms_server *srv)
+{
+	for (;;) {
+		int sig = 0;
+		sigwait(sigs, &sig);
+		if (sig != SIGHUP)
+			return sig;
+		struct ms_err err = {0};
+		int n = 0;
+		if (!srv->auth.file)
+			fprintf(stderr, "moeserve: SIGHUP: nothing to reload (no --api-key-file)\n");
+		else if (ms_server_reload_keys(srv, &n, &err))
+			fprintf(stderr, "moeserve: SIGHUP: API keys NOT reloaded, the old ones stay: "
+				"--api-key-file: %s\n", err.msg);
+		else
+			fprintf(stderr, "moeserve: SIGHUP: API keys reloaded from %s: %d accepted\n",
+				srv->auth.file, n);
+	}
+}
+
 int ms_cmd_serve(int argc, char **argv, const char *default_model)
 {
 	struct ms_serve_options o;
@@ -147,6 +169,7 @@ int ms_cmd_serve(int argc, char **argv, const char *default_model)
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGTERM);
 	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
@@ -165,7 +188,11 @@ int ms_cmd_serve(int argc, char **argv, const char *default_model)
 		return EX_SOFTWARE;
 	}
 	struct ms_server_config sc = {
-		.host = o.host, .port = o.port, .api_key = o.api_key, .model_name = name,
+		.host = o.host, .port = o.port, .api_key = o.api_key, .api_key_file = o.api_key_file,
+		.tls_cert = o.tls_cert, .tls_key = o.tls_key, .tls_cert_pem = o.tls_cert_pem,
+		.tls_key_pem = o.tls_key_pem, .tls_key_password = o.tls_key_password,
+		.tls_priorities = o.tls_priorities, .max_connections = o.max_connections,
+		.max_connections_per_ip = o.max_connections_per_ip, .model_name = name,
 		.max_body_bytes = (size_t)o.max_body_bytes, .cors_origin = o.cors_origin,
 		.keepalive_s = o.keepalive_s ? o.keepalive_s : 1000000,
 		.responses_store = o.responses_store, .max_tokens = o.max_tokens,
@@ -178,12 +205,13 @@ int ms_cmd_serve(int argc, char **argv, const char *default_model)
 		ms_metrics_free(metrics);
 		ms_backend_close(sv.be);
 		ms_serve_options_free(&o);
-		return EX_UNAVAILABLE;
+		/* a bad certificate, key or key file is the options' fault */
+		return rc == -EINVAL ? EX_USAGE : rc == -ENOENT ? EX_NOINPUT : EX_UNAVAILABLE;
 	}
-	fprintf(stderr, "moeserve: listening on http://%s:%d (model %s loading)\n", o.host, o.port, name);
+	fprintf(stderr, "moeserve: listening on %s://%s:%d (model %s loading)\n",
+		o.tls_cert ? "https" : "http", o.host, o.port, name);
 	int ex = serve_model(&o, model_dir, name, &srv, &sv);
-	int sig = 0;
-	sigwait(&sigs, &sig);
+	int sig = wait_signal(&sigs, &srv);
 	fprintf(stderr, "moeserve: %s: stopping (up to %d s for running requests)\n",
 		sig == SIGTERM ? "SIGTERM" : "SIGINT", o.shutdown_timeout_s);
 	serve_drain(&o, &srv, &sv);

@@ -1022,7 +1022,7 @@ def chat_cases(d, model_name, sdk):
     def responses_errors():
         expect_error(d.post(R, {}), 400, "input")
         expect_error(d.post(R, {"input": [{"role": "user", "content": [{"type": "input_image"}]}]}),
-                     400, "input", ("input_image",))
+                     400, "input[0].content[0].type", ("input_image",))
         expect_error(d.post(R, {"input": "x", "text": {"format": {"type": "json_schema"}}}), 400,
                      "text.format.schema")
         expect_error(d.post(R, {"input": "x", "text": {"format": {"type": "xml"}}}), 400,
@@ -1078,31 +1078,43 @@ def chat_cases(d, model_name, sdk):
                 ({"prompt": "x", "echo": 1}, "echo"),
                 ({"prompt": "x", "n": "2"}, "n"),
                 ({"prompt": "x", "stop": 5}, "stop"),
-                ({"prompt": "x", "stop": [1]}, "stop"),
+                ({"prompt": "x", "stop": [1]}, "stop[0]"),
                 ({"prompt": "x", "logit_bias": [1]}, "logit_bias"),
                 ({"prompt": "x", "seed": "s"}, "seed"),
                 ({"prompt": "x", "model": 5}, "model"),
                 ({"prompt": 5}, "prompt"),
-                ({"prompt": [1, "a"]}, "prompt"),
-                ({"prompt": [[1], 2]}, "prompt"),
-                ({"prompt": [1, 2.5]}, "prompt"),
+                ({"prompt": [1, "a"]}, "prompt[1]"),
+                ({"prompt": [[1], 2]}, "prompt[1]"),
+                ({"prompt": [1, 2.5]}, "prompt[1]"),
                 ({"prompt": []}, "prompt"),
                 ({"prompt": ""}, "prompt"),
                 ({"max_tokens": 4}, "prompt"),
-                ({"prompt": [201088]}, "prompt"),
-                ({"prompt": [-1]}, "prompt")]:
+                ({"prompt": [201088]}, "prompt[0]"),
+                ({"prompt": [-1]}, "prompt[0]")]:
             expect_error(d.post(C, body), 400, param)
         for body, param in [
                 ({"messages": "hi"}, "messages"),
                 ({"messages": []}, "messages"),
-                ({"messages": [{"content": "no role"}]}, "messages"),
-                ({"messages": [{"role": "user", "content": 5}]}, "messages"),
+                ({"messages": [{"content": "no role"}]}, "messages[0].role"),
+                ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
                 ({"messages": msgs, "tools": {"a": 1}}, "tools"),
-                ({"messages": msgs, "tools": [{"type": "function", "function": {}}]}, "tools"),
+                ({"messages": msgs, "tools": [{"type": "function", "function": {}}]}, "tools[0].function.name"),
                 ({"messages": msgs, "logprobs": 1}, "logprobs"),
                 ({"messages": msgs, "top_logprobs": 2}, "top_logprobs"),
                 ({"messages": msgs, "max_completion_tokens": "x"}, "max_completion_tokens")]:
             expect_error(d.post(CH, body), 400, param)
+        # fields by their JSON path, with OpenAI's code (issue 23's cases among them)
+        for body, param, code in [
+                ({"messages": [{"role": "user"}]}, "messages[0].content", "missing_required_parameter"),
+                ({"messages": [{"role": "user", "content": None}]}, "messages[0].content", "invalid_type"),
+                ({"messages": msgs + [{"role": "assistant", "tool_calls": "x"}]}, "messages[1].tool_calls",
+                 "invalid_type"),
+                ({"messages": msgs, "tools": [{"type": "banana", "function": {"name": "f"}}]}, "tools[0].type",
+                 "invalid_value"),
+                ({"messages": msgs, "tools": [{"type": "function", "function": {"name": "f", "parameters": []}}]},
+                 "tools[0].function.parameters", "invalid_function_parameters")]:
+            e = expect_error(d.post(CH, body), 400, param, (param,))
+            check(e["code"] == code, f"code {e['code']!r}, want {code!r}")
         # out of range
         for body, param in [
                 ({"max_tokens": -1}, "max_tokens"),

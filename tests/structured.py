@@ -259,7 +259,8 @@ def refusals_case(d):
     bad(p, {"messages": USER, "response_format": {"type": "json_object"}, "guided_regex": "a+"},
         "guided_regex", ["both"])
     bad(p, {"messages": USER, "tools": [{"type": "function", "function": {
-        "name": "f", "strict": True, "parameters": {"type": "object", "if": {}}}}]}, "tools", ['"if"'])
+        "name": "f", "strict": True, "parameters": {"type": "object", "if": {}}}}]},
+        "tools[0].function.parameters", ['"if"'])
     c = "/v1/completions"
     bad(c, {"prompt": "x", "guided_regex": "(ab"}, "guided_regex", [])
     bad(c, {"prompt": "x", "guided_regex": 5}, "guided_regex", ["string"])

@@ -433,7 +433,8 @@ START_TEST(scheduler_property)
 			if (r % 3)
 				random_prompt(prompt, n, f.m.cfg.vocab, r);
 			if (ms_engine_submit(e, prompt, n, &g, on_event, &s[i], &ids[i], &err)) {
-				ck_assert_msg(err.code == -EBUSY, "%s", err.msg);
+				/* the queue's two bounds: requests, and a cache's worth of pages */
+				ck_assert_msg(err.code == -EBUSY || err.code == -EAGAIN, "%s", err.msg);
 				s[i].finished = true; /* refused: never runs */
 				refused++;
 			}
@@ -460,7 +461,7 @@ START_TEST(scheduler_property)
 	ck_assert_int_eq(st.kv_pages_held, 0);
 	ck_assert_int_eq(st.kv_pages_reserved, 0);
 	ck_assert(steps > 1000);
-	ck_assert(refused < N / 2);
+	ck_assert_msg(refused < N / 2, "%d of %d refused", refused, N);
 	ms_engine_free(e);
 	unload(&f);
 }

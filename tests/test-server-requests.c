@@ -46,9 +46,9 @@ START_TEST(body_refusals)
 		const char *json;
 		const char *needle;
 	} bad[] = {
-		{"{bad json", "not valid JSON near byte 2"},
-		{"", "not valid JSON near byte 0"},
-		{"{\"prompt\": \"x\",}", "not valid JSON near byte 15"},
+		{"{bad json", "not valid JSON: expected a key (a string), not 'b', at line 1, column 2 (byte 1)"},
+		{"", "not valid JSON: the body ends where a JSON value should be, at line 1, column 1 (byte 0)"},
+		{"{\"prompt\": \"x\",}", "expected a key (a string), not '}', at line 1, column 16 (byte 15)"},
 		{"{\"messages\": [", "not valid JSON"},
 		{"[1, 2]", "(got a list of 2)"},
 		{"\"str\"", "(got \"str\")"},
@@ -63,7 +63,8 @@ START_TEST(body_refusals)
 		ck_assert_int_eq(e.status, 400);
 		ck_assert_str_eq(e.type, "invalid_request_error");
 		ck_assert_ptr_null(e.param);
-		ck_assert_msg(strstr(e.msg, "the body is not a JSON object") && strstr(e.msg, bad[i].needle),
+		ck_assert_msg((strstr(e.msg, "the body is not a JSON object") ||
+			       strstr(e.msg, "the body is not valid JSON: ")) && strstr(e.msg, bad[i].needle),
 			      "%s: \"%s\" lacks \"%s\"", bad[i].json, e.msg, bad[i].needle);
 	}
 	/* the length is the body's, not the string's */
@@ -363,11 +364,19 @@ START_TEST(completion_type_refusals)
 	CMPL_BAD("{\"prompt\": \"x\", \"stop\": 5}", "stop",
 		 "\"stop\" must be a string or a list of at most 16 strings (got 5)");
 	CMPL_BAD("{\"prompt\": \"x\", \"stop\": {\"a\": 1}}", "stop", "(got an object)");
-	CMPL_BAD("{\"prompt\": \"x\", \"stop\": [\"a\", 1]}", "stop",
-		 "\"stop\" must be a string or a list of strings (got 1)");
+	CMPL_BAD("{\"prompt\": \"x\", \"stop\": [\"a\", 1]}", "stop[1]",
+		 "Invalid type for 'stop[1]': expected a string", "(got 1)");
+	CMPL_BAD("{\"prompt\": \"x\", \"stop\": [null]}", "stop[0]", "(got null)");
 	CMPL_BAD("{\"prompt\": \"x\", \"logit_bias\": [1]}", "logit_bias",
 		 "\"logit_bias\" must be an object of token id -> bias (got a list of 1)");
-	CMPL_BAD("{\"prompt\": \"x\", \"logit_bias\": {\"x\": 1}}", "logit_bias", "\"x\" must be a token id");
+	CMPL_BAD("{\"prompt\": \"x\", \"logit_bias\": {\"x\": 1}}", "logit_bias",
+		 "the key \"x\" is not a token id");
+	/* decimal digits only: strtol would take these as ids */
+	CMPL_BAD("{\"prompt\": \"x\", \"logit_bias\": {\" 5\": 1}}", "logit_bias", "the key \" 5\"");
+	CMPL_BAD("{\"prompt\": \"x\", \"logit_bias\": {\"+5\": 1}}", "logit_bias", "the key \"+5\"");
+	CMPL_BAD("{\"prompt\": \"x\", \"logit_bias\": {\"\": 1}}", "logit_bias", "the key \"\"");
+	CMPL_BAD("{\"prompt\": \"x\", \"logit_bias\": {\"5\": null}}", "logit_bias",
+		 "the bias of token 5 must be a number", "(got null)");
 	CMPL_BAD("{\"prompt\": \"x\", \"logit_bias\": {\"5.0\": 1}}", "logit_bias", "\"5.0\"");
 	CMPL_BAD("{\"prompt\": \"x\", \"logit_bias\": {\"5\": \"a\"}}", "logit_bias", "(got \"a\")");
 	CMPL_BAD("{\"prompt\": \"x\", \"seed\": \"s\"}", "seed", "\"seed\" must be an integer", "(got \"s\")");
@@ -410,7 +419,7 @@ START_TEST(completion_range_refusals)
 		 "(got 1.8446744073709552e+19)");
 	CMPL_BAD("{\"prompt\": \"x\", \"seed\": -1e19}", "seed", "(got -1e+19)");
 	CMPL_BAD("{\"prompt\": \"x\", \"logit_bias\": {\"4096\": 1}}", "logit_bias",
-		 "\"logit_bias\": \"4096\" must be a token id in [0, 4096) with a bias in [-100, 100] (got 1)");
+		 "Invalid value for 'logit_bias': the key \"4096\" is not a token id in [0, 4096)");
 	CMPL_BAD("{\"prompt\": \"x\", \"logit_bias\": {\"-1\": 1}}", "logit_bias", "\"-1\"");
 	CMPL_BAD("{\"prompt\": \"x\", \"logit_bias\": {\"5\": 101}}", "logit_bias", "(got 101)");
 	CMPL_BAD("{\"prompt\": \"x\", \"logit_bias\": {\"5\": -100.5}}", "logit_bias", "(got -100.5)");
@@ -421,24 +430,32 @@ END_TEST
 
 START_TEST(completion_prompt_refusals)
 {
-	CMPL_BAD("{\"max_tokens\": 4}", "prompt", "\"prompt\" is required");
-	CMPL_BAD("{\"prompt\": null}", "prompt", "\"prompt\" is required");
+	CMPL_BAD("{\"max_tokens\": 4}", "prompt", "Missing required parameter: 'prompt'");
+	CMPL_BAD("{\"prompt\": null}", "prompt", "Missing required parameter: 'prompt'");
 	CMPL_BAD("{\"prompt\": 5}", "prompt", "\"prompt\" must be a string, a list of strings, a list "
 		 "of token ids or a list of lists of ids (at most 64) (got 5)");
 	CMPL_BAD("{\"prompt\": {\"text\": \"x\"}}", "prompt", "(got an object)");
-	CMPL_BAD("{\"prompt\": [1, \"a\"]}", "prompt", "prompt token 1 is not an id in [0, 4096) (got \"a\")");
-	CMPL_BAD("{\"prompt\": [1, 2.5]}", "prompt", "prompt token 1", "(got 2.5)");
-	CMPL_BAD("{\"prompt\": [4096]}", "prompt", "prompt token 0", "(got 4096)");
-	CMPL_BAD("{\"prompt\": [-1]}", "prompt", "(got -1)");
-	CMPL_BAD("{\"prompt\": [[1], 2]}", "prompt", "\"prompt\"[1] must be a string or a list of ids (got 2)");
-	CMPL_BAD("{\"prompt\": [\"a\", {}]}", "prompt", "\"prompt\"[1]", "(got an object)");
-	CMPL_BAD("{\"prompt\": [[1], [\"a\"]]}", "prompt", "prompt token 0", "(got \"a\")");
+	/* each element named by its path, with the value */
+	CMPL_BAD("{\"prompt\": [1, \"a\"]}", "prompt[1]",
+		 "Invalid value for 'prompt[1]': a prompt token must be an id in [0, 4096) (got \"a\")");
+	CMPL_BAD("{\"prompt\": [1, 2.5]}", "prompt[1]", "(got 2.5)");
+	CMPL_BAD("{\"prompt\": [4096]}", "prompt[0]", "(got 4096)");
+	CMPL_BAD("{\"prompt\": [-1]}", "prompt[0]", "(got -1)");
+	CMPL_BAD("{\"prompt\": [1, null]}", "prompt[1]", "(got null)");
+	CMPL_BAD("{\"prompt\": [[1], 2]}", "prompt[1]",
+		 "Invalid type for 'prompt[1]': expected a string or a list of token ids (got 2)");
+	CMPL_BAD("{\"prompt\": [\"a\", {}]}", "prompt[1]", "(got an object)");
+	CMPL_BAD("{\"prompt\": [\"a\", null]}", "prompt[1]", "(got null)");
+	CMPL_BAD("{\"prompt\": [[1], [2, \"a\"]]}", "prompt[1][1]", "'prompt[1][1]'", "(got \"a\")");
 	CMPL_BAD("{\"prompt\": []}", "prompt", "\"prompt\" is empty");
 	CMPL_BAD("{\"prompt\": \"\"}", "prompt", "\"prompt\" is empty");
-	CMPL_BAD("{\"prompt\": [[]]}", "prompt", "\"prompt\" is empty");
-	CMPL_BAD("{\"prompt\": [\"a\", \"\"]}", "prompt", "\"prompt\" is empty");
-	/* invalid UTF-8 in the text: the tokenizer's refusal, naming the byte */
-	CMPL_BAD("{\"prompt\": \"ab\xff\"}", "prompt", "not valid UTF-8 (byte 2)");
+	CMPL_BAD("{\"prompt\": [[]]}", "prompt[0]", "\"prompt[0]\" is empty");
+	CMPL_BAD("{\"prompt\": [\"a\", \"\"]}", "prompt[1]", "\"prompt[1]\" is empty");
+	/* the valid neighbours */
+	ms_req_gen_free(CMPL("{\"prompt\": [[1], [2, 3]]}"));
+	ms_req_gen_free(CMPL("{\"prompt\": [\"a\", \"b\"]}"));
+	/* invalid UTF-8 in the text: the body's refusal (strict JSON), naming the byte */
+	CMPL_BAD("{\"prompt\": \"ab\xff\"}", NULL, "not valid UTF-8", "byte 14");
 	char big[65 * 4 + 32];
 	int at = snprintf(big, sizeof(big), "{\"prompt\": [");
 	for (int i = 0; i < 65; i++)
@@ -536,7 +553,7 @@ START_TEST(chat_content_and_tools)
 {
 	/* content as text parts, joined; a user's special token stays text */
 	struct ms_req_gen *r = CHAT("{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", "
-				    "\"text\": \"In the \"}, {\"text\": \"beginning\"}]}]}");
+				    "\"text\": \"In the \"}, {\"type\": \"text\", \"text\": \"beginning\"}]}]}");
 	char *text = prompt_text(r, 0);
 	ck_assert_msg(strstr(text, "<|message|>In the beginning<|end|>"), "%s", text);
 	free(text);
@@ -857,12 +874,14 @@ START_TEST(structured_fields)
 	 * that does not falls back to any object */
 	CHAT_BAD("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": "
 		 "\"function\", \"function\": {\"name\": \"f\", \"strict\": true, \"parameters\": "
-		 "{\"type\": \"object\", \"if\": {}}}}]}", "tools", "\"if\"", "tools[0]");
+		 "{\"type\": \"object\", \"if\": {}}}}]}", "tools[0].function.parameters", "\"if\"",
+		 "tools[0]");
 	/* the second strict function refused after the first's grammar was taken */
 	CHAT_BAD("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": "
 		 "\"function\", \"function\": {\"name\": \"f\", \"strict\": true, \"parameters\": "
 		 "{\"type\": \"object\"}}}, {\"type\": \"function\", \"function\": {\"name\": \"g\", "
-		 "\"strict\": true, \"parameters\": {\"not\": {}}}}]}", "tools", "\"not\"", "tools[1]");
+		 "\"strict\": true, \"parameters\": {\"not\": {}}}}]}", "tools[1].function.parameters",
+		 "\"not\"", "tools[1]");
 	r = CHAT("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": "
 		 "\"required\", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", "
 		 "\"parameters\": {\"type\": \"object\", \"if\": {}}}}]}");
@@ -924,32 +943,25 @@ START_TEST(chat_refusals)
 {
 	CHAT_BAD("{\"messages\": \"hi\"}", "messages", "\"messages\" must be a non-empty list (got \"hi\")");
 	CHAT_BAD("{\"messages\": []}", "messages", "(got a list of 0)");
-	CHAT_BAD("{\"prompt\": \"hi\"}", "messages", "\"messages\" must be a non-empty list");
-	CHAT_BAD("{\"messages\": [{\"content\": \"no role\"}]}", "messages", "messages[0] needs a \"role\"");
-	CHAT_BAD("{\"messages\": [{\"role\": 5}]}", "messages", "messages[0] needs a \"role\" (got 5)");
-	CHAT_BAD("{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, \"b\"]}", "messages",
-		 "messages[1] needs a \"role\" (got \"b\")");
-	CHAT_BAD("{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", "messages",
-		 "messages[0].content must be a string or a list of text parts (got 5)");
-	CHAT_BAD("{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\", "
-		 "\"image_url\": {}}]}]}", "messages", "messages[0].content", "(got a list of 1)");
-	CHAT_BAD("{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": 5}]}]}",
-		 "messages", "messages[0].content");
+	CHAT_BAD("{\"prompt\": \"hi\"}", "messages", "Missing required parameter: 'messages'.");
+	CHAT_BAD("{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, \"b\"]}", "messages[1]",
+		 "Invalid type for 'messages[1]': expected an object (got \"b\")");
 	CHAT_BAD("{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", "
-		 "\"tool_calls\": [{\"function\": {\"name\": \"f\"}}, {\"function\": {}}]}]}", "messages",
-		 "messages[1].tool_calls[1].function.name is required");
+		 "\"tool_calls\": [{\"function\": {\"name\": \"f\"}}, {\"function\": {}}]}]}",
+		 "messages[1].tool_calls[1].function.name",
+		 "Missing required parameter: 'messages[1].tool_calls[1].function.name'.");
 	CHAT_BAD("{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"name\": 7}}]}]}",
-		 "messages", "(got 7)");
+		 "messages[0].tool_calls[0].function.name", "(got 7)");
 	CHAT_BAD("{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"tool\", "
-		 "\"content\": \"1\"}]}", "messages",
-		 "messages[1]: a tool message needs \"name\" or the \"tool_call_id\" of an earlier tool call");
+		 "\"content\": \"1\"}]}", "messages[1].tool_call_id",
+		 "Missing required parameter: 'messages[1].tool_call_id'.");
 	CHAT_BAD("{\"messages\": [{\"role\": \"tool\", \"tool_call_id\": \"nope\", \"content\": \"1\"}]}",
-		 "messages", "messages[0]: a tool message needs");
+		 "messages[0].tool_call_id", "no earlier tool call has this id", "(got \"nope\")");
 	CHAT_BAD("{" USER_HI ", \"tools\": {\"a\": 1}}", "tools", "\"tools\" must be a list (got an object)");
-	CHAT_BAD("{" USER_HI ", \"tools\": [{\"type\": \"function\", \"function\": {}}]}", "tools",
-		 "tools[0].function.name is required");
+	CHAT_BAD("{" USER_HI ", \"tools\": [{\"type\": \"function\", \"function\": {}}]}",
+		 "tools[0].function.name", "Missing required parameter: 'tools[0].function.name'.");
 	CHAT_BAD("{" USER_HI ", \"tools\": [{\"function\": {\"name\": \"f\"}}, {\"function\": {\"name\": 1}}]}",
-		 "tools", "tools[1].function.name is required (got 1)");
+		 "tools[1].function.name", "Invalid type for 'tools[1].function.name'", "(got 1)");
 	CHAT_BAD("{" USER_HI ", \"reasoning_effort\": \"max\"}", "reasoning_effort",
 		 "\"reasoning_effort\" must be \"low\", \"medium\" or \"high\" (got \"max\")");
 	CHAT_BAD("{" USER_HI ", \"reasoning_effort\": 2}", "reasoning_effort", "(got 2)");
@@ -963,9 +975,7 @@ START_TEST(chat_refusals)
 	CHAT_BAD("{" USER_HI ", \"max_tokens\": -5}", "max_tokens", "(got -5)");
 	CHAT_BAD("{" USER_HI ", \"temperature\": -1}", "temperature", "(got -1)");
 	CHAT_BAD("{" USER_HI ", \"n\": 0}", "n", "(got 0)");
-	/* the renderer's refusals name the message and the field */
-	CHAT_BAD("{\"messages\": [{\"role\": \"wizard\", \"content\": \"hi\"}]}", "messages",
-		 "messages[0].role: \"wizard\" is not one of");
+
 	/* chat needs the harmony tokens */
 	struct ms_req_model m = model();
 	m.harmony = false;
@@ -973,6 +983,235 @@ START_TEST(chat_refusals)
 		   NEEDLES("chat needs the model's tokenizer.json with the harmony special tokens"));
 	m.tok = NULL;
 	refused_by(&m, ms_req_chat, "{" USER_HI "}", 400, NULL, NEEDLES("use /v1/completions"));
+}
+END_TEST
+
+/* ==== validated requests: each field by its JSON path ==== */
+
+#define MSG(role, rest) "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"" role "\"" rest "}]}"
+
+/* json refused with param and the OpenAI error code. */
+static void refused_code(parse_fn fn, const char *json, const char *param, const char *code,
+			 const char *needle)
+{
+	struct ms_req_model m = model();
+	struct ms_req_gen *r;
+	struct ms_req_error e = {0};
+	int rc = parse_with(&m, fn, json, &r, &e);
+	ck_assert_msg(rc == -EINVAL && !r, "%s: accepted", json);
+	ck_assert_msg(e.status == 400 && e.param && !strcmp(e.param, param), "%s: %d param %s, want %s (%s)",
+		      json, e.status, e.param ? e.param : "null", param, e.msg);
+	ck_assert_msg(e.code && !strcmp(e.code, code), "%s: code %s, want %s", json,
+		      e.code ? e.code : "null", code);
+	ck_assert_msg(strstr(e.msg, needle), "%s: \"%s\" lacks \"%s\"", json, e.msg, needle);
+	ck_assert_msg(strstr(e.msg, param), "%s: \"%s\" does not name %s", json, e.msg, param);
+}
+
+#define CHAT_CODE(json, param, code, needle) refused_code(ms_req_chat, json, param, code, needle)
+
+/* The cases, each refused by its path; the valid neighbour taken. */
+START_TEST(chat_message_rules)
+{
+	/* user, system, developer: content required, a string or text parts */
+	CHAT_CODE("{\"messages\": [{\"role\": \"user\"}]}", "messages[0].content",
+		  "missing_required_parameter", "Missing required parameter");
+	CHAT_CODE("{\"messages\": [{\"role\": \"user\", \"content\": null}]}", "messages[0].content",
+		  "invalid_type", "(got null)");
+	CHAT_CODE("{\"messages\": [{\"role\": \"system\", \"content\": null}, {\"role\": \"user\", "
+		  "\"content\": \"a\"}]}", "messages[0].content", "invalid_type", "(got null)");
+	CHAT_CODE("{\"messages\": [{\"role\": \"developer\"}]}", "messages[0].content",
+		  "missing_required_parameter", "'messages[0].content'");
+	CHAT_CODE("{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", "messages[0].content",
+		  "invalid_type", "expected a string or a list of content parts (got 5)");
+	CHAT_CODE("{\"messages\": [{\"role\": \"user\", \"content\": []}]}", "messages[0].content",
+		  "invalid_value", "non-empty");
+	ms_req_gen_free(CHAT("{\"messages\": [{\"role\": \"system\", \"content\": \"s\"}, {\"role\": "
+			     "\"developer\", \"content\": [{\"type\": \"text\", \"text\": \"d\"}]}, "
+			     "{\"role\": \"user\", \"content\": \"\"}]}"));
+	/* roles: the API's five and the deprecated "function" */
+	CHAT_CODE("{\"messages\": [{\"content\": \"no role\"}]}", "messages[0].role",
+		  "missing_required_parameter", "Missing required parameter: 'messages[0].role'.");
+	CHAT_CODE("{\"messages\": [{\"role\": 5}]}", "messages[0].role", "invalid_type", "(got 5)");
+	CHAT_CODE("{\"messages\": [{\"role\": \"wizard\", \"content\": \"hi\"}]}", "messages[0].role",
+		  "invalid_value", "\"developer\"");
+	CHAT_CODE(MSG("user", ", \"content\": \"b\", \"name\": 3"), "messages[1].name", "invalid_type",
+		  "(got 3)");
+	/* parts: objects with a type; media the model cannot read refused by name */
+	CHAT_CODE("{\"messages\": [{\"role\": \"user\", \"content\": [\"a\"]}]}", "messages[0].content[0]",
+		  "invalid_type", "expected an object");
+	CHAT_CODE("{\"messages\": [{\"role\": \"user\", \"content\": [{\"text\": \"a\"}]}]}",
+		  "messages[0].content[0].type", "missing_required_parameter", "Missing");
+	CHAT_CODE("{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"a\"}, "
+		  "{\"type\": \"image_url\", \"image_url\": {\"url\": \"http://x\"}}]}]}",
+		  "messages[0].content[1].type", "invalid_value", "not supported by this model");
+	CHAT_CODE("{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"input_audio\"}]}]}",
+		  "messages[0].content[0].type", "invalid_value", "not supported by this model");
+	CHAT_CODE("{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"video\"}]}]}",
+		  "messages[0].content[0].type", "invalid_value", "supported values are \"text\"");
+	CHAT_CODE("{\"messages\": [{\"role\": \"system\", \"content\": [{\"type\": \"refusal\", "
+		  "\"refusal\": \"no\"}]}]}", "messages[0].content[0].type", "invalid_value", "\"text\"");
+	CHAT_CODE("{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": 5}]}]}",
+		  "messages[0].content[0].text", "invalid_type", "(got 5)");
+	CHAT_CODE("{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\"}]}]}",
+		  "messages[0].content[0].text", "missing_required_parameter", "Missing");
+	/* assistant: content may be null or absent with tool calls, a refusal
+	 * or reasoning, and holds text and refusal parts */
+	CHAT_CODE(MSG("assistant", ""), "messages[1].content", "missing_required_parameter", "Missing");
+	CHAT_CODE(MSG("assistant", ", \"content\": null"), "messages[1].content", "invalid_type",
+		  "null only with \"tool_calls\"");
+	CHAT_CODE(MSG("assistant", ", \"content\": null, \"tool_calls\": \"x\""), "messages[1].tool_calls",
+		  "invalid_type", "(got \"x\")");
+	CHAT_CODE(MSG("assistant", ", \"tool_calls\": [5]"), "messages[1].tool_calls[0]", "invalid_type",
+		  "expected an object");
+	CHAT_CODE(MSG("assistant", ", \"tool_calls\": [{\"id\": 1, \"function\": {\"name\": \"f\"}}]"),
+		  "messages[1].tool_calls[0].id", "invalid_type", "(got 1)");
+	CHAT_CODE(MSG("assistant", ", \"tool_calls\": [{\"type\": \"custom\", \"function\": {\"name\": \"f\"}}]"),
+		  "messages[1].tool_calls[0].type", "invalid_value", "\"function\"");
+	CHAT_CODE(MSG("assistant", ", \"tool_calls\": [{\"id\": \"c\", \"type\": \"function\"}]"),
+		  "messages[1].tool_calls[0].function", "missing_required_parameter", "Missing");
+	CHAT_CODE(MSG("assistant", ", \"tool_calls\": [{\"function\": \"f\"}]"),
+		  "messages[1].tool_calls[0].function", "invalid_type", "(got \"f\")");
+	CHAT_CODE(MSG("assistant", ", \"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": 5}}]"),
+		  "messages[1].tool_calls[0].function.arguments", "invalid_type", "(got 5)");
+	CHAT_CODE(MSG("assistant", ", \"refusal\": 5"), "messages[1].refusal", "invalid_type", "(got 5)");
+	CHAT_CODE(MSG("assistant", ", \"content\": [{\"type\": \"image_url\"}]"),
+		  "messages[1].content[0].type", "invalid_value", "\"refusal\"");
+	CHAT_CODE(MSG("assistant", ", \"function_call\": {\"arguments\": \"{}\"}"),
+		  "messages[1].function_call.name", "missing_required_parameter", "Missing");
+	CHAT_CODE(MSG("assistant", ", \"content\": \"x\", \"reasoning_content\": 5"),
+		  "messages[1].reasoning_content", "invalid_type", "(got 5)");
+	struct ms_req_gen *r = CHAT(MSG("assistant", ", \"content\": null, \"tool_calls\": [{\"id\": \"c\", "
+				       "\"type\": \"function\", \"function\": {\"name\": \"f\", "
+				       "\"arguments\": \"{}\"}}]}, {\"role\": \"tool\", \"tool_call_id\": "
+				       "\"c\", \"content\": [{\"type\": \"text\", \"text\": \"42\"}]"));
+	char *text = prompt_text(r, 0);
+	ck_assert_msg(strstr(text, "to=functions.f") && strstr(text, "42"), "%s", text);
+	free(text);
+	ms_req_gen_free(r);
+	r = CHAT(MSG("assistant", ", \"refusal\": \"I cannot.\"}, {\"role\": \"user\", \"content\": \"b\""));
+	text = prompt_text(r, 0);
+	ck_assert_msg(strstr(text, "I cannot."), "the refusal is the turn's text: %s", text);
+	free(text);
+	ms_req_gen_free(r);
+	ms_req_gen_free(CHAT(MSG("assistant", ", \"content\": [{\"type\": \"text\", \"text\": \"x\"}, "
+				 "{\"type\": \"refusal\", \"refusal\": \"y\"}]}, {\"role\": \"user\", "
+				 "\"content\": \"b\"")));
+	/* the deprecated function_call and "function" role: a call and its result */
+	r = CHAT(MSG("assistant", ", \"content\": null, \"function_call\": {\"name\": \"g\", "
+		     "\"arguments\": \"{}\"}}, {\"role\": \"function\", \"name\": \"g\", \"content\": \"7\""));
+	text = prompt_text(r, 0);
+	ck_assert_msg(strstr(text, "to=functions.g") && strstr(text, "functions.g to=assistant"), "%s",
+		      text);
+	free(text);
+	ms_req_gen_free(r);
+	CHAT_CODE(MSG("function", ", \"content\": \"7\""), "messages[1].name", "missing_required_parameter",
+		  "Missing");
+	/* tool: content and tool_call_id required */
+	CHAT_CODE(MSG("tool", ", \"tool_call_id\": \"c\", \"name\": \"f\""), "messages[1].content",
+		  "missing_required_parameter", "Missing");
+	CHAT_CODE(MSG("tool", ", \"tool_call_id\": 5, \"content\": \"x\""), "messages[1].tool_call_id",
+		  "invalid_type", "(got 5)");
+}
+END_TEST
+
+/* Tool definitions: function tools only, named by the API's pattern,
+ * parameters a JSON Schema object checked keyword by keyword. */
+START_TEST(chat_tool_rules)
+{
+	static const struct {
+		const char *tool, *param, *code, *needle;
+	} bad[] = {
+		{"5", "tools[0]", "invalid_type", "expected an object"},
+		{"{\"type\": \"banana\", \"function\": {\"name\": \"f\"}}", "tools[0].type", "invalid_value",
+		 "supported values are \"function\" (got \"banana\")"},
+		{"{\"type\": 5, \"function\": {\"name\": \"f\"}}", "tools[0].type", "invalid_type", "(got 5)"},
+		{"{\"type\": \"function\"}", "tools[0].function", "missing_required_parameter", "Missing"},
+		{"{\"type\": \"function\", \"function\": []}", "tools[0].function", "invalid_type", "object"},
+		{"{\"function\": {\"name\": \"get weather\"}}", "tools[0].function.name", "invalid_value",
+		 "^[a-zA-Z0-9_-]{1,64}$"},
+		{"{\"function\": {\"name\": \"\"}}", "tools[0].function.name", "invalid_value", "1 to 64"},
+		{"{\"function\": {\"name\": \"a1234567890123456789012345678901234567890123456789012345678901234\"}}",
+		 "tools[0].function.name", "invalid_value", "1 to 64"},
+		{"{\"function\": {\"name\": \"f\", \"description\": 5}}", "tools[0].function.description",
+		 "invalid_type", "(got 5)"},
+		{"{\"function\": {\"name\": \"f\", \"strict\": \"yes\"}}", "tools[0].function.strict",
+		 "invalid_type", "a boolean"},
+		{"{\"function\": {\"name\": \"f\", \"parameters\": \"x\"}}", "tools[0].function.parameters",
+		 "invalid_function_parameters", "Invalid schema for function 'f'"},
+		{"{\"function\": {\"name\": \"f\", \"parameters\": []}}", "tools[0].function.parameters",
+		 "invalid_function_parameters", "(got a list of 0)"},
+		{"{\"function\": {\"name\": \"f\", \"parameters\": true}}", "tools[0].function.parameters",
+		 "invalid_function_parameters", "a JSON Schema object"},
+		{"{\"function\": {\"name\": \"f\", \"parameters\": {\"type\": 5}}}",
+		 "tools[0].function.parameters.type", "invalid_function_parameters", "(got 5)"},
+		{"{\"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"obj\"}}}",
+		 "tools[0].function.parameters.type", "invalid_function_parameters", "\"object\""},
+		{"{\"function\": {\"name\": \"f\", \"parameters\": {\"type\": [\"string\", 1]}}}",
+		 "tools[0].function.parameters.type", "invalid_function_parameters", "a list of them"},
+		{"{\"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\", \"properties\": 5}}}",
+		 "tools[0].function.parameters.properties", "invalid_function_parameters", "(got 5)"},
+		{"{\"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\", \"properties\": "
+		 "{\"a\": 5}}}}", "tools[0].function.parameters.properties.a", "invalid_function_parameters",
+		 "(got 5)"},
+		{"{\"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\", \"required\": \"a\"}}}",
+		 "tools[0].function.parameters.required", "invalid_function_parameters", "(got \"a\")"},
+		{"{\"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\", \"required\": "
+		 "[\"a\", 1]}}}", "tools[0].function.parameters.required[1]", "invalid_function_parameters",
+		 "(got 1)"},
+		{"{\"function\": {\"name\": \"f\", \"strict\": true, \"parameters\": {\"type\": \"object\", "
+		 "\"properties\": {\"a\": {}}, \"required\": [\"a\", \"b\"]}}}",
+		 "tools[0].function.parameters.required[1]", "invalid_function_parameters", "strict"},
+		/* nested schemas, by their path */
+		{"{\"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\", \"properties\": "
+		 "{\"a\": {\"type\": \"array\", \"items\": {\"type\": \"object\", \"properties\": {\"b\": "
+		 "{\"type\": 7}}}}}}}}", "tools[0].function.parameters.properties.a.items.properties.b.type",
+		 "invalid_function_parameters", "(got 7)"},
+		{"{\"function\": {\"name\": \"f\", \"parameters\": {\"anyOf\": [{\"type\": \"string\"}, 3]}}}",
+		 "tools[0].function.parameters.anyOf[1]", "invalid_function_parameters", "(got 3)"},
+		{"{\"function\": {\"name\": \"f\", \"parameters\": {\"anyOf\": []}}}",
+		 "tools[0].function.parameters.anyOf", "invalid_function_parameters", "non-empty"},
+		{"{\"function\": {\"name\": \"f\", \"parameters\": {\"$defs\": {\"p\": \"x\"}}}}",
+		 "tools[0].function.parameters.$defs.p", "invalid_function_parameters", "(got \"x\")"},
+		{"{\"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"string\", \"maxLength\": \"5\"}}}",
+		 "tools[0].function.parameters.maxLength", "invalid_function_parameters", "a number"},
+		{"{\"function\": {\"name\": \"f\", \"parameters\": {\"enum\": \"a\"}}}",
+		 "tools[0].function.parameters.enum", "invalid_function_parameters", "a list"},
+		{"{\"function\": {\"name\": \"f\", \"parameters\": {\"description\": 1}}}",
+		 "tools[0].function.parameters.description", "invalid_function_parameters", "a string"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char json[1024];
+		snprintf(json, sizeof(json), "{" USER_HI ", \"tools\": [%s]}", bad[i].tool);
+		CHAT_CODE(json, bad[i].param, bad[i].code, bad[i].needle);
+	}
+	/* the second tool named by its index */
+	CHAT_CODE("{" USER_HI ", \"tools\": [{\"function\": {\"name\": \"f\"}}, {\"type\": \"banana\"}]}",
+		  "tools[1].type", "invalid_value", "banana");
+	/* valid neighbours: booleans as subschemas, type lists, required names
+	 * outside properties (JSON Schema allows them; only strict refuses),
+	 * keywords left to the grammar compiler, the draft-4 tuple form */
+	ms_req_gen_free(CHAT("{" USER_HI ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": "
+			     "\"get_weather-2\", \"description\": \"d\", \"strict\": false, \"parameters\": "
+			     "{\"type\": \"object\", \"properties\": {\"a\": true, \"b\": {\"type\": "
+			     "[\"string\", \"null\"], \"maxLength\": 5}, \"c\": {\"type\": \"array\", "
+			     "\"items\": [{\"type\": \"integer\"}], \"additionalItems\": false}, \"d\": "
+			     "{\"anyOf\": [{\"$ref\": \"#/$defs/p\"}, {\"const\": 1}]}}, \"required\": "
+			     "[\"a\", \"z\"], \"additionalProperties\": false, \"$defs\": {\"p\": "
+			     "{\"type\": \"number\", \"exclusiveMinimum\": 0}}, \"x-extra\": [1]}}}]}"));
+	ms_req_gen_free(CHAT("{" USER_HI ", \"tools\": [{\"function\": {\"name\": \"f\", \"strict\": true, "
+			     "\"parameters\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": "
+			     "\"string\"}}, \"required\": [\"a\"], \"additionalProperties\": false}}}]}"));
+	ms_req_gen_free(CHAT("{" USER_HI ", \"tools\": [{\"function\": {\"name\": \"f\", \"parameters\": "
+			     "{}}}]}"));
+	/* tool_choice's shape */
+	CHAT_CODE("{" USER_HI ", \"tool_choice\": \"sometimes\"}", "tool_choice", "invalid_value",
+		  "\"required\"");
+	CHAT_CODE("{" USER_HI ", \"tool_choice\": {\"type\": \"custom\", \"function\": {\"name\": \"f\"}}}",
+		  "tool_choice.type", "invalid_value", "\"function\"");
+	CHAT_CODE("{" USER_HI ", \"tool_choice\": {\"type\": \"function\"}}", "tool_choice.function.name",
+		  "missing_required_parameter", "Missing");
+	CHAT_CODE("{" USER_HI ", \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": 1}}}",
+		  "tool_choice.function.name", "invalid_type", "(got 1)");
 }
 END_TEST
 
@@ -1170,6 +1409,8 @@ int main(void)
 	tcase_add_test(th, grammar_answers_within_budget);
 	tcase_add_test(th, structured_fields);
 	tcase_add_test(th, chat_refusals);
+	tcase_add_test(th, chat_message_rules);
+	tcase_add_test(th, chat_tool_rules);
 	suite_add_tcase(s, th);
 	TCase *tt = tcase_create("tokenize");
 	tcase_add_test(tt, tokenize);

@@ -190,15 +190,19 @@ START_TEST(refusals)
 	RSP_BAD("{}", "input", "\"input\"");
 	RSP_BAD("{\"input\": 3}", "input", "\"input\" must be");
 	RSP_BAD("{\"input\": []}", "input", "no message");
-	RSP_BAD("{\"input\": [{\"role\": \"robot\", \"content\": \"x\"}]}", "input", "input[0].role");
+	RSP_BAD("{\"input\": [{\"role\": \"robot\", \"content\": \"x\"}]}", "input[0].role",
+		"Invalid value for 'input[0].role'", "(got \"robot\")");
 	RSP_BAD("{\"input\": [{\"role\": \"user\", \"content\": [{\"type\": \"input_image\", "
-		"\"image_url\": \"x\"}]}]}", "input", "input_image");
-	RSP_BAD("{\"input\": [{\"type\": \"function_call\", \"name\": \"f\"}]}", "input", "call_id");
-	RSP_BAD("{\"input\": [{\"type\": \"function_call_output\", \"output\": \"x\"}]}", "input",
-		"call_id");
+		"\"image_url\": \"x\"}]}]}", "input[0].content[0].type", "input_image",
+		"not supported by this model");
+	RSP_BAD("{\"input\": [{\"type\": \"function_call\", \"name\": \"f\"}]}", "input[0].call_id",
+		"Missing required parameter: 'input[0].call_id'");
+	RSP_BAD("{\"input\": [{\"type\": \"function_call_output\", \"output\": \"x\"}]}",
+		"input[0].call_id", "Missing");
 	RSP_BAD("{\"input\": \"x\", \"instructions\": 4}", "instructions", "string");
 	RSP_BAD("{\"input\": \"x\", \"tools\": {}}", "tools", "list");
-	RSP_BAD("{\"input\": \"x\", \"tools\": [{\"type\": \"function\"}]}", "tools", "tools[0].name");
+	RSP_BAD("{\"input\": \"x\", \"tools\": [{\"type\": \"function\"}]}", "tools[0].name",
+		"Missing required parameter: 'tools[0].name'");
 	RSP_BAD("{\"input\": \"x\", \"tool_choice\": \"always\"}", "tool_choice", "\"auto\"");
 	RSP_BAD("{\"input\": \"x\", \"tool_choice\": {\"type\": \"function\", \"name\": \"nope\"}}",
 		"tool_choice", "\"nope\"");
@@ -214,6 +218,126 @@ START_TEST(refusals)
 	RSP_BAD("{\"input\": \"x\", \"store\": \"yes\"}", "store", "true or false");
 	RSP_BAD("{\"input\": \"x\", \"previous_response_id\": 5}", "previous_response_id", "string");
 	RSP_BAD("{\"input\": \"x\", \"temperature\": -1}", "temperature", "temperature");
+}
+END_TEST
+
+/* Every item field by its path under input (after previous_response_id's
+ * items, input's own index), the code as OpenAI's; the valid neighbour
+ * accepted. */
+START_TEST(item_rules)
+{
+	static const struct {
+		const char *input, *param, *needle;
+	} bad[] = {
+		{"[5]", "input[0]", "expected an object"},
+		{"[{\"type\": 5}]", "input[0].type", "(got 5)"},
+		{"[{\"type\": \"message\", \"content\": \"x\"}]", "input[0].role", "Missing"},
+		{"[{\"role\": 1, \"content\": \"x\"}]", "input[0].role", "(got 1)"},
+		{"[{\"role\": \"user\"}]", "input[0].content", "Missing"},
+		{"[{\"role\": \"user\", \"content\": null}]", "input[0].content", "Missing"},
+		{"[{\"role\": \"user\", \"content\": 5}]", "input[0].content", "(got 5)"},
+		{"[{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"user\", \"content\": [{\"type\": "
+		 "\"input_text\", \"text\": \"a\"}, {\"type\": \"input_text\", \"text\": 5}]}]",
+		 "input[1].content[1].text", "(got 5)"},
+		{"[{\"role\": \"user\", \"content\": [{\"text\": \"a\"}]}]", "input[0].content[0].type",
+		 "Missing"},
+		{"[{\"role\": \"user\", \"content\": [\"a\"]}]", "input[0].content[0]", "an object"},
+		{"[{\"role\": \"user\", \"content\": [{\"type\": \"input_file\"}]}]",
+		 "input[0].content[0].type", "not supported by this model"},
+		{"[{\"role\": \"user\", \"content\": [{\"type\": \"banana\", \"text\": \"a\"}]}]",
+		 "input[0].content[0].type", "supported values"},
+		{"[{\"role\": \"assistant\", \"content\": [{\"type\": \"refusal\"}]}]",
+		 "input[0].content[0].refusal", "Missing"},
+		{"[{\"type\": \"function_call\", \"call_id\": \"c\", \"name\": \"f\"}]", "input[0].arguments",
+		 "Missing"},
+		{"[{\"type\": \"function_call\", \"call_id\": \"c\", \"name\": \"f\", \"arguments\": {}}]",
+		 "input[0].arguments", "(got an object)"},
+		{"[{\"type\": \"function_call\", \"call_id\": 3, \"name\": \"f\", \"arguments\": \"{}\"}]",
+		 "input[0].call_id", "(got 3)"},
+		{"[{\"type\": \"function_call\", \"call_id\": \"c\", \"name\": [], \"arguments\": \"{}\"}]",
+		 "input[0].name", "(got a list of 0)"},
+		{"[{\"type\": \"function_call_output\", \"call_id\": \"c\"}]", "input[0].output", "Missing"},
+		{"[{\"type\": \"function_call_output\", \"call_id\": \"c\", \"output\": 5}]", "input[0].output",
+		 "(got 5)"},
+		{"[{\"type\": \"function_call_output\", \"call_id\": \"c\", \"output\": [{\"type\": "
+		 "\"input_image\"}]}]", "input[0].output[0].type", "not supported"},
+		{"[{\"type\": \"reasoning\", \"summary\": 5}]", "input[0].summary", "(got 5)"},
+		{"[{\"type\": \"reasoning\", \"summary\": [], \"content\": [{\"type\": \"reasoning_text\", "
+		 "\"text\": 1}]}]", "input[0].content[0].text", "(got 1)"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char json[1024];
+		snprintf(json, sizeof(json), "{\"input\": %s}", bad[i].input);
+		RSP_BAD(json, bad[i].param, bad[i].needle, bad[i].param);
+	}
+	/* the neighbours: every item kind well formed, extra fields as Codex
+	 * sends them, a hosted tool's call skipped */
+	ms_req_gen_free(RSP("{\"input\": [{\"type\": \"message\", \"role\": \"user\", \"id\": \"m1\", "
+			    "\"content\": [{\"type\": \"input_text\", \"text\": \"a\"}]}, {\"type\": "
+			    "\"reasoning\", \"id\": \"rs\", \"summary\": [{\"type\": \"summary_text\", "
+			    "\"text\": \"s\"}], \"encrypted_content\": null}, {\"type\": \"function_call\", "
+			    "\"id\": \"fc\", \"status\": \"completed\", \"call_id\": \"c\", \"name\": \"f\", "
+			    "\"arguments\": \"{}\"}, {\"type\": \"function_call_output\", \"call_id\": \"c\", "
+			    "\"output\": \"ok\"}, {\"type\": \"web_search_call\", \"id\": \"w\"}, "
+			    "{\"role\": \"assistant\", \"content\": [{\"type\": \"output_text\", \"text\": "
+			    "\"b\", \"annotations\": []}, {\"type\": \"refusal\", \"refusal\": \"r\"}]}, "
+			    "{\"role\": \"user\", \"content\": \"c\"}]}"));
+	/* after previous_response_id's items the index is input's own */
+	struct ms_req_model m = model();
+	cJSON *prev = cJSON_Parse("[{\"type\": \"message\", \"role\": \"user\", \"content\": \"Hi\"}]");
+	const char *body = "{\"input\": [{\"role\": \"user\", \"content\": 7}]}";
+	cJSON *req;
+	struct ms_req_gen *r;
+	struct ms_req_error e = {0};
+	ck_assert_int_eq(ms_req_body(&m, body, strlen(body), &req, &e), 0);
+	ck_assert_int_eq(ms_req_responses(&m, req, prev, &r, &e), -EINVAL);
+	ck_assert_str_eq(e.param, "input[0].content");
+	ck_assert_str_eq(e.code, "invalid_type");
+	cJSON_Delete(prev);
+}
+END_TEST
+
+/* Tools: function tools flat or nested, checked as chat's; the API's
+ * hosted tools ignored; other types refused. */
+START_TEST(tool_rules)
+{
+	static const struct {
+		const char *tools, *param, *needle;
+	} bad[] = {
+		{"[5]", "tools[0]", "an object"},
+		{"[{\"name\": \"f\"}]", "tools[0].type", "Missing"},
+		{"[{\"type\": \"banana\"}]", "tools[0].type", "(got \"banana\")"},
+		{"[{\"type\": 3}]", "tools[0].type", "(got 3)"},
+		{"[{\"type\": \"function\", \"name\": \"a b\"}]", "tools[0].name", "^[a-zA-Z0-9_-]{1,64}$"},
+		{"[{\"type\": \"web_search\"}, {\"type\": \"function\", \"name\": \"f\", \"parameters\": "
+		 "\"x\"}]", "tools[1].parameters", "Invalid schema for function 'f'"},
+		{"[{\"type\": \"function\", \"name\": \"f\", \"parameters\": {\"type\": \"object\", "
+		 "\"properties\": {\"a\": 5}}}]", "tools[0].parameters.properties.a", "(got 5)"},
+		{"[{\"type\": \"function\", \"name\": \"f\", \"parameters\": {\"required\": \"a\"}}]",
+		 "tools[0].parameters.required", "(got \"a\")"},
+		{"[{\"type\": \"function\", \"name\": \"f\", \"strict\": 1}]", "tools[0].strict", "(got 1)"},
+		{"[{\"type\": \"function\", \"name\": \"f\", \"description\": []}]", "tools[0].description",
+		 "a string"},
+		{"[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": []}}]",
+		 "tools[0].function.parameters", "(got a list of 0)"},
+		{"[{\"type\": \"function\", \"function\": 5}]", "tools[0].function", "an object"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char json[1024];
+		snprintf(json, sizeof(json), "{\"input\": \"x\", \"tools\": %s}", bad[i].tools);
+		RSP_BAD(json, bad[i].param, bad[i].needle, bad[i].param);
+	}
+	struct ms_req_gen *r = RSP("{\"input\": \"x\", \"tools\": [{\"type\": \"custom\", \"name\": "
+				   "\"apply_patch\"}, {\"type\": \"local_shell\"}, {\"type\": "
+				   "\"web_search_preview\"}, {\"type\": \"function\", \"name\": \"f\", "
+				   "\"strict\": false, \"parameters\": {\"type\": \"object\", "
+				   "\"properties\": {\"a\": {\"type\": \"string\"}}, \"required\": [\"a\"], "
+				   "\"additionalProperties\": false}}]}");
+	ck_assert_str_eq(r->ignored_tool, "custom");
+	char *txt = prompt_text(r, 0);
+	ck_assert_msg(strstr(txt, "type f = "), "the function tool is rendered: %s", txt);
+	free(txt);
+	ms_req_gen_free(r);
 }
 END_TEST
 
@@ -524,6 +648,8 @@ int main(void)
 	tcase_add_test(tr, continues_a_conversation);
 	tcase_add_test(tr, fields);
 	tcase_add_test(tr, refusals);
+	tcase_add_test(tr, item_rules);
+	tcase_add_test(tr, tool_rules);
 	suite_add_tcase(s, tr);
 	TCase *ta = tcase_create("answer");
 	tcase_add_test(ta, items_in_order);

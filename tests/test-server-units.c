@@ -392,6 +392,12 @@ START_TEST(metrics_exact)
 	ms_metrics_set_grammars(m, &(struct ms_metrics_grammars){.compiles = 1});
 	ms_metrics_set_grammars(m, &(struct ms_metrics_grammars){.compiles = 3, .hits = 5,
 								 .compile_s = 0.25});
+	ms_metrics_set_transport(m, true, 2);
+	ms_metrics_auth_failure(m);
+	ms_metrics_auth_failure(m);
+	ms_metrics_key_reload(m, true, 3);
+	ms_metrics_key_reload(m, false, 0);  /* the old set (3 keys) stays */
+	ms_metrics_set_connections(m, 7);
 
 	struct ms_engine_stats st = {
 		.waiting = 1, .running = 2, .kv_pages = 64, .kv_pages_held = 16, .kv_usage = 0.25,
@@ -426,6 +432,13 @@ START_TEST(metrics_exact)
 	HAS_LINE(t, "moeserve:structured_grammar_compiles_total{" ML "} 3");
 	HAS_LINE(t, "moeserve:structured_grammar_cache_hits_total{" ML "} 5");
 	HAS_LINE(t, "moeserve:structured_grammar_compile_seconds_total{" ML "} 0.25");
+	/* security and transport */
+	HAS_LINE(t, "moeserve:tls_enabled{" ML "} 1");
+	HAS_LINE(t, "moeserve:api_keys{" ML "} 3");
+	HAS_LINE(t, "moeserve:http_connections{" ML "} 7");
+	HAS_LINE(t, "moeserve:auth_failures_total{" ML "} 2");
+	HAS_LINE(t, "moeserve:api_key_reloads_total{" ML ",result=\"ok\"} 1");
+	HAS_LINE(t, "moeserve:api_key_reloads_total{" ML ",result=\"error\"} 1");
 	/* TTFT: one observation (0.046875), the others had none */
 	HAS_LINE(t, "# TYPE moeserve:time_to_first_token_seconds histogram");
 	HAS_LINE(t, "moeserve:time_to_first_token_seconds_bucket{" ML ",le=\"0.001\"} 0");
@@ -476,7 +489,9 @@ START_TEST(metrics_exact)
 		"moeserve:harmony_parse_errors_total", "moeserve:structured_grammar_compiles_total",
 		"moeserve:structured_grammar_cache_hits_total",
 		"moeserve:structured_grammar_compile_seconds_total", "moeserve:request_success_total",
-		"moeserve:http_requests_total", "moeserve:time_to_first_token_seconds",
+		"moeserve:http_requests_total", "moeserve:tls_enabled", "moeserve:api_keys",
+		"moeserve:http_connections", "moeserve:auth_failures_total",
+		"moeserve:api_key_reloads_total", "moeserve:time_to_first_token_seconds",
 		"moeserve:time_per_output_token_seconds", "moeserve:e2e_request_latency_seconds",
 		"moeserve:request_queue_time_seconds", "moeserve:request_prompt_tokens",
 		"moeserve:request_generation_tokens",
@@ -723,18 +738,31 @@ START_TEST(options_api_key_file)
 	struct ms_err err = {0};
 	int rc = parse(&o, ARGV("--api-key-file", key), NULL, &err);
 	ck_assert_msg(rc == 0, "%s", err.msg);
-	ck_assert_str_eq(o.api_key, "s3cret");
+	ck_assert_str_eq(o.api_key_file, key);  /* checked here, read by the daemon (auth.h) */
+	ck_assert_ptr_null(o.api_key);
 	ms_serve_options_free(&o);
 
-	/* a key from the config file and a key file from a flag: refused, naming both */
+	/* a key from the config file and a key file from a flag: both accepted */
 	snprintf(cfg, sizeof(cfg), "{\"api_key\": \"k\"}");
 	write_tmp(cfg, path, sizeof(path));
 	rc = parse(&o, ARGV("--config", path, "--api-key-file", key), NULL, &err);
-	ck_assert_int_eq(rc, -EINVAL);
-	ck_assert_msg(strstr(err.msg, "--api-key-file") && strstr(err.msg, "key \"api_key\"") &&
-		      strstr(err.msg, path), "%s", err.msg);
-	ck_assert_ptr_null(o.host);  /* nothing left owned */
+	ck_assert_msg(rc == 0, "%s", err.msg);
+	ck_assert_str_eq(o.api_key, "k");
+	ms_serve_options_free(&o);
 	unlink(path);
+	unlink(key);
+
+	/* a file without keys: refused alone, naming the file (never a key) */
+	write_tmp("# none yet\n\n", key, sizeof(key));
+	rc = parse(&o, ARGV("--api-key-file", key), NULL, &err);
+	ck_assert_int_eq(rc, -EINVAL);
+	ck_assert_msg(strstr(err.msg, "--api-key-file") && strstr(err.msg, key) &&
+		      strstr(err.msg, "holds no key"), "%s", err.msg);
+	ck_assert_ptr_null(o.host);  /* nothing left owned */
+	/* ... fine next to --api-key (keys may come on SIGHUP) */
+	rc = parse(&o, ARGV("--api-key-file", key, "--api-key", "k2"), NULL, &err);
+	ck_assert_msg(rc == 0, "%s", err.msg);
+	ms_serve_options_free(&o);
 	unlink(key);
 
 	char *env[] = {"MOESERVE_API_KEY_FILE=/nonexistent/key", NULL};
