@@ -377,7 +377,11 @@ def limit_cases(b, work):
     d = Daemon(b, work, "per-ip", "--max-connections-per-ip", "1")
     try:
         def closed():
-            idle = socket.create_connection(("127.0.0.1", d.port))
+            # a kept-alive connection that has been answered: surely
+            # accepted and counted, however loaded the machine is
+            idle = d.conn()
+            idle.request("GET", "/health")
+            idle.getresponse().read()
             time.sleep(0.2)
             try:
                 st = d.request("GET", "/health", timeout=10)[0]
