@@ -400,10 +400,14 @@ static void site_name(void *site, char *buf, size_t len)
 
 /* Blocks return to `want` once the threads that hold them are done (an
  * HTTP connection frees its state after the answer has gone out). */
+/* Live blocks once they are down to want (5 s at most): a connection's
+ * thread frees its blocks after the client has its answer. Fewer than
+ * want is no leak: blocks of an earlier run were still being freed when
+ * want was counted (a loaded machine), and the count starts again there. */
 static int64_t settle_live(int64_t want)
 {
 	int64_t live = ms_fault_live();
-	for (double end = ms_now_s() + 5.0; live != want && ms_now_s() < end; live = ms_fault_live())
+	for (double end = ms_now_s() + 5.0; live > want && ms_now_s() < end; live = ms_fault_live())
 		usleep(2000);
 	return live;
 }
@@ -447,7 +451,7 @@ static void one(const struct scenario *sc, uint64_t n, struct tally *t)
 	t->same += !why && rc == 0 && fired;
 	t->not_fired += !fired;
 	int64_t live = settle_live(t->live0);
-	if (!why && live != t->live0)
+	if (!why && live > t->live0)
 		why = "blocks left allocated";
 	if (why) {
 		printf("FAIL %s N=%" PRIu64 " (%s): %s (rc %d: %.300s; live %+lld)\n", sc->name, n,
@@ -459,7 +463,7 @@ static void one(const struct scenario *sc, uint64_t n, struct tally *t)
 	ms_err_clear(&err);
 	rc = sc->run(sc, &got, &err);
 	live = settle_live(t->live0);
-	if (rc || !res_same(&got, &ref) || live != t->live0) {
+	if (rc || !res_same(&got, &ref) || live > t->live0) {
 		printf("FAIL %s N=%" PRIu64 " (%s): the run after it %s (rc %d: %.300s; live %+lld)\n",
 		       sc->name, n, where, rc ? "failed" : !res_same(&got, &ref) ? "differs" : "leaked",
 		       rc, err.msg, (long long)(live - t->live0));
