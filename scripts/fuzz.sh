@@ -14,9 +14,14 @@
 # TARGET       names as in tests/fuzz/meson.build (req-chat, grammar, ...);
 #              none: all of them, one after another
 #
+# --ledger     print the ledger's totals per target and stop
+#
 # Prints per target: executions, executions/s, coverage (edges), corpus
 # size and crashes with their reproducer paths (build-fuzz/fuzz-runs/
 # <target>/artifacts/); then a table of all. Exit 1 when any target crashed.
+# Every run adds a line to build-fuzz/fuzz-runs/ledger.tsv (time, target,
+# executions, crashes, seconds, commit): the corpus carries over from run
+# to run, so a target's executions are the sum of its runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 time_s=3600 runs=-1 jobs=1 keep=() list=0 targets=()
@@ -27,6 +32,7 @@ while [ $# -gt 0 ]; do
     --jobs) jobs=$2; shift 2 ;;
     --keep-going) keep=(--keep-going); shift ;;
     --list) list=1; shift ;;
+    --ledger) list=2; shift ;;
     -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1 (see --help)" >&2; exit 64 ;;
     *) targets+=("$1"); shift ;;
@@ -34,6 +40,15 @@ while [ $# -gt 0 ]; do
 done
 all=$(sed -n "s/^  '\([a-z0-9-]*\)': \['fuzz-.*/\1/p" tests/fuzz/meson.build)
 if [ "$list" -eq 1 ]; then echo "$all"; exit 0; fi
+ledger=build-fuzz/fuzz-runs/ledger.tsv
+if [ "$list" -eq 2 ]; then
+  [ -f "$ledger" ] || { echo "fuzz.sh: no ledger yet ($ledger)" >&2; exit 1; }
+  printf '%-20s %14s %8s %8s %5s\n' target executions crashes hours runs
+  awk -F'\t' '{ e[$2] += $3; c[$2] += $4; s[$2] += $5; r[$2]++ }
+    END { for (t in e) printf "%-20s %14d %8d %8.2f %5d\n", t, e[t], c[t], s[t] / 3600, r[t] }' \
+    "$ledger" | sort
+  exit 0
+fi
 [ ${#targets[@]} -eq 0 ] && read -r -d '' -a targets <<<"$all"
 for t in "${targets[@]}"; do
   grep -qx "$t" <<<"$all" || { echo "fuzz.sh: no target $t (known: $(echo $all))" >&2; exit 64; }
@@ -49,12 +64,18 @@ summary=() failed=0
 for t in "${targets[@]}"; do
   echo "=== $t: $([ "$runs" -ge 0 ] && echo "$runs executions" || echo "$time_s s"), $jobs job(s)"
   # the growing corpus lives in build-fuzz/corpus/<target> (kept between runs)
+  t0=$(date +%s)
   line=$(bash tests/fuzz/run-target.sh --exe "$dir/tests/fuzz/fuzz-$t" --seeds tests/fuzz/corpus/$t \
         --work "$(pwd)/$dir/fuzz-runs/$t" --corpus "$(pwd)/$dir/corpus/$t" --seconds "$time_s" \
         --runs "$runs" --jobs "$jobs" --max-len "$(max_len "$t")" "${keep[@]}")
   rc=$?  # (the failure's details went to stderr, shown as they came)
   echo "$line"
   summary+=("$line")
+  execs=$(sed -nE 's/^fuzz [^:]*: ([0-9]+) executions.*/\1/p' <<<"$line")
+  crashes=$(sed -nE 's/.* crashes ([0-9]+).*/\1/p' <<<"$line")
+  mkdir -p "$(dirname "$ledger")"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$t" "${execs:-0}" "${crashes:-0}" \
+    "$(( $(date +%s) - t0 ))" "$(git rev-parse --short HEAD 2>/dev/null || echo -)" >>"$ledger"
   [ $rc -ne 0 ] && failed=$((failed + 1))
 done
 echo "=== summary"

@@ -12,11 +12,16 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	return 0;
 }
 
-/* Does the key line equal tok? Lines trimmed as the file's keys are;
- * with tok NULL: each key line must match in ks. */
+/* Does a key line equal tok? With tok NULL: each key line must match in
+ * ks (every stride-th line: each match reads 512 bytes of every key, and
+ * all lines of a file of 2,000 keys would take seconds). The lines are
+ * cut and trimmed by the file format as the README states it (one key a
+ * line, blanks around it and lines starting with # ignored), written here
+ * apart from auth.c's reader so that the two check each other. */
 static bool lines_hold(const struct ms_keyset *ks, const uint8_t *text, size_t len,
 		       const uint8_t *tok, size_t tok_len)
 {
+	int stride = ms_keyset_count(ks) / 64 + 1, line = 0;
 	for (size_t pos = 0; pos < len;) {
 		const uint8_t *p = text + pos, *nl = memchr(p, '\n', len - pos);
 		size_t n = nl ? (size_t)(nl - p) : len - pos;
@@ -31,7 +36,7 @@ static bool lines_hold(const struct ms_keyset *ks, const uint8_t *text, size_t l
 			continue;
 		if (tok && n == tok_len && !memcmp(p, tok, n))
 			return true;
-		if (!tok) {
+		if (!tok && line++ % stride == 0) {
 			char *k = fuzz_dup(p, n, false);
 			bool ok = ms_keyset_match(ks, k, n);
 			free(k);
