@@ -7,13 +7,6 @@
 #include "fuzz.h"
 #include "fuzz-req.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-	(void)argc, (void)argv;
-	fuzz_req_init();
-	return 0;
-}
-
 static void check_spans(const char *text, size_t len, const struct ms_harmony_span *sp, size_t n)
 {
 	size_t end = 0;

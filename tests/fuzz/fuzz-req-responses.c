@@ -5,13 +5,6 @@
 #include "fuzz.h"
 #include "fuzz-req.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-	(void)argc, (void)argv;
-	fuzz_req_init();
-	return 0;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct ms_req_model m = fuzz_req_model();

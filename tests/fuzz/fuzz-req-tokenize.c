@@ -5,13 +5,6 @@
 #include "fuzz.h"
 #include "fuzz-req.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-	(void)argc, (void)argv;
-	fuzz_req_init();
-	return 0;
-}
-
 /* {"tokens": ids} through /detokenize: ids from /tokenize are valid. */
 static void detokenize_ids(const struct ms_req_model *m, const int32_t *ids, size_t n)
 {

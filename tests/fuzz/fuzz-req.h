@@ -1,8 +1,8 @@
 /*
  * fuzz-req.h: the request model of the req-* and harmony-render targets:
  * the default model's tokenizer with its harmony tokens, a grammar cache,
- * cJSON's counting allocator, as server/http.c sets them up. Include after
- * fuzz.h.
+ * cJSON's counting allocator, as server/http.c sets them up; it defines
+ * the target's LLVMFuzzerInitialize. Include after fuzz.h.
  */
 #ifndef MS_TEST_FUZZ_REQ_H
 #define MS_TEST_FUZZ_REQ_H
@@ -48,12 +48,14 @@ static inline struct ms_req_model fuzz_req_model(void)
 	return m;
 }
 
-/* One-time setup of every req target: the tokenizer, the grammar cache,
+/* Every includer's one-time setup: the tokenizer, the grammar cache,
  * cJSON's allocator (before the first parse, as the server does). */
-static inline void fuzz_req_init(void)
+int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
+	(void)argc, (void)argv;
 	ms_json_init();
 	(void)fuzz_req_model();
+	return 0;
 }
 
 /* The body as server/http.c's dispatch_body takes it: ms_req_body on
@@ -88,6 +90,27 @@ static inline void fuzz_req_outcome(int rc, const struct ms_req_gen *r, const st
 		for (int64_t j = 0; j < r->n_prompt[i]; j++)
 			FUZZ_CHECK(r->prompts[i][j] >= 0 && r->prompts[i][j] < 4096,
 				   "prompt %d token %lld is %d", i, (long long)j, r->prompts[i][j]);
+}
+
+/* A body of POST /v1/completions or /v1/chat/completions as
+ * server/http.c takes it: ms_req_body, ms_req_unknown_field, then the
+ * endpoint's parser (which takes the tree); everything freed. */
+typedef int (*fuzz_req_parser)(const struct ms_req_model *m, cJSON *req, struct ms_req_gen **out,
+			       struct ms_req_error *e);
+
+static inline int fuzz_req_gen(const uint8_t *data, size_t size, fuzz_req_parser parse)
+{
+	struct ms_req_model m = fuzz_req_model();
+	cJSON *req = fuzz_req_body(&m, data, size);
+	if (!req)
+		return 0;
+	(void)ms_req_unknown_field(req);
+	struct ms_req_gen *r = NULL;
+	struct ms_req_error e = {0};
+	int rc = parse(&m, req, &r, &e);
+	fuzz_req_outcome(rc, r, &e);
+	ms_req_gen_free(r);
+	return 0;
 }
 
 #endif
