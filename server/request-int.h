@@ -11,34 +11,31 @@
 
 #include "request.h"
 
-/* 400 naming param, with the given value (got, when there is one) after
- * the rule; ms_req_refuse(...) is then -EINVAL, the code callers return.
+/* 400 naming param (it may be e->path), with OpenAI's error code (NULL:
+ * none) and the given value (got, when there is one) after the rule;
+ * ms_req_refuse_code(...) is then -EINVAL, the code callers return.
  * The code is spelled in the macro, not returned by the function: a
  * variadic function is never inlined, so its value is opaque, and a caller
  * that tests a helper's rc > 0 (1 with *out set) would look to the
  * compiler as if it could read an output never set. */
-void ms_req_refusal(struct ms_req_error *e, const char *param, const cJSON *got, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-#define ms_req_refuse(...) (ms_req_refusal(__VA_ARGS__), -EINVAL)
-
-/* The same with OpenAI's error code (NULL: none). param may be e->path. */
 void ms_req_refusal_code(struct ms_req_error *e, const char *code, const char *param, const cJSON *got,
 			 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 #define ms_req_refuse_code(...) (ms_req_refusal_code(__VA_ARGS__), -EINVAL)
+#define ms_req_refuse(e, ...) ms_req_refuse_code(e, NULL, __VA_ARGS__)
 
 /* OpenAI's three refusals of one field, its path formatted from pathfmt:
  * "Invalid type for 'PATH': expected EXPECTED (got ...)." (invalid_type),
  * "Missing required parameter: 'PATH'." (missing_required_parameter),
  * "Invalid value for 'PATH': WHY (got ...)." (invalid_value). */
-void ms_req_type_refusal(struct ms_req_error *e, const cJSON *got, const char *expected,
-			 const char *pathfmt, ...) __attribute__((format(printf, 4, 5)));
-void ms_req_missing_refusal(struct ms_req_error *e, const char *pathfmt, ...)
-	__attribute__((format(printf, 2, 3)));
-void ms_req_value_refusal(struct ms_req_error *e, const cJSON *got, const char *why,
-			  const char *pathfmt, ...) __attribute__((format(printf, 4, 5)));
-#define ms_req_wrong_type(...) (ms_req_type_refusal(__VA_ARGS__), -EINVAL)
-#define ms_req_missing(...) (ms_req_missing_refusal(__VA_ARGS__), -EINVAL)
-#define ms_req_bad_value(...) (ms_req_value_refusal(__VA_ARGS__), -EINVAL)
+enum ms_req_field_kind { MS_REQ_INVALID_TYPE, MS_REQ_MISSING, MS_REQ_INVALID_VALUE };
+void ms_req_field_refusal(struct ms_req_error *e, enum ms_req_field_kind kind, const cJSON *got,
+			  const char *detail, const char *pathfmt, ...)
+	__attribute__((format(printf, 5, 6)));
+#define ms_req_wrong_type(e, got, expected, ...) \
+	(ms_req_field_refusal(e, MS_REQ_INVALID_TYPE, got, expected, __VA_ARGS__), -EINVAL)
+#define ms_req_missing(e, ...) (ms_req_field_refusal(e, MS_REQ_MISSING, NULL, "", __VA_ARGS__), -EINVAL)
+#define ms_req_bad_value(e, got, why, ...) \
+	(ms_req_field_refusal(e, MS_REQ_INVALID_VALUE, got, why, __VA_ARGS__), -EINVAL)
 
 /* A function's definition at path `at` (chat's tools[i].function, a
  * Responses flat tool tools[i]): "name" required and matching the API's

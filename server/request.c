@@ -69,15 +69,6 @@ static void set_param(struct ms_req_error *e, const char *param)
 	e->param = param ? e->path : NULL;
 }
 
-void ms_req_refusal(struct ms_req_error *e, const char *param, const cJSON *got, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	refusal_v(e, NULL, got, fmt, ap);
-	va_end(ap);
-	set_param(e, param);
-}
-
 void ms_req_refusal_code(struct ms_req_error *e, const char *code, const char *param, const cJSON *got,
 			 const char *fmt, ...)
 {
@@ -108,34 +99,26 @@ static void path_refusal(struct ms_req_error *e, const char *code, const cJSON *
 	e->param = e->path;
 }
 
-void ms_req_type_refusal(struct ms_req_error *e, const cJSON *got, const char *expected,
-			 const char *pathfmt, ...)
-{
-	char mid[256];
-	snprintf(mid, sizeof(mid), ": expected %s", expected);
-	va_list ap;
-	va_start(ap, pathfmt);
-	path_refusal(e, "invalid_type", got, true, "Invalid type for ", mid, pathfmt, ap);
-	va_end(ap);
-}
+/* The three refusals of one field: their code, wording and whether the
+ * value is shown when absent or null; detail follows the head's ": ". */
+static const struct {
+	const char *code, *head, *lead;
+	bool show;
+} field_refusals[] = {
+	[MS_REQ_INVALID_TYPE] = {"invalid_type", "Invalid type for ", ": expected ", true},
+	[MS_REQ_MISSING] = {"missing_required_parameter", "Missing required parameter: ", "", false},
+	[MS_REQ_INVALID_VALUE] = {"invalid_value", "Invalid value for ", ": ", false},
+};
 
-void ms_req_missing_refusal(struct ms_req_error *e, const char *pathfmt, ...)
-{
-	va_list ap;
-	va_start(ap, pathfmt);
-	path_refusal(e, "missing_required_parameter", NULL, false, "Missing required parameter: ",
-		     "", pathfmt, ap);
-	va_end(ap);
-}
-
-void ms_req_value_refusal(struct ms_req_error *e, const cJSON *got, const char *why,
-			  const char *pathfmt, ...)
+void ms_req_field_refusal(struct ms_req_error *e, enum ms_req_field_kind kind, const cJSON *got,
+			  const char *detail, const char *pathfmt, ...)
 {
 	char mid[512];
-	snprintf(mid, sizeof(mid), ": %s", why);
+	snprintf(mid, sizeof(mid), "%s%s", field_refusals[kind].lead, detail);
 	va_list ap;
 	va_start(ap, pathfmt);
-	path_refusal(e, "invalid_value", got, false, "Invalid value for ", mid, pathfmt, ap);
+	path_refusal(e, field_refusals[kind].code, got, field_refusals[kind].show,
+		     field_refusals[kind].head, mid, pathfmt, ap);
 	va_end(ap);
 }
 
