@@ -20,12 +20,10 @@ prompts). Checked:
   - every 503 of /health (a model that fails to load) carries Retry-After.
 Uses tests/server.py's daemon and checks (the standard library only).
 """
-import argparse
 import concurrent.futures
 import json
 import os
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -151,16 +149,10 @@ def failed_cases(d):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--moeserve", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--workdir")
-    a = ap.parse_args()
-    S.SCALE = float(os.environ.get("MS_TEST_TIMEOUT_SCALE", "1"))
+    a = S.script_args(__doc__, "ms-kv-")
+    work = a.workdir
     S.NO_EOS = S.no_eos(a.model)
     S.TOKEN_MODEL = os.path.basename(os.path.normpath(a.model))
-    work = a.workdir or tempfile.mkdtemp(prefix="ms-kv-")
-    os.makedirs(work, exist_ok=True)
     d = S.Daemon(a.moeserve, a.model, work, "kv", "--kv-cache-bytes", str(POOL_PAGES * PAGE_BYTES),
                  "--ctx-size", "4096", "--max-running", "8", "--max-queue", "64")
     try:
@@ -177,9 +169,7 @@ def main():
         failed_cases(d)
     finally:
         d.stop()
-    failed = sum(1 for _, ok in S.RESULTS if not ok)
-    print(f"kv-exhaust: {len(S.RESULTS) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    return S.summary("kv-exhaust")
 
 
 if __name__ == "__main__":

@@ -11,11 +11,9 @@ fails instead of killing the process with SIGBUS; /health turns 503
 "failed" naming the file (with Retry-After); later requests are 503s; the
 daemon still exits 0 on SIGTERM. Uses tests/server.py's daemon and checks.
 """
-import argparse
 import os
 import shutil
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -51,13 +49,8 @@ def cases(d, weights):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--moeserve", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--workdir")
-    a = ap.parse_args()
-    S.SCALE = float(os.environ.get("MS_TEST_TIMEOUT_SCALE", "1"))
-    work = a.workdir or tempfile.mkdtemp(prefix="ms-mapfault-")
+    a = S.script_args(__doc__, "ms-mapfault-")
+    work = a.workdir
     model = os.path.join(work, "model")
     shutil.rmtree(model, ignore_errors=True)
     shutil.copytree(a.model, model)
@@ -71,9 +64,7 @@ def main():
         rc = d.stop()
     S.case("mapfault: exit 0 on SIGTERM after the fault", S.check, rc == 0, f"exit {rc}")
     shutil.rmtree(model, ignore_errors=True)
-    failed = sum(1 for _, ok in S.RESULTS if not ok)
-    print(f"mapfault-serve: {len(S.RESULTS) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    return S.summary("mapfault-serve")
 
 
 if __name__ == "__main__":

@@ -261,6 +261,30 @@ def check(cond, what):
         raise AssertionError(what)
 
 
+def script_args(doc, prefix):
+    """The arguments of a smaller script built on this module: --moeserve,
+    --model, --workdir (made; a temporary folder by default). Sets SCALE
+    from MS_TEST_TIMEOUT_SCALE."""
+    global SCALE
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--moeserve", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--workdir")
+    a = ap.parse_args()
+    SCALE = float(os.environ.get("MS_TEST_TIMEOUT_SCALE", "1") or 1)
+    a.workdir = a.workdir or tempfile.mkdtemp(prefix=prefix)
+    os.makedirs(a.workdir, exist_ok=True)
+    return a
+
+
+def summary(name, t0=None):
+    """Print the count of RESULTS; the exit status (1 when one failed)."""
+    failed = sum(1 for _, ok in RESULTS if not ok)
+    took = f" ({time.monotonic() - t0:.1f} s)" if t0 is not None else ""
+    print(f"{name}: {len(RESULTS) - failed} passed, {failed} failed{took}")
+    return 1 if failed else 0
+
+
 def expect_error(resp, status, param=..., needles=(), type_=None):
     """An error response: the status and the OpenAI envelope
     {"error": {"message", "type", "param", "code"}}."""

@@ -306,10 +306,7 @@ def main():
             S.case(name, fn, d, *args, daemon=d)
     rc = d.stop()
     S.case("exit", check, rc == 0, f"exit status {rc}")
-    passed = sum(ok for _, ok in S.RESULTS)
-    failed = len(S.RESULTS) - passed
-    print(f"structured: {passed} passed, {failed} failed ({time.monotonic() - t0:.1f} s)")
-    sys.exit(1 if failed else 0)
+    sys.exit(S.summary("structured", t0))
 
 
 if __name__ == "__main__":
