@@ -6,6 +6,7 @@
  * arguments.
  */
 #include "harmony.h"
+#include "tokenizer.h"
 
 #include <stdbool.h>
 #include <string.h>
@@ -369,4 +370,19 @@ int ms_harmony_parser_finish(struct ms_harmony_parser *p)
 		rc = body_end(p);
 	p->state = MS_HARMONY_DONE;
 	return rc;
+}
+
+struct ms_harmony_ids ms_harmony_ids_find(const struct ms_tokenizer *tok)
+{
+	return (struct ms_harmony_ids){
+		ms_tokenizer_find(tok, "<|start|>"), ms_tokenizer_find(tok, "<|end|>"),
+		ms_tokenizer_find(tok, "<|message|>"), ms_tokenizer_find(tok, "<|channel|>"),
+		ms_tokenizer_find(tok, "<|constrain|>"), ms_tokenizer_find(tok, "<|return|>"),
+		ms_tokenizer_find(tok, "<|call|>")};
+}
+
+bool ms_harmony_ids_complete(const struct ms_harmony_ids *h)
+{
+	return h->start >= 0 && h->end >= 0 && h->message >= 0 && h->channel >= 0 && h->ret >= 0 &&
+	       h->call >= 0;
 }

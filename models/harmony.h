@@ -48,6 +48,7 @@
 #ifndef MS_HARMONY_H
 #define MS_HARMONY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -128,6 +129,15 @@ int ms_harmony_render_ex(const struct ms_chat_request *req, char **out, size_t *
 struct ms_harmony_ids {
 	int32_t start, end, message, channel, constrain, ret, call;
 };
+
+struct ms_tokenizer;
+
+/* The ids as tok spells them, -1 for each it lacks. */
+struct ms_harmony_ids ms_harmony_ids_find(const struct ms_tokenizer *tok);
+
+/* Whether a tokenizer speaks harmony: every id but <|constrain|> (which
+ * only structured tool calls write) is there. */
+bool ms_harmony_ids_complete(const struct ms_harmony_ids *h);
 
 enum ms_harmony_event {
 	MS_HARMONY_REASONING,       /* data = analysis text fragment */

@@ -589,11 +589,7 @@ static void env_init(struct mask_env *e, const struct ms_tokenizer *tok, const s
 	memset(e, 0, sizeof(*e));
 	e->tok = tok;
 	e->vocab = ms_tokenizer_n_ids(tok);
-	e->hids = (struct ms_harmony_ids){
-		ms_tokenizer_find(tok, "<|start|>"), ms_tokenizer_find(tok, "<|end|>"),
-		ms_tokenizer_find(tok, "<|message|>"), ms_tokenizer_find(tok, "<|channel|>"),
-		ms_tokenizer_find(tok, "<|constrain|>"), ms_tokenizer_find(tok, "<|return|>"),
-		ms_tokenizer_find(tok, "<|call|>")};
+	e->hids = ms_harmony_ids_find(tok);
 	e->n_eos = m->cfg.n_eos < 8 ? m->cfg.n_eos : 8;
 	for (int i = 0; i < e->n_eos; i++)
 		eos[i] = (int32_t)m->cfg.eos_ids[i];

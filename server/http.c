@@ -838,13 +838,8 @@ void ms_server_set_ready(struct ms_server *s, struct ms_model *m, struct ms_toke
 	for (int i = 0; i < s->n_eos; i++)
 		s->eos[i] = (int32_t)m->cfg.eos_ids[i];
 	if (tok) {
-		s->hids = (struct ms_harmony_ids){
-			ms_tokenizer_find(tok, "<|start|>"), ms_tokenizer_find(tok, "<|end|>"),
-			ms_tokenizer_find(tok, "<|message|>"), ms_tokenizer_find(tok, "<|channel|>"),
-			ms_tokenizer_find(tok, "<|constrain|>"), ms_tokenizer_find(tok, "<|return|>"),
-			ms_tokenizer_find(tok, "<|call|>")};
-		s->harmony = s->hids.start >= 0 && s->hids.end >= 0 && s->hids.message >= 0 &&
-			     s->hids.channel >= 0 && s->hids.ret >= 0 && s->hids.call >= 0;
+		s->hids = ms_harmony_ids_find(tok);
+		s->harmony = ms_harmony_ids_complete(&s->hids);
 		/* structured outputs; without (out of memory) they are refused */
 		struct ms_err err = {0};
 		if (ms_grammar_cache_new(tok, m->cfg.vocab, s->cfg.grammar_cache, &s->grammars, &err))

@@ -24,11 +24,7 @@ static inline struct ms_req_model model(void)
 	struct ms_req_model m = {
 		.name = "kjv", .vocab = VOCAB, .max_model_len = CONTEXT, .tok = tok, .eos = eos, .n_eos = 2,
 	};
-	m.hids = (struct ms_harmony_ids){
-		ms_tokenizer_find(tok, "<|start|>"), ms_tokenizer_find(tok, "<|end|>"),
-		ms_tokenizer_find(tok, "<|message|>"), ms_tokenizer_find(tok, "<|channel|>"),
-		ms_tokenizer_find(tok, "<|constrain|>"), ms_tokenizer_find(tok, "<|return|>"),
-		ms_tokenizer_find(tok, "<|call|>")};
+	m.hids = ms_harmony_ids_find(tok);
 	m.harmony = true;
 	struct ms_err err = {0};
 	if (!grammars && ms_grammar_cache_new(tok, VOCAB, 0, &grammars, &err)) {

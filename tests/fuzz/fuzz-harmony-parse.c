@@ -62,11 +62,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size < 1)
 		return 0;
 	const struct ms_tokenizer *t = fuzz_tokenizer();
-	struct ms_harmony_ids ids = {
-		ms_tokenizer_find(t, "<|start|>"), ms_tokenizer_find(t, "<|end|>"),
-		ms_tokenizer_find(t, "<|message|>"), ms_tokenizer_find(t, "<|channel|>"),
-		ms_tokenizer_find(t, "<|constrain|>"), ms_tokenizer_find(t, "<|return|>"),
-		ms_tokenizer_find(t, "<|call|>")};
+	struct ms_harmony_ids ids = ms_harmony_ids_find(t);
 	struct state s = {.abort_at = data[0]};
 	struct ms_harmony_parser p;
 	ms_harmony_parser_init(&p, &ids, on_event, &s);

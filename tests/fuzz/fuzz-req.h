@@ -29,11 +29,7 @@ static inline struct ms_req_model fuzz_req_model(void)
 		.name = "bf16", .vocab = 4096, .max_model_len = 8192, .tok = tok,
 		.eos = fuzz_eos, .n_eos = 2,
 	};
-	m.hids = (struct ms_harmony_ids){
-		ms_tokenizer_find(tok, "<|start|>"), ms_tokenizer_find(tok, "<|end|>"),
-		ms_tokenizer_find(tok, "<|message|>"), ms_tokenizer_find(tok, "<|channel|>"),
-		ms_tokenizer_find(tok, "<|constrain|>"), ms_tokenizer_find(tok, "<|return|>"),
-		ms_tokenizer_find(tok, "<|call|>")};
+	m.hids = ms_harmony_ids_find(tok);
 	m.harmony = true;
 	if (!fuzz_grammars) {
 		struct ms_err err = {0};
