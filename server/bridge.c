@@ -40,6 +40,7 @@ struct ms_gen {
 static void ev_free(struct ms_ev *e)
 {
 	free(e->text);
+	free(e->error);
 }
 
 static void gen_unref(struct ms_gen *g)
@@ -134,6 +135,9 @@ static void on_engine_event(void *ctx, const struct ms_event *e)
 			lost = true;
 		}
 	}
+	/* without its reason (out of memory) the answer says "out of memory" */
+	if (e->kind == MS_EV_FINISH && e->finish == MS_FINISH_ERROR && e->error)
+		v.error = strdup(e->error);
 	if (e->lp) {
 		v.has_lp = true;
 		v.lp = *e->lp;
@@ -306,8 +310,11 @@ static void pump(struct ms_job *jb)
 			 * engine step (out of memory): the answer becomes an error
 			 * (a 500, or a stream's error event); /v1/responses says
 			 * "failed" itself */
-			if (ev->kind == MS_EV_FINISH && ev->finish == MS_FINISH_ERROR && !jb->rq->responses)
+			if (ev->kind == MS_EV_FINISH && ev->finish == MS_FINISH_ERROR && !jb->rq->responses) {
 				jb->failed = true;
+				if (!jb->error[0] && ev->error)
+					snprintf(jb->error, sizeof(jb->error), "%s", ev->error);
+			}
 			ms_resp_event(jb, i, ev);
 			/* a chat stop string matched in the answer: nothing more is wanted */
 			if (!was && jb->ch[i].stopped && !cl->finished)
@@ -344,6 +351,12 @@ bool ms_job_failed(const struct ms_job *jb)
 	for (int i = 0; i < jb->n && !oom; i++)
 		oom = jb->ch[i].text.oom || jb->ch[i].reasoning.oom;
 	return oom;
+}
+
+const char *ms_job_error(const struct ms_job *jb, int *status)
+{
+	*status = jb->error[0] && ms_mapguard_faults() ? 503 : 500;
+	return jb->error[0] ? jb->error : "out of memory";
 }
 
 void ms_job_free(struct ms_job *jb)

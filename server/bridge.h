@@ -38,6 +38,7 @@ struct ms_ev {
 	bool has_lp;
 	struct ms_token_logprobs lp;
 	enum ms_finish finish;
+	char *error;               /* FINISH_ERROR: the engine's reason, or NULL */
 	int64_t prompt_tokens, cached_tokens, completion_tokens;
 };
 
@@ -72,7 +73,8 @@ struct ms_job {
 	bool finished_all;       /* every call finished and its events consumed */
 	int harmony_errors;
 	unsigned long json0;     /* this thread's cJSON failures when the job began */
-	bool failed;             /* an allocation failed: the answer would lack a part */
+	bool failed;             /* an allocation failed or a step did: no answer */
+	char error[256];         /* the engine's reason for the first failed step */
 	struct ms_rsp *rsp;      /* /v1/responses: the response being built (responses.c) */
 };
 
@@ -93,8 +95,14 @@ bool ms_job_advance(struct ms_job *jb, bool (*gone)(void *ctx), void *ctx, doubl
 
 void ms_job_cancel(struct ms_job *jb);
 
-/* An allocation failed somewhere in the job: its answer is incomplete. */
+/* An allocation failed somewhere in the job, or an engine step did: its
+ * answer is incomplete. */
 bool ms_job_failed(const struct ms_job *jb);
+
+/* Why a failed job failed, for the client: the engine's reason with its
+ * status (503 when the weights are gone: the daemon needs a restart; 500
+ * otherwise), or "out of memory" (500). */
+const char *ms_job_error(const struct ms_job *jb, int *status);
 
 void ms_job_free(struct ms_job *jb);  /* NULL is fine */
 

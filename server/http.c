@@ -217,20 +217,36 @@ struct stream {
 	struct ms_job *jb;
 	struct MHD_Connection *c;
 	double keepalive_at;
-	bool failing;       /* an allocation failed: the error event, then the end */
+	bool failing;       /* the job failed: the error event, then the end */
+	char *error_event;  /* its SSE text (NULL: ms_resp_oom_event) */
 	size_t error_sent;  /* bytes of it sent */
 };
+
+/* The job's error as one SSE event: the error envelope with the job's
+ * reason; NULL when even that cannot be built. */
+static char *error_event(const struct ms_job *jb)
+{
+	int status;
+	const char *msg = ms_job_error(jb, &status);
+	unsigned long f0 = ms_json_failures();
+	char *body = ms_json_print(ms_resp_error(status, "server_error", NULL, msg), f0), *ev = NULL;
+	if (body && asprintf(&ev, "data: %s\n\n", body) < 0)
+		ev = NULL;
+	free(body);
+	return ev;
+}
 
 /* The stream cannot go on: what is pending may lack a part, so it is
  * dropped; the client gets the error event, then the connection ends
  * without the stream's end. */
 static ssize_t stream_fail(struct stream *st, char *buf, size_t max)
 {
-	size_t len = strlen(ms_resp_oom_event), n = len - st->error_sent;
+	const char *ev = st->error_event ? st->error_event : ms_resp_oom_event;
+	size_t len = strlen(ev), n = len - st->error_sent;
 	if (!n)
 		return MHD_CONTENT_READER_END_WITH_ERROR;
 	n = n < max ? n : max;
-	memcpy(buf, ms_resp_oom_event + st->error_sent, n);
+	memcpy(buf, ev + st->error_sent, n);
 	st->error_sent += n;
 	return (ssize_t)n;
 }
@@ -260,6 +276,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 			return MHD_CONTENT_READER_END_WITH_ERROR; /* the client left: cancelled */
 		if (ms_job_failed(jb)) {
 			st->failing = true;
+			st->error_event = error_event(jb);
 			ms_job_cancel(jb);
 			continue;
 		}
@@ -276,6 +293,7 @@ static void stream_free(void *cls)
 	if (!st->jb->finished_all)
 		ms_job_cancel(st->jb);
 	ms_job_free(st->jb);
+	free(st->error_event);
 	free(st);
 }
 
@@ -325,8 +343,11 @@ static enum MHD_Result respond(struct ms_server *s, struct MHD_Connection *c, st
 		k->gen_tokens += jb->ch[i].completion_tok;
 	}
 	if (ms_job_failed(jb)) {
+		int status;
+		char msg[sizeof(jb->error)];
+		snprintf(msg, sizeof(msg), "%s", ms_job_error(jb, &status));
 		ms_job_free(jb);
-		return OOM();
+		return send_error(s, c, k, status, "server_error", NULL, "%s", msg);
 	}
 	cJSON *j = ms_resp_final(jb);
 	ms_job_free(jb);

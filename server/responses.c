@@ -396,7 +396,7 @@ static void finish(struct ms_job *jb, struct ms_rsp *r, const struct ms_ev *e)
 	r->finish = e->finish;
 	r->finished = true;
 	if (e->finish == MS_FINISH_ERROR)
-		snprintf(r->error, sizeof(r->error), "%.*s", (int)e->len, e->text ? e->text : "");
+		snprintf(r->error, sizeof(r->error), "%s", e->error ? e->error : "");
 	ch->prompt_tok = e->prompt_tokens;
 	ch->cached_tok = e->cached_tokens;
 	ch->completion_tok = e->completion_tokens;
