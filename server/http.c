@@ -27,6 +27,7 @@
 #include "ms-clock.h"
 #include "request.h"
 #include "response.h"
+#include "tls.h"
 
 /* ---- per-connection state ---- */
 
@@ -742,41 +743,27 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
 /* HTTPS asked: can this libmicrohttpd do it, and do the certificate, key,
  * password and priorities load? GnuTLS is asked directly, so that the
- * message says what is wrong rather than that the daemon did not start. */
+ * message says what is wrong rather than that the daemon did not start.
+ * The pair loaded is the one served (tls.h: reloaded on SIGHUP). */
 static int tls_check(const struct ms_server_config *cfg, struct ms_err *err)
 {
-	if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+	if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES ||
+	    MHD_is_feature_supported(MHD_FEATURE_HTTPS_CERT_CALLBACK) != MHD_YES)
 		return ms_err_set(err, -ENOTSUP, "--tls-cert: this libmicrohttpd (%s) is built "
-				  "without TLS (HTTPS); put a TLS proxy in front instead",
-				  MHD_get_version());
-	if (cfg->tls_key_password && MHD_is_feature_supported(MHD_FEATURE_HTTPS_KEY_PASSWORD) != MHD_YES)
-		return ms_err_set(err, -ENOTSUP, "--tls-key-password: this libmicrohttpd (%s) cannot "
-				  "read encrypted keys; decrypt %s", MHD_get_version(), cfg->tls_key);
-	gnutls_certificate_credentials_t cred;
-	if (gnutls_certificate_allocate_credentials(&cred) < 0)
-		return ms_err_set(err, -ENOMEM, "TLS: out of memory");
-	gnutls_datum_t cd = {(unsigned char *)cfg->tls_cert_pem, (unsigned)strlen(cfg->tls_cert_pem)};
-	gnutls_datum_t kd = {(unsigned char *)cfg->tls_key_pem, (unsigned)strlen(cfg->tls_key_pem)};
-	int rc = gnutls_certificate_set_x509_key_mem2(cred, &cd, &kd, GNUTLS_X509_FMT_PEM,
-						      cfg->tls_key_password, 0);
-	gnutls_certificate_free_credentials(cred);
-	if (rc < 0)
-		return ms_err_set(err, -EINVAL, "--tls-cert %s, --tls-key %s: %s%s", cfg->tls_cert,
-				  cfg->tls_key, gnutls_strerror(rc),
-				  rc != GNUTLS_E_DECRYPTION_FAILED ? ""
-				  : cfg->tls_key_password ? " (a wrong --tls-key-password?)"
-				  : " (an encrypted key needs --tls-key-password)");
+				  "without TLS (HTTPS) or its certificate callback; put a TLS proxy in "
+				  "front instead", MHD_get_version());
 	if (cfg->tls_priorities) {
 		gnutls_priority_t p;
 		const char *pos = NULL;
-		rc = gnutls_priority_init(&p, cfg->tls_priorities, &pos);
+		int rc = gnutls_priority_init(&p, cfg->tls_priorities, &pos);
 		if (rc < 0)
 			return ms_err_set(err, -EINVAL, "--tls-priorities: \"%s\" is not a GnuTLS priority "
 					  "string (%s, at \"%s\")", cfg->tls_priorities,
 					  gnutls_strerror(rc), pos ? pos : "");
 		gnutls_priority_deinit(p);
 	}
-	return 0;
+	return ms_tls_init(cfg->tls_cert_pem, cfg->tls_key_pem, cfg->tls_key_password, cfg->tls_cert,
+			   cfg->tls_key, err);
 }
 
 /* The options that depend on the configuration, MHD_OPTION_END last. */
@@ -788,13 +775,9 @@ static void start_options(const struct ms_server_config *cfg, struct MHD_OptionI
 	if (cfg->max_connections_per_ip > 0)
 		o[n++] = (struct MHD_OptionItem){MHD_OPTION_PER_IP_CONNECTION_LIMIT,
 						 cfg->max_connections_per_ip, NULL};
-	if (cfg->tls_cert_pem) {
-		o[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)cfg->tls_cert_pem};
-		o[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)cfg->tls_key_pem};
-	}
-	if (cfg->tls_cert_pem && cfg->tls_key_password)
-		o[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_KEY_PASSWORD, 0,
-						 (void *)cfg->tls_key_password};
+	if (cfg->tls_cert_pem)
+		o[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_CERT_CALLBACK, 0,
+						 (void *)ms_tls_retrieve};
 	if (cfg->tls_cert_pem && cfg->tls_priorities)
 		o[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0,
 						 (void *)cfg->tls_priorities};
@@ -817,8 +800,10 @@ int ms_server_start(struct ms_server *s, const struct ms_server_config *cfg,
 	int rc = cfg->tls_cert_pem ? tls_check(cfg, err) : 0;
 	if (rc)
 		return rc;
-	if ((rc = ms_auth_init(&s->auth, cfg->api_key, cfg->api_key_file, err)))
+	if ((rc = ms_auth_init(&s->auth, cfg->api_key, cfg->api_key_file, err))) {
+		ms_tls_free();
 		return cfg->api_key_file ? ms_err_prefix(err, "--api-key-file: ") : rc;
+	}
 	struct MHD_OptionItem opts[8];
 	start_options(cfg, opts);
 	unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC;
@@ -831,12 +816,26 @@ int ms_server_start(struct ms_server *s, const struct ms_server_config *cfg,
 				     MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
 	if (!s->daemon) {
 		ms_auth_free(&s->auth);
+		ms_tls_free();
 		return ms_err_set(err, -EADDRINUSE, "cannot listen on %s:%d (in use, or not allowed)",
 				  cfg->host, cfg->port);
 	}
 	ms_metrics_set_transport(metrics, cfg->tls_cert_pem != NULL,
 				 ms_keyset_count(s->auth.set));
+	if (cfg->tls_cert_pem)
+		ms_metrics_tls_cert(metrics, ms_tls_not_after());
 	return 0;
+}
+
+int ms_server_reload_tls(struct ms_server *s, struct ms_err *err)
+{
+	const struct ms_server_config *cfg = &s->cfg;
+	if (!cfg->tls_cert_pem)
+		return ms_err_set(err, -ENOENT, "no --tls-cert to reload");
+	int rc = ms_tls_reload(cfg->tls_cert, cfg->tls_key, cfg->tls_key_password, err);
+	ms_metrics_tls_reload(s->metrics, rc == 0);
+	ms_metrics_tls_cert(s->metrics, ms_tls_not_after());
+	return rc;
 }
 
 int ms_server_reload_keys(struct ms_server *s, int *n_keys, struct ms_err *err)
@@ -895,6 +894,7 @@ void ms_server_stop(struct ms_server *s)
 	if (s->daemon) {
 		MHD_stop_daemon(s->daemon); /* joins its threads: none reads the reason now */
 		ms_auth_free(&s->auth);
+		ms_tls_free();
 		pthread_mutex_destroy(&s->reason_mu);
 		ms_rsp_store_free(&s->rstore);
 		ms_grammar_cache_free(s->grammars);

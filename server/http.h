@@ -93,6 +93,10 @@ void ms_server_set_failed(struct ms_server *s, const char *reason);
 /* SIGHUP: reread --api-key-file; the new keys replace the old only when
  * the file reads correctly (*n_keys: how many now). -ENOENT: no file. */
 int ms_server_reload_keys(struct ms_server *s, int *n_keys, struct ms_err *err);
+/* SIGHUP: reread --tls-cert and --tls-key; the next handshakes get the new
+ * pair only when both read and match (else the old one stays). -ENOENT:
+ * no TLS. */
+int ms_server_reload_tls(struct ms_server *s, struct ms_err *err);
 /* Stop accepting connections (requests in flight go on). */
 void ms_server_quiesce(struct ms_server *s);
 void ms_server_stop(struct ms_server *s);

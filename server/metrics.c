@@ -108,6 +108,8 @@ struct state {
 	bool loaded;
 	/* security and transport (metrics.h: ms_metrics_auth_failure...) */
 	uint64_t auth_failures, key_reloads[2];  /* [0] ok, [1] error */
+	uint64_t tls_reloads[2];                 /* the same */
+	long long tls_not_after;                 /* the served certificate's expiry */
 	int api_keys;
 	bool tls;
 	unsigned connections;
@@ -299,6 +301,24 @@ void ms_metrics_key_reload(struct ms_metrics *m, bool ok, int api_keys)
 	pthread_mutex_unlock(&m->mu);
 }
 
+void ms_metrics_tls_reload(struct ms_metrics *m, bool ok)
+{
+	if (!m)
+		return;
+	pthread_mutex_lock(&m->mu);
+	m->s.tls_reloads[ok ? 0 : 1]++;
+	pthread_mutex_unlock(&m->mu);
+}
+
+void ms_metrics_tls_cert(struct ms_metrics *m, long long not_after)
+{
+	if (!m)
+		return;
+	pthread_mutex_lock(&m->mu);
+	m->s.tls_not_after = not_after;
+	pthread_mutex_unlock(&m->mu);
+}
+
 void ms_metrics_set_transport(struct ms_metrics *m, bool tls, int api_keys)
 {
 	if (!m)
@@ -360,6 +380,16 @@ static void counter(struct ms_strbuf *b, const char *ml, const char *name, const
 {
 	header(b, name, "counter", help);
 	ms_strbuf_printf(b, "%s{model_name=\"%s\"} %" PRIu64 "\n", name, ml, v);
+}
+
+/* A SIGHUP reload's counter by result: [0] ok, [1] error. */
+static void reloads(struct ms_strbuf *b, const char *ml, const char *name, const char *help,
+		    const uint64_t n[2])
+{
+	header(b, name, "counter", help);
+	for (int i = 0; i < 2; i++)
+		ms_strbuf_printf(b, "%s{model_name=\"%s\",result=\"%s\"} %" PRIu64 "\n", name, ml,
+				 i ? "error" : "ok", n[i]);
 }
 
 static void histogram(struct ms_strbuf *b, const char *ml, const struct hist_def *d,
@@ -460,11 +490,15 @@ int ms_metrics_render(struct ms_metrics *m, const struct ms_engine_stats *st, ch
 	      s->connections);
 	counter(&b, ml, "moeserve:auth_failures_total",
 		"Requests refused with 401: no, or no valid, API key.", s->auth_failures);
-	header(&b, "moeserve:api_key_reloads_total", "counter",
-	       "Rereadings of --api-key-file on SIGHUP, by result (error: the old keys kept).");
-	for (int i = 0; i < 2; i++)
-		ms_strbuf_printf(&b, "moeserve:api_key_reloads_total{model_name=\"%s\",result=\"%s\"} %"
-				 PRIu64 "\n", ml, i ? "error" : "ok", s->key_reloads[i]);
+	reloads(&b, ml, "moeserve:api_key_reloads_total",
+		"Rereadings of --api-key-file on SIGHUP, by result (error: the old keys kept).",
+		s->key_reloads);
+	reloads(&b, ml, "moeserve:tls_certificate_reloads_total",
+		"Rereadings of --tls-cert and --tls-key on SIGHUP, by result (error: the old pair "
+		"served).", s->tls_reloads);
+	gauge(&b, ml, "moeserve:tls_certificate_expiry_timestamp_seconds",
+	      "When the served certificate expires (Unix time; 0: no TLS).",
+	      (double)s->tls_not_after);
 
 	/* histograms */
 	for (int h = 0; h < H_COUNT; h++)

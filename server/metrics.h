@@ -30,6 +30,8 @@
  * | `moeserve:http_connections` | gauge | `model_name` | Open HTTP connections (at `--max-connections`, new ones wait) |
  * | `moeserve:auth_failures_total` | counter | `model_name` | Requests refused with 401 (no valid API key) |
  * | `moeserve:api_key_reloads_total` | counter | `model_name`, `result` | SIGHUP rereadings of `--api-key-file`: `ok`, or `error` (the old keys kept) |
+ * | `moeserve:tls_certificate_reloads_total` | counter | `model_name`, `result` | SIGHUP rereadings of `--tls-cert` and `--tls-key`: `ok`, or `error` (the old pair served) |
+ * | `moeserve:tls_certificate_expiry_timestamp_seconds` | gauge | `model_name` | When the served certificate expires (Unix time; 0: no TLS) |
  * | `moeserve:time_to_first_token_seconds` | histogram | `model_name` | Arrival to first generated token (s), 0.001..2560 |
  * | `moeserve:time_per_output_token_seconds` | histogram | `model_name` | Inter-token latency: time between two generated tokens of a request (s), 0.01..80 |
  * | `moeserve:e2e_request_latency_seconds` | histogram | `model_name` | Arrival to the last token (s), 0.3..7680 |
@@ -105,6 +107,11 @@ void ms_metrics_auth_failure(struct ms_metrics *m);
 /* One SIGHUP reload of the key file: ok (api_keys: the new set's size) or
  * not (the old keys kept). */
 void ms_metrics_key_reload(struct ms_metrics *m, bool ok, int api_keys);
+/* One SIGHUP reload of the TLS certificate and key: ok or not (the old
+ * pair served). */
+void ms_metrics_tls_reload(struct ms_metrics *m, bool ok);
+/* The served certificate's expiry (Unix time), at start and each reload. */
+void ms_metrics_tls_cert(struct ms_metrics *m, long long not_after);
 /* At start: HTTPS or not, and the keys accepted (0: no authentication). */
 void ms_metrics_set_transport(struct ms_metrics *m, bool tls, int api_keys);
 /* Open connections, as read at a scrape. */

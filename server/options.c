@@ -78,7 +78,7 @@ static const struct opt_def serve_opts[] = {
 	 "API keys, one a line (blank and # lines\nignored), each accepted (with --api-key's);\n"
 	 "SIGHUP rereads it (a bad file keeps the old\nkeys)"},
 	{"tls-cert", 0, T_STR, F(tls_cert), 0, 0, NULL, NULL, "none (plain HTTP)", "FILE",
-	 "PEM certificate (chain): serve HTTPS only\n(with --tls-key)"},
+	 "PEM certificate (chain): serve HTTPS only\n(with --tls-key; both reread on SIGHUP)"},
 	{"tls-key", 0, T_STR, F(tls_key), 0, 0, NULL, NULL, "none", "FILE",
 	 "PEM private key of --tls-cert"},
 	{"tls-key-password", 0, T_STR, F(tls_key_password), 0, 0, NULL, NULL, "none", "PASS",

@@ -2,7 +2,7 @@
  * serve.c: `moeserve serve`, the daemon: listen first (so /health can say
  * "loading"), load the model, serve; on SIGTERM or SIGINT stop accepting,
  * let running requests finish up to --shutdown-timeout, cancel the rest,
- * exit 0. SIGHUP rereads --api-key-file.
+ * exit 0. SIGHUP rereads --api-key-file and the TLS certificate and key.
  */
 #include <errno.h>
 #include <libgen.h>
@@ -123,8 +123,29 @@ static void serve_drain(const struct ms_serve_options *o, struct ms_server *srv,
 	ms_backend_close(sv->be);
 }
 
-/* Wait for SIGTERM or SIGINT (returned); SIGHUP meanwhile rereads the API
- * key file, keeping the old keys when the new file is bad. */
+/* SIGHUP: reread the API key file and the TLS certificate and key, each
+ * kept as it was when its new files are bad. */
+static void reload(struct ms_server *srv)
+{
+	struct ms_err err = {0};
+	int n = 0;
+	if (!srv->auth.file && !srv->cfg.tls_cert)
+		fprintf(stderr, "moeserve: SIGHUP: nothing to reload (no --api-key-file, no --tls-cert)\n");
+	if (srv->auth.file && ms_server_reload_keys(srv, &n, &err))
+		fprintf(stderr, "moeserve: SIGHUP: API keys NOT reloaded, the old ones stay: "
+			"--api-key-file: %s\n", err.msg);
+	else if (srv->auth.file)
+		fprintf(stderr, "moeserve: SIGHUP: API keys reloaded from %s: %d accepted\n",
+			srv->auth.file, n);
+	if (srv->cfg.tls_cert && ms_server_reload_tls(srv, &err))
+		fprintf(stderr, "moeserve: SIGHUP: TLS certificate NOT reloaded, the old one stays: "
+			"%s\n", err.msg);
+	else if (srv->cfg.tls_cert)
+		fprintf(stderr, "moeserve: SIGHUP: TLS certificate reloaded from %s and %s\n",
+			srv->cfg.tls_cert, srv->cfg.tls_key);
+}
+
+/* Wait for SIGTERM or SIGINT (returned); SIGHUP meanwhile reloads. */
 static int wait_signal(const sigset_t *sigs, struct ms_server *srv)
 {
 	for (;;) {
@@ -132,16 +153,7 @@ static int wait_signal(const sigset_t *sigs, struct ms_server *srv)
 		sigwait(sigs, &sig);
 		if (sig != SIGHUP)
 			return sig;
-		struct ms_err err = {0};
-		int n = 0;
-		if (!srv->auth.file)
-			fprintf(stderr, "moeserve: SIGHUP: nothing to reload (no --api-key-file)\n");
-		else if (ms_server_reload_keys(srv, &n, &err))
-			fprintf(stderr, "moeserve: SIGHUP: API keys NOT reloaded, the old ones stay: "
-				"--api-key-file: %s\n", err.msg);
-		else
-			fprintf(stderr, "moeserve: SIGHUP: API keys reloaded from %s: %d accepted\n",
-				srv->auth.file, n);
+		reload(srv);
 	}
 }
 

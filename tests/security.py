@@ -59,11 +59,14 @@ def sh(*argv):
 
 def make_certs(d):
     """A self-signed certificate for 127.0.0.1, its key, the key encrypted,
-    and a second key that matches no certificate."""
-    p = {n: os.path.join(d, n) for n in ("cert.pem", "key.pem", "key-enc.pem", "other.pem")}
-    sh("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-       "-keyout", p["key.pem"], "-out", p["cert.pem"], "-days", "2", "-subj", "/CN=localhost",
-       "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1")
+    a second key that matches no certificate, and the renewed certificate
+    (cert2.pem, key2.pem: another key, a later expiry)."""
+    p = {n: os.path.join(d, n) for n in ("cert.pem", "key.pem", "key-enc.pem", "other.pem",
+                                         "cert2.pem", "key2.pem")}
+    for cert, key, days in (("cert.pem", "key.pem", "2"), ("cert2.pem", "key2.pem", "30")):
+        sh("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+           "-nodes", "-keyout", p[key], "-out", p[cert], "-days", days, "-subj", "/CN=localhost",
+           "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1")
     sh("openssl", "pkcs8", "-topk8", "-in", p["key.pem"], "-out", p["key-enc.pem"], "-passout",
        "pass:hunter2")
     sh("openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out",
@@ -298,6 +301,89 @@ def tls_requests(d, certs):
     case("tls: /metrics has tls_enabled 1, api_keys 2, the 401s counted", metrics)
 
 
+def served_cert(d):
+    """The DER certificate the daemon's handshake sends (not verified)."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    with socket.create_connection(("127.0.0.1", d.port), timeout=10 * SCALE) as raw:
+        with ctx.wrap_socket(raw, server_hostname="localhost") as t:
+            return t.getpeercert(binary_form=True)
+
+
+def cert_facts(path):
+    """(DER, expiry as Unix time) of a PEM certificate."""
+    with open(path) as f:
+        der = ssl.PEM_cert_to_DER_cert(f.read())
+    r = subprocess.run(["openssl", "x509", "-in", path, "-noout", "-enddate"], capture_output=True,
+                       text=True, timeout=60, check=True)
+    return der, ssl.cert_time_to_seconds(r.stdout.strip().split("=", 1)[1])
+
+
+def reloads_metric(d, result):
+    body = d.request("GET", "/metrics")[2].decode()
+    for line in body.splitlines():
+        if line.startswith("moeserve:tls_certificate_reloads_total{") and f'result="{result}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no tls_certificate_reloads_total{{result={result}}} in /metrics")
+
+
+def cert_reload_cases(b, work, certs):
+    """SIGHUP rereads --tls-cert and --tls-key (renewed in place, as
+    cert-manager or certbot do): a pair that does not load keeps the old one
+    served; a good one is served from the next handshake, while a
+    connection made before goes on."""
+    cert, key = os.path.join(work, "served-cert.pem"), os.path.join(work, "served-key.pem")
+
+    def install(c, k):
+        for src, dst in ((c, cert), (k, key)):
+            shutil.copy(src, dst + ".new")
+            os.replace(dst + ".new", dst)
+    install(certs["cert.pem"], certs["key.pem"])
+    old, new = cert_facts(certs["cert.pem"]), cert_facts(certs["cert2.pem"])
+    d = Daemon(b, work, "tls-reload", "--tls-cert", cert, "--tls-key", key, tls=certs["cert.pem"])
+    try:
+        def first():
+            check(served_cert(d) == old[0], "the handshake sent another certificate")
+            got = d.metric("moeserve:tls_certificate_expiry_timestamp_seconds")
+            check(got == old[1], f"expiry {got}, want {old[1]}")
+        case("tls reload: the certificate served, its expiry in /metrics", first)
+
+        def bad_pair():
+            install(certs["cert2.pem"], certs["other.pem"])  # a key of no certificate
+            d.hup_until("TLS certificate NOT reloaded", 1)
+            check(served_cert(d) == old[0], "a pair that does not match was served")
+            check(reloads_metric(d, "error") == 1 and reloads_metric(d, "ok") == 0, "reload counts")
+            check(d.status(None, "/health") == 200, "/health after a failed reload")
+        case("tls reload: a key of another certificate keeps the old pair, says so, counts it",
+             bad_pair)
+
+        def renewed():
+            c = d.conn()
+            try:
+                c.request("GET", "/health")
+                check(c.getresponse().read() and True, "no answer")
+                install(certs["cert2.pem"], certs["key2.pem"])
+                d.hup_until("TLS certificate reloaded from", 1)
+                check(served_cert(d) == new[0], "the renewed certificate is not served")
+                c.request("GET", "/health")  # the connection made before the reload
+                r = c.getresponse()
+                check(r.status == 200 and r.read(), f"the older connection: {r.status}")
+            finally:
+                c.close()
+            d.tls = certs["cert2.pem"]  # verified against the new certificate from now on
+            st, _, body = d.request("POST", "/v1/completions", COMPLETION)
+            check(st == 200, f"{st} {body[:200]!r}")
+            check(reloads_metric(d, "ok") == 1, "ok reloads")
+            got = d.metric("moeserve:tls_certificate_expiry_timestamp_seconds")
+            check(got == new[1], f"expiry {got}, want {new[1]}")
+        case("tls reload: the renewed pair served at the next handshake, an older connection "
+             "kept, the new expiry in /metrics", renewed)
+    finally:
+        rc = d.stop()
+        case("tls reload: exit 0 on SIGTERM", check, rc == 0, f"exit {rc}")
+
+
 def reload_cases(d, keys):
     def write(text):
         tmp = keys + ".new"
@@ -432,6 +518,7 @@ def main():
     certs = make_certs(work)
     refused_cases(a.moeserve, work, certs)
     tls_cases(a.moeserve, work, certs)
+    cert_reload_cases(a.moeserve, work, certs)
     limit_cases(a.moeserve, work)
     failed = RESULTS.count(False)
     print(f"security: {len(RESULTS) - failed} passed, {failed} failed ({time.monotonic() - t0:.1f} s)")

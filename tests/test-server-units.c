@@ -397,6 +397,11 @@ START_TEST(metrics_exact)
 	ms_metrics_auth_failure(m);
 	ms_metrics_key_reload(m, true, 3);
 	ms_metrics_key_reload(m, false, 0);  /* the old set (3 keys) stays */
+	ms_metrics_tls_cert(m, 1798761600);  /* 2027-01-01 */
+	ms_metrics_tls_reload(m, false);
+	ms_metrics_tls_reload(m, true);
+	ms_metrics_tls_reload(m, true);
+	ms_metrics_tls_cert(m, 1830297600);  /* the renewed one: 2028-01-01 */
 	ms_metrics_set_connections(m, 7);
 
 	struct ms_engine_stats st = {
@@ -439,6 +444,9 @@ START_TEST(metrics_exact)
 	HAS_LINE(t, "moeserve:auth_failures_total{" ML "} 2");
 	HAS_LINE(t, "moeserve:api_key_reloads_total{" ML ",result=\"ok\"} 1");
 	HAS_LINE(t, "moeserve:api_key_reloads_total{" ML ",result=\"error\"} 1");
+	HAS_LINE(t, "moeserve:tls_certificate_reloads_total{" ML ",result=\"ok\"} 2");
+	HAS_LINE(t, "moeserve:tls_certificate_reloads_total{" ML ",result=\"error\"} 1");
+	HAS_LINE(t, "moeserve:tls_certificate_expiry_timestamp_seconds{" ML "} 1830297600");
 	/* TTFT: one observation (0.046875), the others had none */
 	HAS_LINE(t, "# TYPE moeserve:time_to_first_token_seconds histogram");
 	HAS_LINE(t, "moeserve:time_to_first_token_seconds_bucket{" ML ",le=\"0.001\"} 0");
@@ -491,7 +499,9 @@ START_TEST(metrics_exact)
 		"moeserve:structured_grammar_compile_seconds_total", "moeserve:request_success_total",
 		"moeserve:http_requests_total", "moeserve:tls_enabled", "moeserve:api_keys",
 		"moeserve:http_connections", "moeserve:auth_failures_total",
-		"moeserve:api_key_reloads_total", "moeserve:time_to_first_token_seconds",
+		"moeserve:api_key_reloads_total", "moeserve:tls_certificate_reloads_total",
+		"moeserve:tls_certificate_expiry_timestamp_seconds",
+		"moeserve:time_to_first_token_seconds",
 		"moeserve:time_per_output_token_seconds", "moeserve:e2e_request_latency_seconds",
 		"moeserve:request_queue_time_seconds", "moeserve:request_prompt_tokens",
 		"moeserve:request_generation_tokens",
