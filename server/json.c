@@ -44,6 +44,30 @@ void ms_json_fail_nth(unsigned long n)
 	fail_at = n;
 }
 
+bool ms_json_push(cJSON *arr, cJSON *item)
+{
+	if (arr && cJSON_AddItemToArray(arr, item))
+		return true;
+	cJSON_Delete(item);
+	return false;
+}
+
+bool ms_json_put(cJSON *obj, const char *key, cJSON *item)
+{
+	if (obj && cJSON_AddItemToObject(obj, key, item))
+		return true;
+	cJSON_Delete(item);
+	return false;
+}
+
+bool ms_json_replace(cJSON *obj, const char *key, cJSON *item)
+{
+	if (obj && item && cJSON_ReplaceItemInObjectCaseSensitive(obj, key, item))
+		return true;
+	cJSON_Delete(item);
+	return false;
+}
+
 char *ms_json_text(const cJSON *v)
 {
 	return ms_nul_json_escape(cJSON_PrintUnformatted(v));

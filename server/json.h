@@ -15,6 +15,7 @@
 #define MS_SERVER_JSON_H
 
 #include <cjson/cJSON.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Install the counting allocator (idempotent; before other threads use
@@ -27,6 +28,14 @@ unsigned long ms_json_failures(void);
 /* Tests: the n-th next cJSON allocation on this thread fails, and only
  * that one (1: the next); 0 turns it off. Needs ms_json_init. */
 void ms_json_fail_nth(unsigned long n);
+
+/* cJSON's AddItemTo* and ReplaceItem* keep the item only when they
+ * succeed (the key's copy may fail; the container may be NULL): these
+ * delete it otherwise, so that a failed allocation costs a field, counted,
+ * never a leak. True when the item was kept. */
+bool ms_json_push(cJSON *arr, cJSON *item);
+bool ms_json_put(cJSON *obj, const char *key, cJSON *item);
+bool ms_json_replace(cJSON *obj, const char *key, cJSON *item);
 
 /* text[0..len) as strict RFC 8259 JSON (whitespace as the RFC spells it,
  * strings valid UTF-8 with control bytes escaped and surrogates paired,

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json.h"
 #include "ms-strbuf.h"
 #include "request-int.h"
 
@@ -109,7 +110,8 @@ static int parts_text(const cJSON *v, const char *at, const char *field, char **
 	return (*out = ms_strbuf_take(&b)) ? 0 : ms_req_oom(e);
 }
 
-/* A new chat message {role, content} at the end (content may be NULL). */
+/* A new chat message {role, content} at the end (content may be NULL);
+ * NULL when out of memory. */
 static cJSON *add_msg(struct conv *c, const char *role, const char *content)
 {
 	cJSON *m = cJSON_CreateObject();
@@ -118,9 +120,8 @@ static cJSON *add_msg(struct conv *c, const char *role, const char *content)
 		cJSON_AddStringToObject(m, "content", content);
 	else
 		cJSON_AddNullToObject(m, "content");
-	cJSON_AddItemToArray(c->msgs, m);
 	c->calls = NULL;
-	return m;
+	return ms_json_push(c->msgs, m) ? m : NULL;
 }
 
 /* The waiting reasoning onto assistant message m. */
@@ -167,6 +168,8 @@ static int item_message(struct conv *c, const cJSON *it, struct ms_req_error *e)
 		return rc;
 	cJSON *m = add_msg(c, role, text);
 	free(text);
+	if (!m)
+		return ms_req_oom(e);
 	if (!strcmp(role, "assistant"))
 		take_reasoning(c, m);
 	return 0;
@@ -204,8 +207,11 @@ static int item_call(struct conv *c, const cJSON *it, struct ms_req_error *e)
 		return rc;
 	if (!c->calls) {
 		cJSON *m = add_msg(c, "assistant", NULL);
+		if (!m)
+			return ms_req_oom(e);
 		take_reasoning(c, m);
-		c->calls = cJSON_AddArrayToObject(m, "tool_calls");
+		if (!(c->calls = cJSON_AddArrayToObject(m, "tool_calls")))
+			return ms_req_oom(e);
 	}
 	cJSON *tc = cJSON_CreateObject(), *fn;
 	cJSON_AddStringToObject(tc, "id", id);
@@ -213,7 +219,7 @@ static int item_call(struct conv *c, const cJSON *it, struct ms_req_error *e)
 	fn = cJSON_AddObjectToObject(tc, "function");
 	cJSON_AddStringToObject(fn, "name", name);
 	cJSON_AddStringToObject(fn, "arguments", args);
-	cJSON_AddItemToArray(c->calls, tc);
+	ms_json_push(c->calls, tc);
 	return 0;
 }
 
@@ -231,6 +237,8 @@ static int item_output(struct conv *c, const cJSON *it, struct ms_req_error *e)
 		return rc;
 	cJSON *m = add_msg(c, "tool", text);
 	free(text);
+	if (!m)
+		return ms_req_oom(e);
 	cJSON_AddStringToObject(m, "tool_call_id", id);
 	return 0;
 }
@@ -274,18 +282,16 @@ static int items_field(const cJSON *req, const cJSON *prev, struct ms_req_gen *r
 	if (cJSON_IsArray(in)) {
 		const cJSON *it;
 		cJSON_ArrayForEach(it, in)
-			cJSON_AddItemToArray(r->items, cJSON_Duplicate(it, true));
+			ms_json_push(r->items, cJSON_Duplicate(it, true));
 		return 0;
 	}
-	cJSON *m = cJSON_CreateObject(), *parts, *p;
-	cJSON_AddStringToObject(m, "type", "message");
-	cJSON_AddStringToObject(m, "role", "user");
-	parts = cJSON_AddArrayToObject(m, "content");
-	cJSON_AddItemToArray(parts, p = cJSON_CreateObject());
+	cJSON *m = cJSON_CreateObject(), *p = cJSON_CreateObject();
 	cJSON_AddStringToObject(p, "type", "input_text");
 	cJSON_AddStringToObject(p, "text", in->valuestring);
-	cJSON_AddItemToArray(r->items, m);
-	return 0;
+	cJSON_AddStringToObject(m, "type", "message");
+	cJSON_AddStringToObject(m, "role", "user");
+	ms_json_push(cJSON_AddArrayToObject(m, "content"), p);
+	return ms_json_push(r->items, m) ? 0 : ms_req_oom(e);
 }
 
 static int messages_of(const cJSON *req, struct ms_req_gen *r, cJSON *body, struct ms_req_error *e)
@@ -297,8 +303,8 @@ static int messages_of(const cJSON *req, struct ms_req_gen *r, cJSON *body, stru
 	const cJSON *ins = jget(req, "instructions");
 	if (ins && !cJSON_IsString(ins))
 		return refuse(e, "instructions", ins, "\"instructions\" must be a string");
-	if (ins)
-		add_msg(&c, "developer", ins->valuestring);
+	if (ins && !add_msg(&c, "developer", ins->valuestring))
+		return ms_req_oom(e);
 	int i = 0, rc = 0;
 	const cJSON *it;
 	cJSON_ArrayForEach(it, r->items) {
@@ -367,8 +373,8 @@ static int tool_of(const cJSON *t, int i, cJSON *out, struct ms_req_gen *r, stru
 	const char *keys[] = {"description", "parameters", "strict"};
 	for (int k = 0; k < 3; k++)
 		if (jget(fn, keys[k]))
-			cJSON_AddItemToObject(f, keys[k], cJSON_Duplicate(jget(fn, keys[k]), true));
-	cJSON_AddItemToArray(out, o);
+			ms_json_put(f, keys[k], cJSON_Duplicate(jget(fn, keys[k]), true));
+	ms_json_push(out, o);
 	return 1;
 }
 
@@ -444,7 +450,7 @@ static int tools_of(const cJSON *req, struct ms_req_gen *r, cJSON *body, struct 
 	bool none = false;
 	if (rc >= 0 && (rc = tool_choice_check(req, out, &none, e)) >= 0 && !none &&
 	    cJSON_GetArraySize(out)) {
-		cJSON_AddItemToObject(body, "tools", out);
+		ms_json_put(body, "tools", out);
 		return chat_tool_choice(req, body);
 	}
 	cJSON_Delete(out);
@@ -502,11 +508,11 @@ static int text_format_of(const cJSON *req, cJSON *body, struct ms_req_error *e)
 		return refuse(e, "text.format.schema", NULL, "\"text.format\" of type json_schema needs "
 			      "\"schema\"");
 	cJSON *js = cJSON_AddObjectToObject(rf, "json_schema");
-	if (!js || !cJSON_AddItemToObject(js, "schema", cJSON_Duplicate(schema, true)))
+	if (!js || !ms_json_put(js, "schema", cJSON_Duplicate(schema, true)))
 		return ms_req_oom(e);
 	static const char *const keys[] = {"name", "description", "strict"};
 	for (int k = 0; k < 3; k++)
-		if (jget(fmt, keys[k]) && !cJSON_AddItemToObject(js, keys[k],
+		if (jget(fmt, keys[k]) && !ms_json_put(js, keys[k],
 								 cJSON_Duplicate(jget(fmt, keys[k]), true)))
 			return ms_req_oom(e);
 	return 0;
@@ -519,7 +525,7 @@ static int params_of(const cJSON *req, struct ms_req_gen *r, cJSON *body, struct
 	static const char *const to[] = {"max_tokens", "temperature", "top_p", "stream"};
 	for (int k = 0; k < 4; k++)
 		if (jget(req, from[k]))
-			cJSON_AddItemToObject(body, to[k], cJSON_Duplicate(jget(req, from[k]), true));
+			ms_json_put(body, to[k], cJSON_Duplicate(jget(req, from[k]), true));
 	const cJSON *st = jget(req, "store"), *prev = jget(req, "previous_response_id");
 	if (st && !cJSON_IsBool(st))
 		return refuse(e, "store", st, "\"store\" must be true or false");
@@ -559,6 +565,10 @@ int ms_req_responses(const struct ms_req_model *m, cJSON *req, const cJSON *prev
 {
 	*out = NULL;
 	struct ms_req_gen tmp = {0};
+	/* a field lost to a failed allocation would make another request (a
+	 * default max_tokens, a conversation without a message, a refusal of
+	 * what the client did send): out of memory, whatever came of it */
+	unsigned long f0 = ms_json_failures();
 	cJSON *body = cJSON_CreateObject();
 	int rc = body ? 0 : ms_req_oom(e);
 	if (!rc)
@@ -573,6 +583,8 @@ int ms_req_responses(const struct ms_req_model *m, cJSON *req, const cJSON *prev
 		rc = reasoning_of(req, body, e);
 	if (!rc)
 		rc = text_format_of(req, body, e);
+	if (ms_json_failures() != f0)
+		rc = ms_req_oom(e);
 	if (!rc && (rc = ms_req_chat(m, body, out, e)))
 		rename_param(e);
 	else if (rc)

@@ -22,20 +22,6 @@ const char ms_resp_oom_event[] = "data: " OOM_ERROR "\n\n";
 
 /* ---- small helpers ---- */
 
-/* cJSON's AddItemTo* keep the item only when they succeed (a failed
- * allocation is counted, json.h); these free it otherwise. */
-static void push(cJSON *arr, cJSON *item)
-{
-	if (!cJSON_AddItemToArray(arr, item))
-		cJSON_Delete(item);
-}
-
-static void put(cJSON *obj, const char *key, cJSON *item)
-{
-	if (!cJSON_AddItemToObject(obj, key, item))
-		cJSON_Delete(item);
-}
-
 /* A text that may have lost an append; NULL then (the job is failed). */
 static const char *text_of(struct ms_job *jb, const struct ms_strbuf *b)
 {
@@ -150,7 +136,7 @@ static void send_choice_chunk(struct ms_job *jb, cJSON *j, cJSON *choices, cJSON
 		cJSON_AddStringToObject(ch, "finish_reason", fin);
 	else
 		cJSON_AddNullToObject(ch, "finish_reason");
-	push(choices, ch);
+	ms_json_push(choices, ch);
 	sse_json(jb, j);
 }
 
@@ -211,10 +197,10 @@ static void lp_append(struct ms_job *jb, struct ms_choice *ch, const struct ms_e
 	for (int w = 0; w < 2; w++) {
 		if (!to[w]->tokens)
 			continue;
-		push(to[w]->tokens, cJSON_CreateString(tt));
-		push(to[w]->values, has ? cJSON_CreateNumber(e->lp.logprob) : cJSON_CreateNull());
-		push(to[w]->top, top ? cJSON_Duplicate(top, true) : cJSON_CreateNull());
-		push(to[w]->offset, cJSON_CreateNumber((double)ch->offset));
+		ms_json_push(to[w]->tokens, cJSON_CreateString(tt));
+		ms_json_push(to[w]->values, has ? cJSON_CreateNumber(e->lp.logprob) : cJSON_CreateNull());
+		ms_json_push(to[w]->top, top ? cJSON_Duplicate(top, true) : cJSON_CreateNull());
+		ms_json_push(to[w]->offset, cJSON_CreateNumber((double)ch->offset));
 	}
 	ch->offset += ms_utf8_chars(tt, strlen(tt));
 	cJSON_Delete(top);
@@ -229,10 +215,10 @@ static void cmpl_chunk(struct ms_job *jb, int i, const char *text, struct lp_arr
 	cJSON_AddStringToObject(ch, "text", text);
 	if (d->tokens && cJSON_GetArraySize(d->tokens)) {
 		cJSON *l = cJSON_AddObjectToObject(ch, "logprobs");
-		put(l, "tokens", d->tokens);
-		put(l, "token_logprobs", d->values);
-		put(l, "top_logprobs", d->top);
-		put(l, "text_offset", d->offset);
+		ms_json_put(l, "tokens", d->tokens);
+		ms_json_put(l, "token_logprobs", d->values);
+		ms_json_put(l, "top_logprobs", d->top);
+		ms_json_put(l, "text_offset", d->offset);
 		*d = (struct lp_arrays){0};
 	} else {
 		cJSON_AddNullToObject(ch, "logprobs");
@@ -291,7 +277,7 @@ static void tool_delta_add(struct hctx *h, cJSON *d)
 {
 	if (!h->tool_delta)
 		h->tool_delta = cJSON_CreateArray();
-	push(h->tool_delta, d);
+	ms_json_push(h->tool_delta, d);
 }
 
 static void tool_call_begin(struct hctx *h, const char *data, size_t len)
@@ -316,7 +302,7 @@ static void tool_call_begin(struct hctx *h, const char *data, size_t len)
 		cJSON_AddNumberToObject(d, "index", t);
 		tool_delta_add(h, d);
 	}
-	push(ch->tool_calls, tc);
+	ms_json_push(ch->tool_calls, tc);
 }
 
 /* More of the last call's arguments: onto its "arguments", and for a stream
@@ -406,7 +392,7 @@ static cJSON *chat_lp_entry(struct ms_job *jb, int32_t tok, const struct ms_toke
 	cJSON_AddNumberToObject(e, "logprob", lp->logprob);
 	cJSON *bytes = cJSON_AddArrayToObject(e, "bytes");
 	for (const unsigned char *b = (const unsigned char *)tt; *b; b++)
-		push(bytes, cJSON_CreateNumber(*b));
+		ms_json_push(bytes, cJSON_CreateNumber(*b));
 	free(tt);
 	tops = cJSON_AddArrayToObject(e, "top_logprobs");
 	for (int k = 0; k < lp->n_top; k++) {
@@ -419,7 +405,7 @@ static cJSON *chat_lp_entry(struct ms_job *jb, int32_t tok, const struct ms_toke
 		cJSON_AddStringToObject(x, "token", s);
 		cJSON_AddNumberToObject(x, "logprob", lp->top[k].logprob);
 		free(s);
-		push(tops, x);
+		ms_json_push(tops, x);
 	}
 	return e;
 }
@@ -468,12 +454,12 @@ static void chat_chunks(struct ms_job *jb, int i, struct hctx *h, cJSON **lp_ent
 		cJSON_AddStringToObject(d, "reasoning", h->reasoning.p);
 	}
 	if (h->tool_delta) {
-		put(d, "tool_calls", h->tool_delta);
+		ms_json_put(d, "tool_calls", h->tool_delta);
 		h->tool_delta = NULL;
 	}
 	if (*lp_entry) {
 		cJSON *l = cJSON_AddObjectToObject(c, "logprobs");
-		push(cJSON_AddArrayToObject(l, "content"), *lp_entry);
+		ms_json_push(cJSON_AddArrayToObject(l, "content"), *lp_entry);
 		*lp_entry = NULL;
 	} else {
 		cJSON_AddNullToObject(c, "logprobs");
@@ -494,7 +480,7 @@ static void chat_event(struct ms_job *jb, int i, const struct ms_ev *e)
 			lp_entry = chat_lp_entry(jb, e->token, &e->lp);
 			if (!ch->chat_lp)
 				ch->chat_lp = cJSON_CreateArray();
-			push(ch->chat_lp, cJSON_Duplicate(lp_entry, true));
+			ms_json_push(ch->chat_lp, cJSON_Duplicate(lp_entry, true));
 		}
 	} else if (e->kind == MS_EV_FINISH) {
 		chat_finish(&h, e);
@@ -535,11 +521,11 @@ static void chat_message(struct ms_job *jb, struct ms_choice *c, cJSON *ch)
 		cJSON_AddStringToObject(m, "reasoning", reasoning);
 	}
 	if (c->tool_calls) {
-		put(m, "tool_calls", c->tool_calls);
+		ms_json_put(m, "tool_calls", c->tool_calls);
 		c->tool_calls = NULL;
 	}
 	if (c->chat_lp) {
-		put(cJSON_AddObjectToObject(ch, "logprobs"), "content", c->chat_lp);
+		ms_json_put(cJSON_AddObjectToObject(ch, "logprobs"), "content", c->chat_lp);
 		c->chat_lp = NULL;
 	} else {
 		cJSON_AddNullToObject(ch, "logprobs");
@@ -552,10 +538,10 @@ static void cmpl_choice(struct ms_job *jb, struct ms_choice *c, cJSON *ch)
 	cJSON_AddStringToObject(ch, "text", text ? text : "");
 	if (jb->rq->logprobs >= 0) {
 		cJSON *l = cJSON_AddObjectToObject(ch, "logprobs");
-		put(l, "tokens", c->lp_tokens);
-		put(l, "token_logprobs", c->lp_values);
-		put(l, "top_logprobs", c->lp_top);
-		put(l, "text_offset", c->lp_offset);
+		ms_json_put(l, "tokens", c->lp_tokens);
+		ms_json_put(l, "token_logprobs", c->lp_values);
+		ms_json_put(l, "top_logprobs", c->lp_top);
+		ms_json_put(l, "text_offset", c->lp_offset);
 		c->lp_tokens = c->lp_values = c->lp_top = c->lp_offset = NULL;
 	} else {
 		cJSON_AddNullToObject(ch, "logprobs");
@@ -581,7 +567,7 @@ cJSON *ms_resp_final(struct ms_job *jb)
 		else
 			cmpl_choice(jb, c, ch);
 		cJSON_AddStringToObject(ch, "finish_reason", c->fin ? c->fin : "error");
-		push(chs, ch);
+		ms_json_push(chs, ch);
 	}
 	add_usage_totals(jb, j);
 	return j;
@@ -635,7 +621,7 @@ cJSON *ms_resp_models(const char *name, int64_t max_model_len)
 {
 	cJSON *j = cJSON_CreateObject();
 	cJSON_AddStringToObject(j, "object", "list");
-	push(cJSON_AddArrayToObject(j, "data"), ms_resp_model(name, max_model_len));
+	ms_json_push(cJSON_AddArrayToObject(j, "data"), ms_resp_model(name, max_model_len));
 	return j;
 }
 
@@ -643,7 +629,7 @@ cJSON *ms_resp_tokens(const int32_t *ids, size_t n, int64_t max_model_len)
 {
 	cJSON *j = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(j, "tokens");
 	for (size_t i = 0; i < n; i++)
-		push(arr, cJSON_CreateNumber(ids[i]));
+		ms_json_push(arr, cJSON_CreateNumber(ids[i]));
 	cJSON_AddNumberToObject(j, "count", (double)n);
 	cJSON_AddNumberToObject(j, "max_model_len", (double)max_model_len);
 	return j;

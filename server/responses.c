@@ -152,10 +152,10 @@ static void item_close_as(struct ms_job *jb, struct ms_rsp *r, const char *statu
 		t = "";
 	}
 	if (r->kind == IT_CALL)
-		cJSON_ReplaceItemInObjectCaseSensitive(it, "arguments", cJSON_CreateString(t));
+		ms_json_replace(it, "arguments", cJSON_CreateString(t));
 	else
-		cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(it, "content"), part_of(r->kind, t));
-	cJSON_ReplaceItemInObjectCaseSensitive(it, "status", cJSON_CreateString(status));
+		ms_json_push(cJSON_GetObjectItemCaseSensitive(it, "content"), part_of(r->kind, t));
+	ms_json_replace(it, "status", cJSON_CreateString(status));
 	if (jb->rq->stream) {
 		cJSON *j;
 		if (r->kind == IT_CALL) {
@@ -171,12 +171,12 @@ static void item_close_as(struct ms_job *jb, struct ms_rsp *r, const char *statu
 				cJSON_AddArrayToObject(j, "logprobs");
 			ev_send(jb, j);
 			j = ev_item(r, "response.content_part.done", idx, true);
-			cJSON_AddItemToObject(j, "part", part_of(r->kind, t));
+			ms_json_put(j, "part", part_of(r->kind, t));
 			ev_send(jb, j);
 		}
 		j = ev_new(r, "response.output_item.done");
 		cJSON_AddNumberToObject(j, "output_index", idx);
-		cJSON_AddItemToObject(j, "item", cJSON_Duplicate(it, true));
+		ms_json_put(j, "item", cJSON_Duplicate(it, true));
 		ev_send(jb, j);
 	}
 	ms_strbuf_reset(&r->text);
@@ -194,19 +194,22 @@ static void item_open(struct ms_job *jb, struct ms_rsp *r, enum item_kind k, con
 {
 	item_close(jb, r);
 	cJSON *it = item_new(jb, k, name, nlen);
-	cJSON_AddItemToArray(r->output, it);
+	if (!ms_json_push(r->output, it)) {
+		jb->failed = true; /* the answer lacks the item */
+		return;
+	}
 	r->kind = k;
 	if (!jb->rq->stream)
 		return;
 	int idx = cJSON_GetArraySize(r->output) - 1;
 	cJSON *j = ev_new(r, "response.output_item.added");
 	cJSON_AddNumberToObject(j, "output_index", idx);
-	cJSON_AddItemToObject(j, "item", cJSON_Duplicate(it, true));
+	ms_json_put(j, "item", cJSON_Duplicate(it, true));
 	ev_send(jb, j);
 	if (k == IT_CALL)
 		return;
 	j = ev_item(r, "response.content_part.added", idx, true);
-	cJSON_AddItemToObject(j, "part", part_of(k, ""));
+	ms_json_put(j, "part", part_of(k, ""));
 	ev_send(jb, j);
 }
 
@@ -284,10 +287,10 @@ static void echo(cJSON *j, const struct ms_job *jb, const char *k, cJSON *def)
 	const cJSON *v = req_field(jb, k);
 	if (v) {
 		cJSON_Delete(def);
-		cJSON_AddItemToObject(j, k, cJSON_Duplicate(v, true));
+		ms_json_put(j, k, cJSON_Duplicate(v, true));
 		return;
 	}
-	cJSON_AddItemToObject(j, k, def ? def : cJSON_CreateNull());
+	ms_json_put(j, k, def ? def : cJSON_CreateNull());
 }
 
 static const char *status_of(const struct ms_rsp *r)
@@ -350,7 +353,7 @@ static cJSON *response_of(struct ms_job *jb, const struct ms_rsp *r)
 	echo(j, jb, "instructions", NULL);
 	echo(j, jb, "max_output_tokens", NULL);
 	cJSON_AddStringToObject(j, "model", jb->s->cfg.model_name);
-	cJSON_AddItemToObject(j, "output", cJSON_Duplicate(r->output, true));
+	ms_json_put(j, "output", cJSON_Duplicate(r->output, true));
 	echo(j, jb, "parallel_tool_calls", cJSON_CreateTrue());
 	echo(j, jb, "previous_response_id", NULL);
 	rs = cJSON_CreateObject();
@@ -380,7 +383,7 @@ static void announce(struct ms_job *jb, struct ms_rsp *r)
 	r->announced = true;
 	for (int k = 0; k < 2; k++) {
 		cJSON *j = ev_new(r, types[k]);
-		cJSON_AddItemToObject(j, "response", response_of(jb, r));
+		ms_json_put(j, "response", response_of(jb, r));
 		ev_send(jb, j);
 	}
 }
@@ -435,7 +438,7 @@ static void store(struct ms_job *jb, const cJSON *resp, const struct ms_rsp *r)
 		return;
 	cJSON *items = cJSON_Duplicate(jb->rq->items, true), *it;
 	cJSON_ArrayForEach(it, r->output)
-		cJSON_AddItemToArray(items, cJSON_Duplicate(it, true));
+		ms_json_push(items, cJSON_Duplicate(it, true));
 	ms_rsp_store_put(&jb->s->rstore, jb->id, cJSON_Duplicate(resp, true), items);
 }
 
@@ -461,7 +464,7 @@ void ms_rsp_stream_end(struct ms_job *jb)
 			  : !strcmp(st, "incomplete") ? "response.incomplete" : "response.failed");
 	cJSON *resp = response_of(jb, r);
 	store(jb, resp, r);
-	cJSON_AddItemToObject(j, "response", resp);
+	ms_json_put(j, "response", resp);
 	ev_send(jb, j);
 }
 

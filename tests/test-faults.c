@@ -5,15 +5,17 @@
  * checkpoint, repacking, then a short request whose prompt logprobs show
  * the weights are right), loading the tokenizer and encoding/decoding, one
  * request through the engine (init, prefill, decode, finish, free), and the
- * server answering POST /v1/completions and a streamed
- * /v1/chat/completions (in process, over a socket, HTTP/1.0).
+ * server answering POST /v1/completions, a streamed /v1/chat/completions
+ * and /v1/responses plain and streamed (in process, over a socket,
+ * HTTP/1.0).
  *
  * Each scenario runs first without a failure: its result is the reference
  * and K its allocations. Then for N in the plan (every N up to --dense,
  * then a stride so that at most --max-iters runs are made; --full: every N
  * up to K plus a margin) it runs with the Nth allocation failing. It must
  * give an error with a message (load, engine) or a 500/503 with the
- * error envelope, or an error event in a stream (server) -- or, where the
+ * error envelope, an error event in a stream, a response that says it
+ * failed (server) -- or, where the
  * code could do without the block, exactly the reference; never a crash, a
  * silently different result or a block left allocated (live blocks counted
  * by the wrapper before and after). Right after, the same scenario without
@@ -261,23 +263,27 @@ static int http_post(const char *path, const char *body, int *status, struct res
 	return rc;
 }
 
-/* The fields that differ between two identical answers become constants. */
+/* The fields that differ between two identical answers become constants:
+ * a key ending in a quote has a string value, the others a number. */
 static void normalize(struct result *r)
 {
-	static const char *const keys[] = {"\"id\":\"", "\"created\":"};
+	static const char *const keys[] = {"\"id\":\"", "\"item_id\":\"", "\"created\":",
+					   "\"created_at\":"};
+	enum { N_KEYS = sizeof(keys) / sizeof(*keys) };
 	char tmp[RES_MAX];
 	size_t o = 0;
 	for (size_t i = 0; i < r->len;) {
 		size_t k = 0, kl = 0;
-		for (; k < 2; k++)
+		for (; k < N_KEYS; k++)
 			if (r->len - i >= (kl = strlen(keys[k])) && !memcmp(r->b + i, keys[k], kl))
 				break;
-		if (k == 2) {
+		if (k == N_KEYS) {
 			tmp[o++] = r->b[i++];
 			continue;
 		}
+		bool str = keys[k][kl - 1] == '"';
 		memcpy(tmp + o, keys[k], kl), o += kl, i += kl;
-		while (i < r->len && (k == 0 ? r->b[i] != '"' : (r->b[i] >= '0' && r->b[i] <= '9')))
+		while (i < r->len && (str ? r->b[i] != '"' : (r->b[i] >= '0' && r->b[i] <= '9')))
 			i++;
 		tmp[o++] = 'X';
 	}
@@ -290,12 +296,32 @@ static bool res_has(const struct result *r, const char *s)
 	return memmem(r->b, r->len, s, strlen(s)) != NULL;
 }
 
+/* A 200's answer is whole (0), failed (-ENOMEM: a stream's error event,
+ * a response that says "failed") or cut (-EPROTO). The Responses API ends
+ * its stream with a response.* event of the final status, not [DONE]. */
+static int answer_state(const struct result *out, bool stream, bool responses)
+{
+	if (stream && (res_has(out, "data: {\"error\"") || res_has(out, "event: response.failed")))
+		return -ENOMEM;
+	if (responses && !stream && res_has(out, "\"created_at\":X,\"status\":\"failed\""))
+		return -ENOMEM;
+	if (responses && stream)
+		return res_has(out, "event: response.completed") ||
+		       res_has(out, "event: response.incomplete") ? 0 : -EPROTO;
+	if (responses) /* the response's own status comes first, before its items' */
+		return res_has(out, "\"created_at\":X,\"status\":\"completed\"") ||
+		       res_has(out, "\"created_at\":X,\"status\":\"incomplete\"") ? 0 : -EPROTO;
+	return (stream ? res_has(out, "data: [DONE]") : !res_has(out, "\"error\"")) ? 0 : -EPROTO;
+}
+
 /* 200 and the answer, or the request's error: a 500/503 with the error
- * envelope, or (a stream) 200 ending in an error event. */
+ * envelope, or a 200 that says it failed (answer_state). */
 static int sc_server(const struct scenario *sc, struct result *out, struct ms_err *err)
 {
 	bool stream = strstr(sc->arg, "\"stream\":true") != NULL;
-	const char *path = strstr(sc->arg, "\"messages\"") ? "/v1/chat/completions" : "/v1/completions";
+	bool responses = strstr(sc->arg, "\"input\"") != NULL;
+	const char *path = responses ? "/v1/responses"
+			   : strstr(sc->arg, "\"messages\"") ? "/v1/chat/completions" : "/v1/completions";
 	int status = 0;
 	int rc = http_post(path, sc->arg, &status, out);
 	if (rc)
@@ -307,11 +333,11 @@ static int sc_server(const struct scenario *sc, struct result *out, struct ms_er
 	if (status != 200)
 		return ms_err_set(err, -EPROTO, "unexpected status %d: %.*s", status, (int)out->len,
 				  out->b);
-	if (stream && res_has(out, "data: {\"error\""))
-		return ms_err_set(err, -ENOMEM, "error event: %.*s", (int)out->len, out->b);
-	if (stream ? !res_has(out, "data: [DONE]") : res_has(out, "\"error\""))
-		return ms_err_set(err, -EPROTO, "200 without a whole answer: %.*s", (int)out->len,
-				  out->b);
+	rc = answer_state(out, stream, responses);
+	if (rc == -ENOMEM)
+		return ms_err_set(err, rc, "200 that failed: %.*s", (int)out->len, out->b);
+	if (rc)
+		return ms_err_set(err, rc, "200 without a whole answer: %.*s", (int)out->len, out->b);
 	return 0;
 }
 
@@ -377,6 +403,13 @@ static const struct scenario scenarios[] = {
 	 "{\"messages\":[{\"role\":\"user\",\"content\":\"Who is the king of Israel?\"}],"
 	 "\"max_tokens\":6,\"temperature\":0.8,\"seed\":7,\"stream\":true,"
 	 "\"stream_options\":{\"include_usage\":true}}"},
+	{"server-responses", sc_server,
+	 "{\"input\":[{\"role\":\"user\",\"content\":\"Who is the king of Israel?\"}],"
+	 "\"instructions\":\"Answer briefly.\",\"max_output_tokens\":6,\"temperature\":0,"
+	 "\"top_p\":0.9}"},
+	{"server-responses-stream", sc_server,
+	 "{\"input\":\"And the LORD said unto Moses\",\"max_output_tokens\":6,\"temperature\":0,"
+	 "\"stream\":true}"},
 };
 #define N_SCENARIOS (sizeof(scenarios) / sizeof(*scenarios))
 
@@ -561,8 +594,9 @@ int main(int argc, char **argv)
 	 * installs the hook before the model loads) */
 	ms_json_init();
 	struct ms_err err = {0};
-	bool ok = true, need_server = wanted(&o, "server-completion") ||
-				      wanted(&o, "server-chat-stream");
+	bool ok = true, need_server = false;
+	for (size_t s = 0; s < N_SCENARIOS; s++)
+		need_server |= scenarios[s].run == sc_server && wanted(&o, scenarios[s].name);
 	if (setup_model(&err) || (need_server && setup_server(&err))) {
 		printf("FAIL setup: %s\n", err.msg);
 		teardown();
