@@ -49,6 +49,61 @@ int bench_run(struct ms_model *m, int n_seq, int64_t prompt_len, int64_t gen,
 	return bench_run_with(m, n_seq, prompt_len, gen, NULL, 0, probe, st, err);
 }
 
+/* Requests whose events count into cn[]: prompt (len tokens) each, with
+ * its own seed, gen tokens at temperature under c. */
+static int submit(struct ms_engine *e, int n_seq, const int32_t *const *prompts, int64_t len,
+		  int64_t gen, const struct ms_constraint *c, float temperature, struct counter *cn,
+		  struct ms_err *err)
+{
+	struct ms_request_params p = {0};
+	ms_sampling_defaults(&p.sampling);
+	p.sampling.temperature = temperature;
+	p.sampling.has_seed = true;  /* the same draws run after run */
+	p.sampling.n_logprobs = -1;
+	p.prompt_logprobs = -1;
+	p.max_tokens = gen;
+	p.constraint = c;
+	int rc = 0;
+	for (int i = 0; !rc && i < n_seq; i++) {
+		p.sampling.seed = 7 + (uint64_t)i;
+		rc = ms_engine_submit(e, prompts[i], len, &p, count_cb, &cn[i], NULL, err);
+	}
+	return rc;
+}
+
+/* Step until the n_seq requests of cn[] are done. Measured: the steps where
+ * every one was past its prompt and made a token, the first left out as
+ * warm-up when others follow. */
+static int step_all(struct ms_engine *e, struct counter *cn, int n_seq, int64_t gen,
+		    const struct bench_probe *probe, struct run_stats *st, struct ms_err *err)
+{
+	int64_t decode_steps = 0;
+	for (bool all_done = false; !all_done;) {
+		bool decoding = true;
+		for (int i = 0; i < n_seq; i++)
+			decoding &= cn[i].tokens > 0 && !cn[i].done;
+		uint64_t b0 = probe && probe->bytes ? probe->bytes(probe->ctx) : 0;
+		double s0 = ms_now_s();
+		int64_t s = ms_engine_step(e, err);
+		double s1 = ms_now_s();
+		uint64_t b1 = probe && probe->bytes ? probe->bytes(probe->ctx) : 0;
+		if (s < 0)
+			return (int)s;
+		if (decoding && s == n_seq && (decode_steps++ > 0 || gen < 3)) {
+			st->steps++;
+			st->tokens += s;
+			st->secs += s1 - s0;
+			st->counted += (double)(b1 - b0);
+			if (probe && probe->after_step)
+				probe->after_step(probe->ctx, st);
+		}
+		all_done = true;
+		for (int i = 0; i < n_seq; i++)
+			all_done &= cn[i].done;
+	}
+	return 0;
+}
+
 int bench_run_with(struct ms_model *m, int n_seq, int64_t prompt_len, int64_t gen,
 		   const struct ms_constraint *c, float temperature, const struct bench_probe *probe,
 		   struct run_stats *st, struct ms_err *err)
@@ -67,54 +122,76 @@ int bench_run_with(struct ms_model *m, int n_seq, int64_t prompt_len, int64_t ge
 	if (rc)
 		return rc;
 	struct counter *cn = calloc((size_t)n_seq, sizeof(*cn));
-	int32_t *prompt = malloc((size_t)prompt_len * sizeof(int32_t));
-	if (!cn || !prompt)
+	int32_t *mem = malloc((size_t)all * sizeof(int32_t));
+	const int32_t **prompts = malloc((size_t)n_seq * sizeof(*prompts));
+	if (!cn || !mem || !prompts)
 		rc = ms_err_set(err, -ENOMEM, "bench: out of memory");
-	struct ms_request_params p = {0};
-	ms_sampling_defaults(&p.sampling);
-	p.sampling.temperature = temperature;
-	p.sampling.has_seed = true;  /* the same draws run after run */
-	p.sampling.n_logprobs = -1;
-	p.prompt_logprobs = -1;
-	p.max_tokens = gen;
-	p.constraint = c;
-	double t0 = ms_now_s();
 	for (int i = 0; !rc && i < n_seq; i++) {
-		fill(prompt, prompt_len, m->cfg.vocab, 7 + (uint32_t)i);
-		p.sampling.seed = 7 + (uint64_t)i;
-		rc = ms_engine_submit(e, prompt, prompt_len, &p, count_cb, &cn[i], NULL, err);
+		fill(mem + i * prompt_len, prompt_len, m->cfg.vocab, 7 + (uint32_t)i);
+		prompts[i] = mem + i * prompt_len;
 	}
-	int64_t decode_steps = 0;
-	bool all_done = false;
-	while (!rc && !all_done) {
-		bool decoding = true;
-		for (int i = 0; i < n_seq; i++)
-			decoding &= cn[i].tokens > 0 && !cn[i].done;
-		uint64_t b0 = probe && probe->bytes ? probe->bytes(probe->ctx) : 0;
-		double s0 = ms_now_s();
-		int64_t s = ms_engine_step(e, err);
-		double s1 = ms_now_s();
-		uint64_t b1 = probe && probe->bytes ? probe->bytes(probe->ctx) : 0;
-		if (s < 0) {
-			rc = (int)s;
-			break;
-		}
-		if (decoding && s == n_seq && (decode_steps++ > 0 || gen < 3)) {
-			st->steps++;
-			st->tokens += s;
-			st->secs += s1 - s0;
-			st->counted += (double)(b1 - b0);
-			if (probe && probe->after_step)
-				probe->after_step(probe->ctx, st);
-		}
-		all_done = true;
-		for (int i = 0; i < n_seq; i++)
-			all_done &= cn[i].done;
-	}
+	double t0 = ms_now_s();
+	if (!rc)
+		rc = submit(e, n_seq, prompts, prompt_len, gen, c, temperature, cn, err);
+	if (!rc)
+		rc = step_all(e, cn, n_seq, gen, probe, st, err);
 	if (!rc)
 		st->ttft = cn[0].t_first - t0;
 	free(cn);
-	free(prompt);
+	free(mem);
+	free(prompts);
+	ms_engine_free(e);
+	return rc;
+}
+
+/* The context's pages are published by its prefill and then shared: each
+ * decode request is the context plus one token of its own, so the prefix
+ * cache gives it every full page of the context and only that token runs
+ * before it decodes (all requests in phase from their first step). */
+int bench_context_runs(struct ms_model *m, int64_t ctx, int64_t gen, int64_t chunk,
+		       const int *batches, int n_batches, const struct bench_probe *probe,
+		       struct run_stats *pre, struct run_stats *st, struct ms_err *err)
+{
+	int max_b = 1;
+	for (int i = 0; i < n_batches; i++)
+		max_b = batches[i] > max_b ? batches[i] : max_b;
+	/* admission reserves every request's whole context, shared or not:
+	 * the pool is sized for that, and only what is written is touched */
+	struct ms_engine_config cfg = {.max_running = max_b, .max_context = ctx + gen + 2,
+				       .max_batch_tokens = chunk > 256 ? chunk : 256,
+				       .kv_tokens = (ctx + gen + 32) * (max_b + 1)};
+	struct ms_engine *e;
+	int rc = ms_engine_init(&e, &m->lm, NULL, &cfg, err);
+	if (rc)
+		return rc;
+	struct counter *cn = calloc((size_t)max_b, sizeof(*cn));
+	int32_t *mem = malloc((size_t)max_b * (size_t)(ctx + 1) * sizeof(int32_t));
+	const int32_t **prompts = malloc((size_t)max_b * sizeof(*prompts));
+	if (!cn || !mem || !prompts)
+		rc = ms_err_set(err, -ENOMEM, "bench: out of memory");
+	for (int i = 0; !rc && i < max_b; i++) {
+		prompts[i] = mem + (int64_t)i * (ctx + 1);
+		fill(mem + (int64_t)i * (ctx + 1), ctx, m->cfg.vocab, 99); /* the same context */
+		mem[(int64_t)i * (ctx + 1) + ctx] = (int32_t)((i + 1) % m->cfg.vocab);
+	}
+	memset(pre, 0, sizeof(*pre));
+	double t0 = ms_now_s();
+	if (!rc)
+		rc = submit(e, 1, prompts, ctx, 1, NULL, 0, cn, err);
+	if (!rc)
+		rc = step_all(e, cn, 1, 1, NULL, pre, err);
+	if (!rc)
+		pre->ttft = cn[0].t_first - t0;
+	for (int b = 0; !rc && b < n_batches; b++) {
+		memset(cn, 0, (size_t)max_b * sizeof(*cn));
+		memset(&st[b], 0, sizeof(st[b]));
+		rc = submit(e, batches[b], prompts, ctx + 1, gen, NULL, 0, cn, err);
+		if (!rc)
+			rc = step_all(e, cn, batches[b], gen, probe, &st[b], err);
+	}
+	free(cn);
+	free(mem);
+	free(prompts);
 	ms_engine_free(e);
 	return rc;
 }

@@ -59,6 +59,14 @@ int bench_run_with(struct ms_model *m, int n_seq, int64_t prompt_len, int64_t ge
 		   const struct ms_constraint *c, float temperature, const struct bench_probe *probe,
 		   struct run_stats *st, struct ms_err *err);
 
+/* Decode at depth: one prefill of a ctx-token context (pre: its time as
+ * ttft; chunk tokens a step), then for each batches[i] that many requests
+ * on that context (shared through the prefix cache, a token of their own
+ * each) making gen tokens: st[i] as bench_run's. */
+int bench_context_runs(struct ms_model *m, int64_t ctx, int64_t gen, int64_t chunk,
+		       const int *batches, int n_batches, const struct bench_probe *probe,
+		       struct run_stats *pre, struct run_stats *st, struct ms_err *err);
+
 /* ---- what the weights weigh ---- */
 
 struct wbytes {
@@ -108,6 +116,36 @@ int bench_device(struct ms_model *m, struct ms_backend *be, const struct ms_benc
 /* `bench --structured` (bench-structured.c): grammar compile, token masks
  * and constrained decode, on any backend. */
 int bench_structured(struct ms_model *m, const struct ms_bench_opts *o);
+
+/* ---- decode at depth (bench-context.c) ---- */
+
+/* The short-context figures a context's runs are compared with: decode at
+ * batch 1 and 8, the --prompt-tokens prefill, the bandwidth. */
+struct bench_short {
+	double tps[2];
+	double prefill_tps;
+	double bw;
+};
+
+/* One --context N: its prefill, decode at batch 1 and 8, and what a decode
+ * step read (weights counted + the KV the attention reads). */
+struct bench_ctx {
+	int64_t ctx;
+	double prefill_tps, prefill_ratio;
+	struct decode d[2];
+	double kv_bytes[2], bytes[2], share[2], ratio[2];
+};
+
+/* KV bytes a decode step reads for n sequences at ctx positions each. */
+double bench_kv_read_bytes(const struct ms_model *m, int64_t ctx, int n);
+int bench_contexts(struct ms_model *m, const struct ms_bench_opts *o, const struct wbytes *w,
+		   const struct bench_probe *probe, const struct bench_short *s,
+		   struct bench_ctx *out, struct ms_err *err);
+void bench_contexts_print(const struct bench_ctx *c, int n, int64_t short_prompt);
+/* Its keys: ctxN_prefill_*, ctxN_batchB_*, and pass_ctx* for the targets. */
+void bench_contexts_json(struct ms_strbuf *j, const struct bench_ctx *c, int n);
+/* Issue 24's targets at the depths measured (none: nothing printed). */
+void bench_contexts_targets_print(const struct bench_ctx *c, int n);
 
 /* ---- the JSON line ---- */
 

@@ -644,6 +644,8 @@ struct report {
 	double kv_bpt;
 	struct bench_target tg[6];
 	int n_tg, n_pass;
+	struct bench_ctx ctx[MS_BENCH_MAX_CONTEXTS]; /* --context */
+	int n_ctx;
 };
 
 static void decode_report(const struct ms_model *m, const struct runs *r, struct report *p)
@@ -684,6 +686,22 @@ static void prefill_report(const struct ms_model *m, struct ms_cpu *be,
 		p->onednn = (fh + ff) / 1e9 / (fh / 1e9 / p->dh.gflops + ff / 1e9 / p->df.gflops);
 	}
 	p->prefill_ratio = p->onednn > 0 ? p->prefill_gflops / p->onednn : 0;
+}
+
+/* --context: decode and prefill at depth, against the runs above. */
+static int context_report(struct ms_model *m, struct ms_cpu *be, const struct ms_bench_opts *o,
+			  struct report *p)
+{
+	struct cpu_probe cp = {be, NULL};
+	struct bench_probe probe = {cpu_bytes, NULL, &cp};
+	struct bench_short s = {{p->d[0].tps, p->d[2].tps}, p->prefill_tps, p->bw};
+	struct ms_err err = {0};
+	if (bench_contexts(m, o, &p->w, &probe, &s, p->ctx, &err)) {
+		fprintf(stderr, "moeserve: error: bench: %s\n", err.msg);
+		return EX_SOFTWARE;
+	}
+	p->n_ctx = o->n_contexts;
+	return EX_OK;
 }
 
 static void baseline_report(const struct ms_bench_opts *o, struct ms_cpu *be, struct report *p)
@@ -767,6 +785,7 @@ static void print_table(const struct ms_model *m, const struct ms_cpu *be,
 	}
 	printf("  time to first token                  %10.4f s\n", p->ttft);
 	print_decode(m, p);
+	bench_contexts_print(p->ctx, p->n_ctx, o->prompt_tokens);
 	printf("  KV bytes per token (all layers)      %10.0f\n", p->kv_bpt);
 	printf("  peak RSS (load and runs)             %10.1f MiB\n", p->rss / 1048576.0);
 	if (p->have_base) {
@@ -777,6 +796,7 @@ static void print_table(const struct ms_model *m, const struct ms_cpu *be,
 		       p->base.d8.tps, p->sp8);
 	}
 	bench_targets_print("issue 7", p->tg, p->n_tg);
+	bench_contexts_targets_print(p->ctx, p->n_ctx);
 }
 
 /* ---- the JSON line (writers in bench-int.h) ---- */
@@ -845,6 +865,7 @@ static void json_tail(struct ms_strbuf *j, const struct ms_bench_opts *o, const 
 		jnum(j, "speedup_decode", p->sp1, 3);
 		jnum(j, "speedup_batch8", p->sp8, 3);
 	}
+	bench_contexts_json(j, p->ctx, p->n_ctx);
 	bench_targets_json(j, p->tg, p->n_tg);
 }
 
@@ -867,6 +888,11 @@ int ms_cmd_bench(struct ms_model *m, struct ms_backend *b, const struct ms_bench
 		return bench_structured(m, o);
 	/* A GPU's memory is its own: its bandwidth is its copy kernel's, and
 	 * its bench is bench-device.c's. */
+	if (!b->host && o->n_contexts) {
+		fprintf(stderr, "moeserve: error: bench --context measures the cpu backend only (this "
+			"is %s)\n", b->name);
+		return EX_USAGE;
+	}
 	if (!b->host)
 		return bench_device(m, b, o);
 	/* The roofline and the baseline are the CPU's: its bandwidth probe and
@@ -891,6 +917,8 @@ int ms_cmd_bench(struct ms_model *m, struct ms_backend *b, const struct ms_bench
 	decode_report(m, &r, &p);
 	prefill_report(m, be, o, &r, &p);
 	baseline_report(o, be, &p);
+	if ((ex = context_report(m, be, o, &p)))
+		return ex;
 	int64_t kvd = m->cfg.n_kv_heads * m->cfg.head_dim;
 	p.kv_bpt = 2.0 * (double)kvd * sizeof(float) * (double)m->cfg.n_layers;
 	p.rss_ratio = p.w.total > 0 ? p.rss / p.w.total : 0;

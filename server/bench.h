@@ -7,6 +7,8 @@
 
 #include "model.h"
 
+#define MS_BENCH_MAX_CONTEXTS 4
+
 struct ms_bench_opts {
 	const char *model;
 	int64_t prompt_tokens;    /* prefill prompt (512) */
@@ -17,6 +19,8 @@ struct ms_bench_opts {
 	int64_t baseline_tokens;  /* decode tokens per baseline run (0: decode_tokens / 2) */
 	bool structured;          /* grammars, masks, constrained decode instead */
 	const char *tokenizer;    /* --structured: the vocabulary (NULL: the model's) */
+	int64_t contexts[MS_BENCH_MAX_CONTEXTS]; /* --context: decode at these depths too */
+	int n_contexts;
 };
 
 /* Runs everything and prints a table and one JSON line; returns an exit

@@ -1039,7 +1039,7 @@ static void bench_help(void)
 	       "                      [--backend NAME] [--device N]\n"
 	       "                      [--prompt-tokens N] [--decode-tokens N] [--json]\n"
 	       "                      [--baseline SET] [--baseline-tokens N]\n"
-	       "                      [--structured [--tokenizer FILE]]\n"
+	       "                      [--context N[,N...]] [--structured [--tokenizer FILE]]\n"
 	       "Measure load time and memory, prefill speed against oneDNN's bf16 matmul,\n"
 	       "decode speed at batch 1, 4, 8 and 16 against the memory-bandwidth roofline\n"
 	       "(weight bytes the backend counts per step over the bandwidth measured in\n"
@@ -1056,6 +1056,11 @@ static void bench_help(void)
 	       "                       print the decode speedups over it\n"
 	       "  --baseline-tokens N  tokens per baseline decode run (default half of\n"
 	       "                       --decode-tokens, at least 3)\n"
+	       "  --context N[,N...]   also at depth (up to 4 depths, CPU): prefill an N-token\n"
+	       "                       prompt, then decode at batch 1 and 8 on that context\n"
+	       "                       (shared through the prefix cache, a token of their own\n"
+	       "                       each); rates against the short-context runs, bytes per\n"
+	       "                       step (weights + the KV read) and the roofline share\n"
 	       "  --structured         structured outputs instead: per JSON Schema of a fixed\n"
 	       "                       set, the grammar's compile time and each token's mask\n"
 	       "                       time (median, p99) in constrained generation over the\n"
@@ -1064,6 +1069,25 @@ static void bench_help(void)
 	       "  --tokenizer FILE     --structured: the vocabulary's tokenizer.json (default:\n"
 	       "                       the model's)\n"
 	       "  --json               only the JSON line\n");
+}
+
+/* "N[,N...]" into o->contexts. */
+static bool parse_contexts(const char *s, struct ms_bench_opts *o)
+{
+	o->n_contexts = 0;
+	for (;;) {
+		char *end;
+		errno = 0;
+		long long v = strtoll(s, &end, 10);
+		if (end == s || errno || v < 1 || v > (1 << 24) || o->n_contexts == MS_BENCH_MAX_CONTEXTS)
+			return false;
+		o->contexts[o->n_contexts++] = v;
+		if (!*end)
+			return true;
+		if (*end != ',')
+			return false;
+		s = end + 1;
+	}
 }
 
 static int cmd_bench(int argc, char **argv)
@@ -1084,6 +1108,7 @@ static int cmd_bench(int argc, char **argv)
 		{"baseline-tokens", required_argument, NULL, 'B'},
 		{"structured", no_argument, NULL, 's'},
 		{"tokenizer", required_argument, NULL, 't'},
+		{"context", required_argument, NULL, 'c'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -1122,6 +1147,11 @@ static int cmd_bench(int argc, char **argv)
 			break;
 		case 's': bo.structured = true; break;
 		case 't': bo.tokenizer = optarg; break;
+		case 'c':
+			if (!parse_contexts(optarg, &bo))
+				return usage_error("bench", "--context: \"%s\" is not up to 4 counts in "
+						   "[1, 16777216] separated by commas", optarg);
+			break;
 		case OPT_NUMA: co.numa = optarg; break;
 		case OPT_EXACT: co.exact = true; break;
 		case OPT_DENSE_INT8: co.dense_int8 = true; break;
@@ -1137,6 +1167,8 @@ static int cmd_bench(int argc, char **argv)
 		return usage_error("bench", "%s", "--tokenizer goes with --structured");
 	if (bo.structured && bo.baseline)
 		return usage_error("bench", "%s", "--baseline does not go with --structured");
+	if (bo.structured && bo.n_contexts)
+		return usage_error("bench", "%s", "--context does not go with --structured");
 	struct ms_backend *be;
 	struct ms_model m;
 	struct timespec t0, t1;
@@ -1156,6 +1188,16 @@ static int cmd_bench(int argc, char **argv)
 		bo.decode_tokens = sim ? 3 : 32;
 	if (bo.prompt_tokens + 2 > m.cfg.max_pos)
 		bo.prompt_tokens = m.cfg.max_pos - 2;
+	for (int i = 0; i < bo.n_contexts; i++)
+		if (bo.contexts[i] + bo.decode_tokens + 2 > m.cfg.max_pos) {
+			fprintf(stderr, "moeserve: error: bench --context %lld: with %lld decode tokens "
+				"it passes the model's context of %lld positions\n",
+				(long long)bo.contexts[i], (long long)bo.decode_tokens,
+				(long long)m.cfg.max_pos);
+			ms_model_free(&m);
+			ms_backend_close(be);
+			return EX_USAGE;
+		}
 	int ex = ms_cmd_bench(&m, be, &bo);
 	ms_model_free(&m);
 	ms_backend_close(be);

@@ -316,6 +316,39 @@ def main():
     case("bench --baseline ref prints the speedups", ok, r.stdout[-600:] + r.stderr)
     expect("bench --baseline with an unknown set", run(b, "bench", "--model", base, "--baseline", "nope"),
            EX_USAGE, "nope")
+    # decode and prefill at depth (bench-context.c)
+    r = run(b, "bench", "--model", base, "--prompt-tokens", "16", "--decode-tokens", "3", "--json",
+            "--context", "40,100")
+    try:
+        j = json.loads(r.stdout.strip().splitlines()[-1])
+        keys = [f"ctx{n}_{k}" for n in (40, 100) for k in ("prefill_tokens_per_s", "prefill_over_short")]
+        keys += [f"ctx{n}_batch{b_}_{k}" for n in (40, 100) for b_ in (1, 8)
+                 for k in ("tokens_per_s", "over_short", "bytes_per_step", "kv_bytes_per_step",
+                           "roofline_share")]
+        bad = [k for k in keys if not (isinstance(j.get(k), (int, float)) and j[k] > 0)]
+        # the KV a step reads: every sequence its context, a sliding layer its window (fp32 K and V)
+        with open(os.path.join(base, "config.json")) as f:
+            cfg = json.load(f)
+        kvd = cfg["num_key_value_heads"] * cfg["head_dim"]
+
+        def kv_read(n, batch):
+            seen = [min(n, cfg["sliding_window"]) if t == "sliding_attention" else n
+                    for t in cfg["layer_types"]]
+            return batch * sum(seen) * kvd * 2 * 4
+        ok = (r.returncode == 0 and not bad
+              and all(j[f"ctx{n}_batch{b_}_kv_bytes_per_step"] == kv_read(n, b_)
+                      for n in (40, 100) for b_ in (1, 8))
+              and j["ctx40_batch8_bytes_per_step"] > j["ctx40_batch8_kv_bytes_per_step"])
+    except (ValueError, IndexError, KeyError, TypeError):
+        ok, bad = False, []
+    case("bench --context prints decode and prefill at each depth", ok,
+         f"bad keys {bad}\n" + r.stdout[-600:] + r.stderr)
+    for arg, needle in (("0", "--context"), ("5,6,7,8,9", "--context"), ("12,x", "--context")):
+        expect(f"bench --context {arg}", run(b, "bench", "--model", base, "--context", arg), EX_USAGE,
+               needle)
+    expect("bench --context past the model's context",
+           run(b, "bench", "--model", base, "--context", "16000000"), EX_USAGE,
+           "passes the model's context")
     # structured outputs (bench-structured.c) on the shipped default model, its tokenizer
     default = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models", "default", "bf16")
     r = run(b, "bench", "--structured", "--model", default, "--decode-tokens", "4", "--json")
