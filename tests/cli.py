@@ -406,6 +406,26 @@ def main():
              rc == 0 and r.returncode == 0 and scheme in r.stdout and g.returncode == 0
              and len(g.stdout.split()) >= 2, r.stdout[-800:] + r.stderr + g.stderr)
 
+    # --preset 20b: gpt-oss-20b's shape, here one layer of four experts over a small vocabulary
+    d = os.path.join(a.workdir, "bench-20b")
+    rc = bench_ckpt.main(["--format", "mxfp4", "--out", d, "--preset", "20b", "--layers", "1",
+                          "--experts", "4", "--vocab", "256", "--jobs", "1"])
+    try:
+        with open(os.path.join(d, "config.json")) as f:
+            c = json.load(f)
+        shape = {k: c[k] for k in ("hidden_size", "intermediate_size", "num_attention_heads",
+                                   "num_key_value_heads", "head_dim", "num_hidden_layers",
+                                   "num_local_experts", "num_experts_per_tok", "sliding_window")}
+    except (OSError, ValueError, KeyError) as e:
+        shape = str(e)
+    want = {"hidden_size": 2880, "intermediate_size": 2880, "num_attention_heads": 64,
+            "num_key_value_heads": 8, "head_dim": 64, "num_hidden_layers": 1, "num_local_experts": 4,
+            "num_experts_per_tok": 4, "sliding_window": 128}
+    r = run(b, "inspect", "--model", d)
+    case("bench_ckpt --preset 20b: the 20b shape, size flags override it, it loads",
+         rc == 0 and shape == want and r.returncode == 0, f"{shape}\n{r.stdout[-400:]}{r.stderr}")
+    shutil.rmtree(d, ignore_errors=True)
+
     # --- inspect ---
     r = run(b, "inspect", "--model", mx)
     out = r.stdout

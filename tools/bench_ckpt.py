@@ -2,13 +2,16 @@
 """Writer of the GPT-OSS-shaped benchmark checkpoints of issue 7.
 
     /usr/bin/python3 tools/bench_ckpt.py --format mxfp4|gptq|quark --out DIR
-        [--layers N] [--experts N] [--top-k K] [--hidden H] [--intermediate I]
+        [--preset issue7|20b|120b] [--layers N] [--experts N] [--top-k K] [--hidden H] [--intermediate I]
         [--heads N] [--kv-heads N] [--head-dim D] [--vocab V]
         [--sliding-window W] [--seed S] [--jobs N] [--selftest]
 
-Default sizes (the issue's): hidden 2048, 12 layers, 32 experts, top-4,
+Default sizes (issue 7's): hidden 2048, 12 layers, 32 experts, top-4,
 intermediate 2048, 32 query heads and 8 KV heads of 64, vocab 32000, sliding
-window 128 on alternate layers (even layers slide).  Formats, each in its real
+window 128 on alternate layers (even layers slide). --preset 20b and 120b
+give the released models' shapes (gpt-oss-20b: hidden 2880, 24 layers, 32
+experts top-4, 64 query / 8 KV heads, vocab 201,088; mxfp4 13.75 GB;
+gpt-oss-120b: 36 layers, 128 experts).  Formats, each in its real
 producer's layout (names, dtypes, shapes and JSON as tools/gptoss_ckpt.py
 writes them for its tests):
 
@@ -64,6 +67,18 @@ import quantfmt  # noqa: E402
 BENCH = dict(layers=12, hidden=2048, heads=32, kv_heads=8, head_dim=64, experts=32, top_k=4,
              intermediate=2048, vocab=32000, sliding_window=128, seed=7)
 
+# --preset: issue 7's bench shape (the default), and the released models'
+# shapes (their config.json: hidden 2880, intermediate 2880, 64 query and
+# 8 KV heads of 64, vocab 201,088, window 128; 24 layers and 32 experts for
+# gpt-oss-20b, 36 and 128 for gpt-oss-120b, top-4 both)
+SHAPES = {
+    "issue7": BENCH,
+    "20b": dict(BENCH, layers=24, hidden=2880, heads=64, kv_heads=8, head_dim=64, experts=32,
+                intermediate=2880, vocab=201088),
+    "120b": dict(BENCH, layers=36, hidden=2880, heads=64, kv_heads=8, head_dim=64, experts=128,
+                 intermediate=2880, vocab=201088),
+}
+
 GPTQ_QUANT = dict(method="gptq", bits=4, group_size=32, sym=True, checkpoint_format="gptq",
                   desc_act=False, static_groups=False, config="gptqmodel", layout="defuser")
 QUARK_QUANT = dict(method="quark", weight="fp4", input="fp8-static", attn="exclude")
@@ -72,9 +87,9 @@ QUARK_QUANT = dict(method="quark", weight="fp4", input="fp8-static", attn="exclu
 CHUNK_VALUES = 8 << 20
 
 
-def params(fmt, **sizes):
+def params(fmt, preset="issue7", **sizes):
     p = dict(gptoss_ckpt.DEFAULTS)
-    p.update(BENCH)
+    p.update(SHAPES[preset])
     p.update({k: v for k, v in sizes.items() if v is not None})
     p["shards"] = 1
     if fmt == "mxfp4":
@@ -408,6 +423,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--format", choices=["mxfp4", "gptq", "quark"])
     ap.add_argument("--out", help="output directory (created)")
+    ap.add_argument("--preset", choices=sorted(SHAPES), default="issue7",
+                    help="the shape: issue 7's bench shape (default), gpt-oss-20b's or -120b's; "
+                         "the size flags below override it")
     for opt in ("layers", "hidden", "heads", "kv-heads", "head-dim", "experts", "top-k",
                 "intermediate", "vocab", "sliding-window", "seed"):
         ap.add_argument("--" + opt, type=int)
@@ -426,7 +444,7 @@ def main(argv=None):
              for k in ("layers", "hidden", "heads", "kv-heads", "head-dim", "experts", "top-k",
                        "intermediate", "vocab", "sliding-window", "seed")}
     try:
-        p = params(a.format, **sizes)
+        p = params(a.format, a.preset, **sizes)
         if p["hidden"] % 32 or p["intermediate"] % 32 or (p["heads"] * p["head_dim"]) % 32:
             raise ValueError("hidden, intermediate and heads*head_dim must be multiples of 32")
         t0 = time.time()
