@@ -497,6 +497,26 @@ static void print_bytes(uint64_t b)
 		printf("%.1f KiB", (double)b / 1024.0);
 }
 
+/* What the KV cache costs (fp32 K and V): a token in one layer; a token of
+ * a long context (full layers: a sliding layer keeps its window only); the
+ * tokens a GiB holds; the model's whole context. */
+static void print_kv(const struct ms_model_config *cf, int64_t n_sliding)
+{
+	double layer = 2.0 * (double)(cf->n_kv_heads * cf->head_dim) * sizeof(float);
+	int64_t full = cf->n_layers - n_sliding;
+	double per_token = layer * (double)full;
+	double windows = layer * (double)n_sliding * (double)cf->sliding_window;
+	printf("kv cache:      fp32, %.0f bytes a token a layer", layer);
+	if (full)
+		printf("; %.0f a token of context (%lld full layer%s), %.0f tokens per GiB", per_token,
+		       (long long)full, full == 1 ? "" : "s", 1073741824.0 / per_token);
+	if (n_sliding)
+		printf("; %.1f MiB for the windows of %lld sliding layer%s", windows / 1048576.0,
+		       (long long)n_sliding, n_sliding == 1 ? "" : "s");
+	printf("; the whole context: %.2f GiB\n",
+	       (per_token * (double)cf->max_pos + windows) / 1073741824.0);
+}
+
 static int cmd_inspect(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -563,6 +583,7 @@ static int cmd_inspect(int argc, char **argv)
 	else
 		printf("rope:          default, theta %g\n", cf->rope.theta);
 	printf("context:       %lld (max_position_embeddings)\n", (long long)cf->max_pos);
+	print_kv(cf, n_sliding);
 	printf("quantization:  %s (from %s)\n", m.qcfg.method->name, m.qcfg.source);
 	printf("expert layout: %s\n", m.moe_layout ? m.moe_layout : "?");
 	printf("checkpoint:    %d file%s, %zu tensors\n", m.ck.n_files, m.ck.n_files == 1 ? "" : "s",

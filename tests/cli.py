@@ -429,6 +429,14 @@ def main():
     # --- inspect ---
     r = run(b, "inspect", "--model", mx)
     out = r.stdout
+    with open(os.path.join(mx, "config.json")) as f:
+        c = json.load(f)
+    layer = 2 * c["num_key_value_heads"] * c["head_dim"] * 4
+    full = sum(t == "full_attention" for t in c["layer_types"])
+    case("inspect prints the KV cache's bytes a token and tokens per GiB",
+         f"kv cache:      fp32, {layer} bytes a token a layer; {layer * full} a token of context "
+         f"({full} full layer{'' if full == 1 else 's'}), {round(2 ** 30 / (layer * full))} tokens "
+         "per GiB" in out, out)
     case("inspect names schemes, kernels and bytes",
          r.returncode == 0 and "quantization:  mxfp4" in out and "-mxfp4" in out and "unquantized" in out
          and "experts gate_up" in out and "total weight bytes" in out and "GptOssForCausalLM" in out,
