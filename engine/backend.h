@@ -203,6 +203,7 @@ struct ms_backend {
 	bool host;                 /* buffers are host memory (see above) */
 	bool exact;                /* only kernels that keep fp32 activations */
 	bool dense_int8;           /* requantize dense bf16 projections to int8 at load */
+	unsigned kv_dtypes;        /* 1 << enum ms_kv_dtype of every KV dtype its attention reads */
 	int threads;               /* host worker threads */
 	struct ms_pool *pool;      /* those threads, for load-time work (host memory) */
 	struct ms_arena arena;

@@ -3,12 +3,37 @@
 
 #include "backend.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-uint64_t ms_kv_page_bytes(int64_t page_tokens, int64_t kv_dim)
+const char *ms_kv_dtype_name(enum ms_kv_dtype t)
 {
-	return 2ull * (uint64_t)page_tokens * (uint64_t)kv_dim * sizeof(float);
+	return t == MS_KV_BF16 ? "bf16" : "f32";
+}
+
+int ms_kv_dtype_parse(const char *s, enum ms_kv_dtype *out)
+{
+	if (!strcmp(s, "f32") || !strcmp(s, "fp32"))
+		*out = MS_KV_F32;
+	else if (!strcmp(s, "bf16"))
+		*out = MS_KV_BF16;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+int ms_kv_dtype_check(const struct ms_backend *be, enum ms_kv_dtype t, struct ms_err *err)
+{
+	if (!be || (be->kv_dtypes & (1u << t)))
+		return 0;
+	return ms_err_set(err, -ENOTSUP, "--kv-dtype %s: the %s backend's attention reads an f32 KV "
+			  "cache only", ms_kv_dtype_name(t), be->name);
+}
+
+uint64_t ms_kv_page_bytes(int64_t page_tokens, int64_t kv_dim, enum ms_kv_dtype dtype)
+{
+	return 2ull * (uint64_t)page_tokens * (uint64_t)kv_dim * ms_kv_dtype_size(dtype);
 }
 
 static uint64_t mix(uint64_t x)
@@ -34,7 +59,7 @@ static void kv_free(struct ms_backend *be, void *p)
 }
 
 int ms_kv_pool_init(struct ms_kv_pool *p, struct ms_backend *be, int32_t n_pages,
-		    int64_t page_tokens, int64_t kv_dim, struct ms_err *err)
+		    int64_t page_tokens, int64_t kv_dim, enum ms_kv_dtype dtype, struct ms_err *err)
 {
 	memset(p, 0, sizeof(*p));
 	if (n_pages <= 0 || page_tokens <= 0 || kv_dim <= 0)
@@ -44,9 +69,11 @@ int ms_kv_pool_init(struct ms_kv_pool *p, struct ms_backend *be, int32_t n_pages
 	p->page_tokens = page_tokens;
 	p->kv_dim = kv_dim;
 	p->n_pages = n_pages;
-	size_t floats = (size_t)n_pages * (size_t)page_tokens * (size_t)kv_dim;
-	p->k = kv_alloc(be, floats * sizeof(float));
-	p->v = kv_alloc(be, floats * sizeof(float));
+	p->dtype = dtype;
+	p->esize = ms_kv_dtype_size(dtype);
+	size_t values = (size_t)n_pages * (size_t)page_tokens * (size_t)kv_dim;
+	p->k = kv_alloc(be, values * p->esize);
+	p->v = kv_alloc(be, values * p->esize);
 	p->ref = calloc((size_t)n_pages, sizeof(int32_t));
 	p->key = calloc((size_t)n_pages, sizeof(uint64_t));
 	p->lru_prev = malloc((size_t)n_pages * sizeof(int32_t));
@@ -62,7 +89,7 @@ int ms_kv_pool_init(struct ms_kv_pool *p, struct ms_backend *be, int32_t n_pages
 		ms_kv_pool_free(p);
 		return ms_err_set(err, -ENOMEM, "KV cache: out of memory for %d pages (%llu bytes)",
 				  n_pages, (unsigned long long)((uint64_t)n_pages *
-								ms_kv_page_bytes(page_tokens, kv_dim)));
+								ms_kv_page_bytes(page_tokens, kv_dim, dtype)));
 	}
 	for (int32_t i = 0; i < n_pages; i++)
 		p->free_next[i] = i + 1 < n_pages ? i + 1 : -1;
@@ -85,7 +112,7 @@ void ms_kv_pool_free(struct ms_kv_pool *p)
 
 void ms_kv_page_copy(struct ms_kv_pool *p, int32_t dst, int32_t src)
 {
-	size_t bytes = (size_t)(p->page_tokens * p->kv_dim) * sizeof(float);
+	size_t bytes = (size_t)(p->page_tokens * p->kv_dim) * p->esize;
 	if (p->be) {
 		p->be->ops->copy(p->be, ms_kv_k(p, dst, 0), ms_kv_k(p, src, 0), bytes);
 		p->be->ops->copy(p->be, ms_kv_v(p, dst, 0), ms_kv_v(p, src, 0), bytes);

@@ -2,7 +2,9 @@
  * kv-cache.h: the paged KV cache.
  *
  * One pool of fixed-size pages; a page holds `page_tokens` consecutive
- * positions of ONE layer (keys and values, fp32, after RoPE). A sequence has
+ * positions of ONE layer (keys and values after RoPE, stored as the pool's
+ * dtype: fp32, or bf16 rounded to nearest even; attention widens them and
+ * computes in fp32 either way). A sequence has
  * a page table per layer. Per-layer pages let a sliding-window layer give
  * back the pages that fell out of its window, so its memory stays bounded
  * by the window however long the sequence grows.
@@ -16,18 +18,53 @@
 #define MS_KV_CACHE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "ms-error.h"
 
 struct ms_backend;
 
+/* How a K or V value is stored. */
+enum ms_kv_dtype {
+	MS_KV_F32,
+	MS_KV_BF16,  /* the value's fp32 bits rounded to nearest even (ms_kv_round) */
+};
+
+const char *ms_kv_dtype_name(enum ms_kv_dtype t);
+/* "f32", "bf16" -> *out; -EINVAL for anything else. */
+int ms_kv_dtype_parse(const char *s, enum ms_kv_dtype *out);
+
+static inline size_t ms_kv_dtype_size(enum ms_kv_dtype t)
+{
+	return t == MS_KV_BF16 ? 2 : 4;
+}
+
+/* A bf16 entry's bits: round to nearest even, NaN kept a NaN, infinity
+ * kept (subnormals too: they round like the rest). */
+static inline uint16_t ms_kv_bf16(float x)
+{
+	union { float f; uint32_t u; } v = {.f = x};
+	if ((v.u & 0x7FFFFFFFu) > 0x7F800000u)
+		return (uint16_t)((v.u >> 16) | 0x0040u);
+	return (uint16_t)((v.u + 0x7FFFu + ((v.u >> 16) & 1u)) >> 16);
+}
+
+static inline float ms_kv_bf16_f32(uint16_t h)
+{
+	union { uint32_t u; float f; } v = {.u = (uint32_t)h << 16};
+	return v.f;
+}
+
 struct ms_kv_pool {
 	struct ms_backend *be; /* whose memory k and v are in; NULL: the host heap */
 	int64_t page_tokens;   /* positions per page */
-	int64_t kv_dim;        /* floats per position for K (and for V) */
+	int64_t kv_dim;        /* values per position for K (and for V) */
+	enum ms_kv_dtype dtype;
+	size_t esize;          /* bytes per value */
 	int32_t n_pages;
-	float *k, *v;          /* [n_pages][page_tokens][kv_dim] */
+	void *k, *v;           /* [n_pages][page_tokens][kv_dim] of dtype */
 	int32_t *ref;          /* [n_pages] sequences holding the page */
 	uint64_t *key;         /* [n_pages] published key, 0 = unpublished */
 	int32_t *lru_prev, *lru_next; /* cached (ref 0, published) pages, oldest first */
@@ -43,15 +80,15 @@ struct ms_kv_pool {
 	uint64_t hits, evictions;
 };
 
-/* n_pages pages of page_tokens x kv_dim, their keys and values in be's
- * memory (buf_alloc; be NULL: the host heap, for tests). The bookkeeping
- * is host memory either way. */
+/* n_pages pages of page_tokens x kv_dim values of dtype, their keys and
+ * values in be's memory (buf_alloc; be NULL: the host heap, for tests).
+ * The bookkeeping is host memory either way. */
 int ms_kv_pool_init(struct ms_kv_pool *p, struct ms_backend *be, int32_t n_pages,
-		    int64_t page_tokens, int64_t kv_dim, struct ms_err *err);
+		    int64_t page_tokens, int64_t kv_dim, enum ms_kv_dtype dtype, struct ms_err *err);
 void ms_kv_pool_free(struct ms_kv_pool *p);
 
 /* Bytes one page takes (K and V). */
-uint64_t ms_kv_page_bytes(int64_t page_tokens, int64_t kv_dim);
+uint64_t ms_kv_page_bytes(int64_t page_tokens, int64_t kv_dim, enum ms_kv_dtype dtype);
 
 /* A page for writing (ref 1): free first, else the least recently used
  * cached one (unpublished). -1 when every page is held. */
@@ -76,14 +113,25 @@ static inline int32_t ms_kv_pool_available(const struct ms_kv_pool *p)
 	return p->n_free + p->n_cached;
 }
 
-static inline float *ms_kv_k(const struct ms_kv_pool *p, int32_t page, int64_t slot)
+/* Where position `slot` of a page starts (kv_dim values of the dtype). */
+static inline void *ms_kv_k(const struct ms_kv_pool *p, int32_t page, int64_t slot)
 {
-	return p->k + ((int64_t)page * p->page_tokens + slot) * p->kv_dim;
+	return (char *)p->k + ((int64_t)page * p->page_tokens + slot) * p->kv_dim * (int64_t)p->esize;
 }
 
-static inline float *ms_kv_v(const struct ms_kv_pool *p, int32_t page, int64_t slot)
+static inline void *ms_kv_v(const struct ms_kv_pool *p, int32_t page, int64_t slot)
 {
-	return p->v + ((int64_t)page * p->page_tokens + slot) * p->kv_dim;
+	return (char *)p->v + ((int64_t)page * p->page_tokens + slot) * p->kv_dim * (int64_t)p->esize;
+}
+
+/* n values from x into dst as the pool stores them. */
+static inline void ms_kv_store(const struct ms_kv_pool *p, void *dst, const float *x, int64_t n)
+{
+	if (p->dtype == MS_KV_BF16)
+		for (int64_t i = 0; i < n; i++)
+			((uint16_t *)dst)[i] = ms_kv_bf16(x[i]);
+	else
+		memcpy(dst, x, (size_t)n * sizeof(float));
 }
 
 /* One sequence's view: per layer, the page of every block of positions
@@ -119,7 +167,8 @@ int64_t ms_kv_seq_pages_held(const struct ms_kv_seq *s, int layer);
 /* A model's KV cache shape: which layers slide, and by how much. */
 struct ms_kv_geom {
 	int n_layers;
-	int64_t kv_dim;                /* floats per position for K (and for V) */
+	int64_t kv_dim;                /* values per position for K (and for V) */
+	enum ms_kv_dtype dtype;        /* how the caches store them (--kv-dtype) */
 	int64_t sliding_window;        /* positions a sliding layer sees */
 	const bool *layer_sliding;     /* [n_layers] */
 };
@@ -128,6 +177,10 @@ struct ms_kv_geom {
  * sliding layers give back what leaves their window (forward passes of at
  * most `chunk` of its tokens). */
 int64_t ms_kv_geom_seq_pages(const struct ms_kv_geom *g, int64_t capacity, int64_t chunk);
+
+/* The pool's dtype is one the backend's kernels read (be->kv_dtypes);
+ * -ENOTSUP naming both otherwise. */
+int ms_kv_dtype_check(const struct ms_backend *be, enum ms_kv_dtype t, struct ms_err *err);
 
 /* Give back the pages of sliding layers that position `next` and later no
  * longer see. */

@@ -188,8 +188,10 @@ int ms_seq_init(struct ms_seq *s, struct ms_model *m, int64_t capacity, struct m
 				  "context of %lld tokens is outside [1, max_position_embeddings = %lld]",
 				  (long long)capacity, (long long)m->cfg.max_pos);
 	int64_t pages = ms_kv_geom_seq_pages(&m->lm.kv, capacity, MS_SEQ_CHUNK);
-	int rc = ms_kv_pool_init(&s->pool, m->be, (int32_t)pages, MS_KV_PAGE_TOKENS,
-				 m->cfg.n_kv_heads * m->cfg.head_dim, err);
+	int rc = ms_kv_dtype_check(m->be, m->lm.kv.dtype, err);
+	if (!rc)
+		rc = ms_kv_pool_init(&s->pool, m->be, (int32_t)pages, MS_KV_PAGE_TOKENS,
+				     m->cfg.n_kv_heads * m->cfg.head_dim, m->lm.kv.dtype, err);
 	if (!rc)
 		rc = ms_kv_seq_init(&s->kv, (int)m->cfg.n_layers, capacity, MS_KV_PAGE_TOKENS, err);
 	if (!rc) {

@@ -6,7 +6,8 @@
  * A decode step at depth reads the weights and every sequence's KV cache:
  * its bytes are the weights the backend counts plus the KV the attention
  * reads (each sequence its whole context in full layers, the window in
- * sliding ones), and the roofline share is measured on their sum.
+ * sliding ones, at the cache's dtype), and the roofline share is measured
+ * on their sum.
  */
 #include <stdio.h>
 #include <string.h>
@@ -29,7 +30,7 @@ double bench_kv_read_bytes(const struct ms_model *m, int64_t ctx, int n)
 		if (g->layer_sliding && g->layer_sliding[l] && g->sliding_window > 0 &&
 		    g->sliding_window < seen)
 			seen = g->sliding_window;
-		per_seq += (double)seen * (double)g->kv_dim * 2.0 * sizeof(float);
+		per_seq += (double)seen * (double)g->kv_dim * 2.0 * (double)ms_kv_dtype_size(g->dtype);
 	}
 	return per_seq * n;
 }

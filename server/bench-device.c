@@ -252,7 +252,7 @@ static void dev_figures(const struct ms_model *m, const struct ms_bench_opts *o,
 	p->prefill_gflops = p->ttft > 0 ? (p->fpt * (double)o->prompt_tokens + head_flop) / p->ttft / 1e9
 					: 0;
 	int64_t kvd = m->cfg.n_kv_heads * m->cfg.head_dim;
-	p->kv_bpt = 2.0 * (double)kvd * sizeof(float) * (double)m->cfg.n_layers;
+	p->kv_bpt = 2.0 * (double)kvd * (double)ms_kv_dtype_size(m->lm.kv.dtype) * (double)m->cfg.n_layers;
 }
 
 /* ---- the table and the JSON line ---- */

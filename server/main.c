@@ -139,10 +139,11 @@ struct common_opts {
 	const char *device; /* which GPU, on a device backend (a number) */
 	bool exact;         /* kernels keep fp32 activations */
 	bool dense_int8;    /* attention projections and lm_head requantized to int8 */
+	const char *kv_dtype; /* the KV cache's dtype: f32, bf16 */
 };
 
 enum { OPT_KERNELS = 1000, OPT_BACKEND, OPT_THREADS, OPT_LOGITS, OPT_IGNORE_EOS, OPT_PROMPT, OPT_PROMPT_FILE, OPT_NUMA, OPT_EXACT,
-       OPT_DENSE_INT8, OPT_DEVICE };
+       OPT_DENSE_INT8, OPT_DEVICE, OPT_KV_DTYPE };
 
 static int load(const struct common_opts *o, struct ms_backend **be, struct ms_model *m)
 {
@@ -155,6 +156,12 @@ static int load(const struct common_opts *o, struct ms_backend **be, struct ms_m
 	const char *numa = o->numa ? o->numa : getenv("MOESERVE_NUMA");
 	if (numa && strcmp(numa, "auto") && strcmp(numa, "off") && strcmp(numa, "interleave")) {
 		fprintf(stderr, "moeserve: error: --numa \"%s\" (use auto, off or interleave)\n", numa);
+		return EX_USAGE;
+	}
+	const char *kvt = o->kv_dtype ? o->kv_dtype : getenv("MOESERVE_KV_DTYPE");
+	enum ms_kv_dtype kv_dtype = MS_KV_F32;
+	if (kvt && ms_kv_dtype_parse(kvt, &kv_dtype)) {
+		fprintf(stderr, "moeserve: error: --kv-dtype \"%s\" (use f32 or bf16)\n", kvt);
 		return EX_USAGE;
 	}
 	const char *dev = o->device ? o->device : getenv("MOESERVE_DEVICE");
@@ -182,6 +189,12 @@ static int load(const struct common_opts *o, struct ms_backend **be, struct ms_m
 	}
 	rc = ms_model_load(m, o->model, *be, &err);
 	if (rc) {
+		ms_backend_close(*be);
+		return fail(&err);
+	}
+	m->lm.kv.dtype = kv_dtype;
+	if ((rc = ms_kv_dtype_check(*be, kv_dtype, &err))) {
+		ms_model_free(m);
 		ms_backend_close(*be);
 		return fail(&err);
 	}
@@ -219,6 +232,8 @@ static void generate_help(void)
 	       "                     the reference to fp32 rounding (or $MOESERVE_EXACT=1)\n"
 	       "  --dense-int8       requantize attention projections and lm_head to int8\n"
 	       "                     per output channel at load (or $MOESERVE_DENSE_INT8=1)\n"
+	       "  --kv-dtype TYPE    the KV cache's values: f32 (default) or bf16, half the\n"
+	       "                     bytes, attention in fp32 on them (or $MOESERVE_KV_DTYPE)\n"
 	       "  --numa MODE        auto (interleave weights when there are several NUMA\n"
 	       "                     nodes), off, interleave (default auto, or $MOESERVE_NUMA)\n"
 	       "  -h, --help         this help\n",
@@ -269,6 +284,7 @@ static int generate_args(int argc, char **argv, struct gen_args *a)
 		{"numa", required_argument, NULL, OPT_NUMA},
 		{"exact", no_argument, NULL, OPT_EXACT},
 		{"dense-int8", no_argument, NULL, OPT_DENSE_INT8},
+		{"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -295,6 +311,7 @@ static int generate_args(int argc, char **argv, struct gen_args *a)
 		case OPT_NUMA: a->co.numa = optarg; break;
 		case OPT_EXACT: a->co.exact = true; break;
 		case OPT_DENSE_INT8: a->co.dense_int8 = true; break;
+		case OPT_KV_DTYPE: a->co.kv_dtype = optarg; break;
 		case OPT_PROMPT: a->text = optarg; break;
 		case OPT_PROMPT_FILE: a->text_file = optarg; break;
 		case 'h': generate_help(); return EX_OK;
@@ -497,16 +514,18 @@ static void print_bytes(uint64_t b)
 		printf("%.1f KiB", (double)b / 1024.0);
 }
 
-/* What the KV cache costs (fp32 K and V): a token in one layer; a token of
+/* What the KV cache costs at its dtype: a token in one layer; a token of
  * a long context (full layers: a sliding layer keeps its window only); the
  * tokens a GiB holds; the model's whole context. */
-static void print_kv(const struct ms_model_config *cf, int64_t n_sliding)
+static void print_kv(const struct ms_model *m, int64_t n_sliding)
 {
-	double layer = 2.0 * (double)(cf->n_kv_heads * cf->head_dim) * sizeof(float);
+	const struct ms_model_config *cf = &m->cfg;
+	enum ms_kv_dtype t = m->lm.kv.dtype;
+	double layer = 2.0 * (double)(cf->n_kv_heads * cf->head_dim) * (double)ms_kv_dtype_size(t);
 	int64_t full = cf->n_layers - n_sliding;
 	double per_token = layer * (double)full;
 	double windows = layer * (double)n_sliding * (double)cf->sliding_window;
-	printf("kv cache:      fp32, %.0f bytes a token a layer", layer);
+	printf("kv cache:      %s, %.0f bytes a token a layer", ms_kv_dtype_name(t), layer);
 	if (full)
 		printf("; %.0f a token of context (%lld full layer%s), %.0f tokens per GiB", per_token,
 		       (long long)full, full == 1 ? "" : "s", 1073741824.0 / per_token);
@@ -528,6 +547,7 @@ static int cmd_inspect(int argc, char **argv)
 		{"numa", required_argument, NULL, OPT_NUMA},
 		{"exact", no_argument, NULL, OPT_EXACT},
 		{"dense-int8", no_argument, NULL, OPT_DENSE_INT8},
+		{"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -540,6 +560,7 @@ static int cmd_inspect(int argc, char **argv)
 		case OPT_NUMA: co.numa = optarg; break;
 		case OPT_EXACT: co.exact = true; break;
 		case OPT_DENSE_INT8: co.dense_int8 = true; break;
+		case OPT_KV_DTYPE: co.kv_dtype = optarg; break;
 		case OPT_THREADS:
 			if (!parse_long(optarg, 1, 1024, &co.threads))
 				return usage_error("inspect", "--threads: \"%s\" is not in [1, 1024]", optarg);
@@ -583,7 +604,7 @@ static int cmd_inspect(int argc, char **argv)
 	else
 		printf("rope:          default, theta %g\n", cf->rope.theta);
 	printf("context:       %lld (max_position_embeddings)\n", (long long)cf->max_pos);
-	print_kv(cf, n_sliding);
+	print_kv(&m, n_sliding);
 	printf("quantization:  %s (from %s)\n", m.qcfg.method->name, m.qcfg.source);
 	printf("expert layout: %s\n", m.moe_layout ? m.moe_layout : "?");
 	printf("checkpoint:    %d file%s, %zu tensors\n", m.ck.n_files, m.ck.n_files == 1 ? "" : "s",
@@ -1123,6 +1144,7 @@ static int cmd_bench(int argc, char **argv)
 		{"numa", required_argument, NULL, OPT_NUMA},
 		{"exact", no_argument, NULL, OPT_EXACT},
 		{"dense-int8", no_argument, NULL, OPT_DENSE_INT8},
+		{"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
 		{"decode-tokens", required_argument, NULL, 'n'},
 		{"json", no_argument, NULL, 'j'},
 		{"baseline", required_argument, NULL, 'b'},
@@ -1176,6 +1198,7 @@ static int cmd_bench(int argc, char **argv)
 		case OPT_NUMA: co.numa = optarg; break;
 		case OPT_EXACT: co.exact = true; break;
 		case OPT_DENSE_INT8: co.dense_int8 = true; break;
+		case OPT_KV_DTYPE: co.kv_dtype = optarg; break;
 		case 'h':
 			bench_help();
 			return EX_OK;

@@ -76,6 +76,7 @@ struct ms_serve_options {
 	char *kernels;             /* kernel set, "auto" (one of ms_cpu_kernel_sets; whether
 	                              this CPU runs it is ms_cpu_init's to say) */
 	enum ms_numa_mode numa;    /* auto */
+	enum ms_kv_dtype kv_dtype; /* f32 */
 	bool exact;                /* false: kernels may round activations */
 	bool dense_int8;           /* attention projections and lm_head to int8 at load */
 	/* engine (0: the engine's default, see ms_engine_config_defaults) */

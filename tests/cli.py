@@ -433,10 +433,19 @@ def main():
         c = json.load(f)
     layer = 2 * c["num_key_value_heads"] * c["head_dim"] * 4
     full = sum(t == "full_attention" for t in c["layer_types"])
-    case("inspect prints the KV cache's bytes a token and tokens per GiB",
-         f"kv cache:      fp32, {layer} bytes a token a layer; {layer * full} a token of context "
-         f"({full} full layer{'' if full == 1 else 's'}), {round(2 ** 30 / (layer * full))} tokens "
-         "per GiB" in out, out)
+    def kv_line(dtype, layer):
+        return (f"kv cache:      {dtype}, {layer} bytes a token a layer; {layer * full} a token of "
+                f"context ({full} full layer{'' if full == 1 else 's'}), "
+                f"{round(2 ** 30 / (layer * full))} tokens per GiB")
+    case("inspect prints the KV cache's bytes a token and tokens per GiB", kv_line("f32", layer) in out, out)
+    r16 = run(b, "inspect", "--model", mx, "--kv-dtype", "bf16")
+    case("inspect --kv-dtype bf16: half the bytes a token", kv_line("bf16", layer // 2) in r16.stdout,
+         r16.stdout + r16.stderr)
+    expect("--kv-dtype fp8 is refused", run(b, "inspect", "--model", mx, "--kv-dtype", "fp8"), EX_USAGE,
+           "--kv-dtype", "fp8")
+    expect("--kv-dtype bf16 on rocm-sim is refused, naming the backend",
+           run(b, "generate", "--model", mx, "--backend", "rocm-sim", "--tokens", "1", "--max-tokens", "1",
+               "--kv-dtype", "bf16"), 69, "rocm-sim", "f32")
     case("inspect names schemes, kernels and bytes",
          r.returncode == 0 and "quantization:  mxfp4" in out and "-mxfp4" in out and "unquantized" in out
          and "experts gate_up" in out and "total weight bytes" in out and "GptOssForCausalLM" in out,

@@ -59,7 +59,15 @@ struct fixture {
 	float *q, *sinks;
 };
 
-static void fixture_init(struct fixture *f, const struct case_spec *s)
+/* Value e of a stored K or V row, widened. */
+static double kv_val(const struct ms_kv_pool *pool, const void *row, int64_t e)
+{
+	return pool->dtype == MS_KV_BF16 ? ms_kv_bf16_f32(((const uint16_t *)row)[e])
+					 : ((const float *)row)[e];
+}
+
+/* A random batch over a cache of dtype t (bf16: random values rounded). */
+static void fixture_init(struct fixture *f, const struct case_spec *s, enum ms_kv_dtype dt)
 {
 	memset(f, 0, sizeof(*f));
 	f->s = *s;
@@ -68,10 +76,11 @@ static void fixture_init(struct fixture *f, const struct case_spec *s)
 	for (int i = 0; i < s->nseq; i++)
 		total += (s->len[i] + P - 1) / P, f->n += s->m[i];
 	int32_t n_pages = (int32_t)total + 3;
-	ck_assert_int_eq(ms_kv_pool_init(&f->pool, NULL, n_pages, P, kvd, &err), 0);
+	ck_assert_int_eq(ms_kv_pool_init(&f->pool, NULL, n_pages, P, kvd, dt, &err), 0);
 	for (int64_t i = 0; i < (int64_t)n_pages * P * kvd; i++) {
-		f->pool.k[i] = nonzero();
-		f->pool.v[i] = nonzero();
+		float k = nonzero(), v = nonzero();
+		ms_kv_store(&f->pool, (char *)f->pool.k + i * (int64_t)f->pool.esize, &k, 1);
+		ms_kv_store(&f->pool, (char *)f->pool.v + i * (int64_t)f->pool.esize, &v, 1);
 	}
 	/* shuffled pages, so a sequence's positions are scattered */
 	int32_t *perm = malloc((size_t)n_pages * sizeof(int32_t));
@@ -158,10 +167,10 @@ static double *naive(const struct fixture *f)
 			const float *q = f->q + (t * nH + h) * d;
 			double mx = f->sinks[h];
 			for (int64_t p = lo; p <= pos; p++) {
-				const float *k = ms_kv_k(&f->pool, f->pages[t][p / P], p % P) + kvo;
+				const void *k = ms_kv_k(&f->pool, f->pages[t][p / P], p % P);
 				double dot = 0;
 				for (int64_t e = 0; e < d; e++)
-					dot += (double)q[e] * k[e];
+					dot += (double)q[e] * kv_val(&f->pool, k, kvo + e);
 				s[p - lo] = dot / sqrt((double)d);
 				mx = s[p - lo] > mx ? s[p - lo] : mx;
 			}
@@ -172,9 +181,9 @@ static double *naive(const struct fixture *f)
 			for (int64_t e = 0; e < d; e++)
 				o[e] = 0;
 			for (int64_t p = lo; p <= pos; p++) {
-				const float *v = ms_kv_v(&f->pool, f->pages[t][p / P], p % P) + kvo;
+				const void *v = ms_kv_v(&f->pool, f->pages[t][p / P], p % P);
 				for (int64_t e = 0; e < d; e++)
-					o[e] += s[p - lo] / den * v[e];
+					o[e] += s[p - lo] / den * kv_val(&f->pool, v, kvo + e);
 			}
 		}
 	free(s);
@@ -222,12 +231,16 @@ static const struct {
 	[K_AVX2] = {&ms_attn_avx2, "exp256", ms_attn_exp_avx2},
 };
 
+/* Both stored dtypes: each kernel reads bf16 rows widened exactly, so the
+ * same tolerances hold against a reference on the same stored values. */
+static const enum ms_kv_dtype dtypes[] = {MS_KV_F32, MS_KV_BF16};
+
 START_TEST(reference_matches_double)
 {
 	double worst = 0;
-	for (int c = 0; c < N_CASES; c++) {
+	for (int c = 0; c < 2 * N_CASES; c++) {
 		struct fixture f;
-		fixture_init(&f, &cases[c]);
+		fixture_init(&f, &cases[c % N_CASES], dtypes[c / N_CASES]);
 		float *got = run(&f, &ms_attn_ref, 2, 0, 0);
 		double *want = naive(&f);
 		for (int64_t i = 0; i < f.n * f.s.nH * f.s.d; i++) {
@@ -239,7 +252,8 @@ START_TEST(reference_matches_double)
 		free(got), free(want);
 		fixture_free(&f);
 	}
-	printf("attention: reference vs double, %d cases: max |diff| %.3g\n", N_CASES, worst);
+	printf("attention: reference vs double, %d cases, f32 and bf16 caches: max |diff| %.3g\n",
+	       N_CASES, worst);
 }
 END_TEST
 
@@ -248,31 +262,33 @@ START_TEST(isa_kernels_match_reference)
 	const struct ms_attn_kernel *k = kernels[_i].k;
 	double worst = 0;
 	int64_t outputs = 0;
-	for (int c = 0; c < N_CASES; c++) {
+	for (int c = 0; c < 2 * N_CASES; c++) {
 		struct fixture f;
-		fixture_init(&f, &cases[c]);
+		fixture_init(&f, &cases[c % N_CASES], dtypes[c / N_CASES]);
 		float *want = run(&f, &ms_attn_ref, 1, 0, 0);
 		float *got = run(&f, k, 3, 0, 0);
 		for (int64_t i = 0; i < f.n * f.s.nH * f.s.d; i++) {
 			double e = fabs((double)got[i] - want[i]);
 			worst = e > worst ? e : worst;
-			ck_assert_msg(e <= 2e-5, "%s case %d elem %lld: %.9g vs ref %.9g", k->name, c,
-				      (long long)i, got[i], want[i]);
+			ck_assert_msg(e <= 2e-5, "%s case %d (%s) elem %lld: %.9g vs ref %.9g", k->name,
+				      c % N_CASES, ms_kv_dtype_name(dtypes[c / N_CASES]), (long long)i,
+				      got[i], want[i]);
 		}
 		outputs += f.n * f.s.nH;
 		free(got), free(want);
 		fixture_free(&f);
 	}
-	printf("attention: %s vs reference, %d cases, %lld (token, head) outputs: "
-	       "max |diff| %.3g\n", k->name, N_CASES, (long long)outputs, worst);
+	printf("attention: %s vs reference, %d cases x f32/bf16 caches, %lld (token, head) "
+	       "outputs: max |diff| %.3g\n", k->name, N_CASES, (long long)outputs, worst);
 }
 END_TEST
 
 /* Bit-for-bit: threads, split-K, kv heads per item, batch composition. */
-static void check_invariance(const struct ms_attn_kernel *k, const struct case_spec *cs)
+static void check_invariance(const struct ms_attn_kernel *k, const struct case_spec *cs,
+			     enum ms_kv_dtype t)
 {
 	struct fixture f;
-	fixture_init(&f, cs);
+	fixture_init(&f, cs, t);
 	size_t bytes = (size_t)(f.n * f.s.nH * f.s.d) * sizeof(float);
 	float *base = run(&f, k, 1, 1, 1);
 	const int threads[] = {1, 2, 3, 2, 3, 3, 1, 2, 3};
@@ -300,10 +316,12 @@ static void check_invariance(const struct ms_attn_kernel *k, const struct case_s
 START_TEST(results_do_not_depend_on_threads_split_or_batch)
 {
 	const struct ms_attn_kernel *k = kernels[_i].k;
-	check_invariance(k, &cases[2]);  /* decode, 2000 keys: splits */
-	check_invariance(k, &cases[1]);  /* mixed, sliding */
-	check_invariance(k, &cases[7]);  /* one long prefill run */
-	check_invariance(k, &cases[10]); /* 2 items, 2000 keys: auto splits */
+	check_invariance(k, &cases[2], MS_KV_F32);  /* decode, 2000 keys: splits */
+	check_invariance(k, &cases[1], MS_KV_F32);  /* mixed, sliding */
+	check_invariance(k, &cases[7], MS_KV_F32);  /* one long prefill run */
+	check_invariance(k, &cases[10], MS_KV_F32); /* 2 items, 2000 keys: auto splits */
+	check_invariance(k, &cases[2], MS_KV_BF16);
+	check_invariance(k, &cases[1], MS_KV_BF16);
 }
 END_TEST
 
@@ -370,7 +388,7 @@ START_TEST(bad_shapes_are_refused)
 {
 	struct ms_kv_pool kv;
 	struct ms_err err = {0};
-	ck_assert_int_eq(ms_kv_pool_init(&kv, NULL, 2, 4, 16, &err), 0);
+	ck_assert_int_eq(ms_kv_pool_init(&kv, NULL, 2, 4, 16, MS_KV_F32, &err), 0);
 	struct ms_pool pool;
 	ck_assert_int_eq(ms_pool_init(&pool, 1, false, &err), 0);
 	struct ms_attn_ws ws = {0};

@@ -116,30 +116,70 @@ START_TEST(buffers_zeroed_small_and_large)
 }
 END_TEST
 
+static float kv_get(const struct ms_kv_pool *p, const void *row, int64_t i)
+{
+	return p->dtype == MS_KV_BF16 ? ms_kv_bf16_f32(((const uint16_t *)row)[i])
+				      : ((const float *)row)[i];
+}
+
+static void kv_set(const struct ms_kv_pool *p, void *row, int64_t i, float x)
+{
+	ms_kv_store(p, (char *)row + i * (int64_t)p->esize, &x, 1);
+}
+
+/* Pages of either dtype in the backend's memory; a page copy is a copy. */
 START_TEST(kv_pages_in_backend_memory)
 {
+	const enum ms_kv_dtype dt = _i ? MS_KV_BF16 : MS_KV_F32;
 	struct ms_backend *be = open_cpu();
 	struct ms_kv_pool pool;
 	struct ms_err err = {0};
 	const int64_t P = 4, kvd = 24;
-	ck_assert_int_eq(ms_kv_pool_init(&pool, be, 8, P, kvd, &err), 0);
+	ck_assert_int_eq(ms_kv_pool_init(&pool, be, 8, P, kvd, dt, &err), 0);
 	ck_assert_ptr_eq(pool.be, be);
+	ck_assert_uint_eq(pool.esize, dt == MS_KV_BF16 ? 2 : 4);
+	ck_assert_uint_eq(ms_kv_page_bytes(P, kvd, dt), 2 * P * kvd * pool.esize);
 	int32_t a = ms_kv_page_alloc(&pool), b = ms_kv_page_alloc(&pool);
 	ck_assert_int_ge(a, 0);
 	ck_assert_int_ge(b, 0);
 	for (int64_t s = 0; s < P; s++)
 		for (int64_t i = 0; i < kvd; i++) {
-			ms_kv_k(&pool, a, s)[i] = (float)(s * 100 + i) + 0.25f;
-			ms_kv_v(&pool, a, s)[i] = -(float)(s * 100 + i) - 0.5f;
+			kv_set(&pool, ms_kv_k(&pool, a, s), i, (float)(s * 100 + i) + 0.25f);
+			kv_set(&pool, ms_kv_v(&pool, a, s), i, -(float)(s * 100 + i) - 0.5f);
 		}
+	size_t bytes = (size_t)(P * kvd) * pool.esize;
 	ms_kv_page_copy(&pool, b, a);
-	ck_assert_mem_eq(ms_kv_k(&pool, b, 0), ms_kv_k(&pool, a, 0), (size_t)(P * kvd) * sizeof(float));
-	ck_assert_mem_eq(ms_kv_v(&pool, b, 0), ms_kv_v(&pool, a, 0), (size_t)(P * kvd) * sizeof(float));
-	/* the copy is a copy: writing one leaves the other */
-	ms_kv_k(&pool, b, 1)[3] = 7.0f;
-	ck_assert_float_eq(ms_kv_k(&pool, a, 1)[3], 103.25f);
+	ck_assert_mem_eq(ms_kv_k(&pool, b, 0), ms_kv_k(&pool, a, 0), bytes);
+	ck_assert_mem_eq(ms_kv_v(&pool, b, 0), ms_kv_v(&pool, a, 0), bytes);
+	/* the copy is a copy: writing one leaves the other; a value reads back
+	 * as stored (bf16: 103.25 rounds to nearest even, 103) */
+	kv_set(&pool, ms_kv_k(&pool, b, 1), 3, 7.0f);
+	ck_assert_float_eq(kv_get(&pool, ms_kv_k(&pool, b, 1), 3), 7.0f);
+	ck_assert_float_eq(kv_get(&pool, ms_kv_k(&pool, a, 1), 3), dt == MS_KV_BF16 ? 103.0f : 103.25f);
 	ms_kv_pool_free(&pool);
 	ms_backend_close(be);
+}
+END_TEST
+
+/* bf16 storage rounds to nearest even and keeps specials. */
+START_TEST(kv_bf16_rounding)
+{
+	const struct { float x, want; } t[] = {
+		{1.0f, 1.0f}, {1.00390625f, 1.0f} /* a tie: to even */, {1.01171875f, 1.015625f},
+		{-3.0e38f, -3.0040553e38f}, {1e-40f, 9.1835496e-41f}, {INFINITY, INFINITY},
+	};
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		float got = ms_kv_bf16_f32(ms_kv_bf16(t[i].x));
+		ck_assert_msg(got == t[i].want || fabsf(got - t[i].want) <= fabsf(t[i].want) * 1e-4f,
+			      "%g -> %g, want %g", t[i].x, got, t[i].want);
+	}
+	ck_assert(isnan(ms_kv_bf16_f32(ms_kv_bf16(NAN))));
+	enum ms_kv_dtype d;
+	ck_assert_int_eq(ms_kv_dtype_parse("bf16", &d), 0);
+	ck_assert_int_eq(d, MS_KV_BF16);
+	ck_assert_int_eq(ms_kv_dtype_parse("f32", &d), 0);
+	ck_assert_int_eq(d, MS_KV_F32);
+	ck_assert_int_eq(ms_kv_dtype_parse("fp8", &d), -EINVAL);
 }
 END_TEST
 
@@ -150,7 +190,8 @@ int main(void)
 	tcase_add_test(tc, registry_names_backends);
 	tcase_add_test(tc, arena_grows_never_shrinks);
 	tcase_add_test(tc, buffers_zeroed_small_and_large);
-	tcase_add_test(tc, kv_pages_in_backend_memory);
+	tcase_add_loop_test(tc, kv_pages_in_backend_memory, 0, 2);
+	tcase_add_test(tc, kv_bf16_rounding);
 	suite_add_tcase(s, tc);
 	return ms_check_run(s);
 }

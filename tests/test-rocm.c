@@ -631,7 +631,7 @@ static void world_init(struct kv_world *w, struct ms_backend *be, int layers, in
 {
 	struct ms_err err = {0};
 	w->be = be;
-	ck_assert_int_eq(ms_kv_pool_init(&w->pool, be, 256, MS_KV_PAGE_TOKENS, kvd, &err), 0);
+	ck_assert_int_eq(ms_kv_pool_init(&w->pool, be, 256, MS_KV_PAGE_TOKENS, kvd, MS_KV_F32, &err), 0);
 	for (int s = 0; s < N_SEQ; s++) {
 		ck_assert_int_eq(ms_kv_seq_init(&w->seq[s], layers, 4096, MS_KV_PAGE_TOKENS, &err), 0);
 		ck_assert_int_eq(ms_kv_seq_reserve(&w->seq[s], &w->pool, lens[s]), 0);

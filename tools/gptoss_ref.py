@@ -902,6 +902,21 @@ def rope_tables(cfg, n_pos):
     return np.cos(ang) * scale, np.sin(ang) * scale
 
 
+def kv_round(x, kv_dtype):
+    """K or V as the engine's KV cache stores it (engine/kv-cache.h): f32
+    as computed, bf16 = the fp32 value rounded to nearest even (NaN kept a
+    NaN), read back widened."""
+    if kv_dtype == "f32":
+        return x
+    if kv_dtype != "bf16":
+        raise ValueError(f"kv dtype {kv_dtype!r}: f32 or bf16")
+    u = np.asarray(x, dtype=np.float32).view(np.uint32)
+    r = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16))
+    r = np.where((u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000),
+                 (u >> np.uint32(16)) | np.uint32(0x40), r).astype(np.uint32)
+    return (r << np.uint32(16)).view(np.float32).astype(np.float64)
+
+
 def apply_rope(x, cos, sin):
     """x [T, heads, d]; pairs are (i, i + d/2), not adjacent elements."""
     half = x.shape[-1] // 2
@@ -961,6 +976,7 @@ class Model:
         self.quant = qc
         self.observer = None
         self.tie_probe = None    # TieProbe passed to every activation quantizer (tests)
+        self.kv_dtype = "f32"    # how K and V are stored before attention reads them
         src = WeightSource(ck, cfg, qc)
         H, d, nH, nKV = cfg.hidden, cfg.head_dim, cfg.n_heads, cfg.n_kv
         E, V = cfg.n_experts, cfg.vocab
@@ -1040,6 +1056,7 @@ class Model:
         q = apply_rope(self.linear(nm["q"], h, lw["wq"].T, lw["bq"], aq["q"]).reshape(T, nH, d), cos, sin)
         k = apply_rope(self.linear(nm["k"], h, lw["wk"].T, lw["bk"], aq["k"]).reshape(T, nKV, d), cos, sin)
         v = self.linear(nm["v"], h, lw["wv"].T, lw["bv"], aq["v"]).reshape(T, nKV, d)
+        k, v = kv_round(k, self.kv_dtype), kv_round(v, self.kv_dtype)
         # query head h reads kv head h // (nH/nKV): each kv head repeated consecutively
         k = np.repeat(k, nH // nKV, axis=1)
         v = np.repeat(v, nH // nKV, axis=1)
@@ -1312,6 +1329,8 @@ def main(argv=None):
                     help="ignored: the reference never stops at eos")
     ap.add_argument("--module", help="dequant: module name")
     ap.add_argument("--out", help="dequant: output file (f32 LE, [rows x cols])")
+    ap.add_argument("--kv-dtype", choices=["f32", "bf16"], default="f32",
+                    help="how K and V are stored (moeserve --kv-dtype)")
     ap.add_argument("--self-test", action="store_true")
     a = ap.parse_args(argv)
 
@@ -1336,6 +1355,7 @@ def main(argv=None):
         ap.error("--max-tokens must be >= 0")
     try:
         model = Model(a.model)
+        model.kv_dtype = a.kv_dtype
         out, logits = generate(model, a.tokens, a.max_tokens)
     except (OSError, ValueError, SafetensorsError) as e:
         print(f"gptoss_ref: {e}", file=sys.stderr)

@@ -73,10 +73,30 @@ static inline __m512 hsum16(const __m512 v[16])
 			     _mm512_shuffle_f32x4(z[0], z[1], 0xDD));
 }
 
+/* 16 stored values from row + e, widened to fp32 (bf16: exactly), and the
+ * same under a mask (masked lanes are not read). */
+static inline __attribute__((always_inline)) __m512 kv_load(const void *row, int64_t e, bool bf16)
+{
+	if (!bf16)
+		return _mm512_loadu_ps((const float *)row + e);
+	__m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + e));
+	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+static inline __attribute__((always_inline)) __m512 kv_maskz_load(__mmask16 m, const void *row,
+								   int64_t e, bool bf16)
+{
+	if (!bf16)
+		return _mm512_maskz_loadu_ps(m, (const float *)row + e);
+	__m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)row + e);
+	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
 /* acc[0 .. nb*16) += sum_{j in [ja, jb)} p[j] * v[j][.], four vectors at a
  * time where head_dim allows; each lane adds its terms in key order. */
-static inline void pv(float *acc, const float *p, const float *const *v, int ja, int jb, int nb,
-		      __mmask16 tail)
+static inline __attribute__((always_inline)) void pv_kv(float *acc, const float *p,
+							const void *const *v, int ja, int jb,
+							int nb, __mmask16 tail, bool bf16)
 {
 	int b = 0;
 	for (; b + 4 <= nb; b += 4) {
@@ -85,11 +105,11 @@ static inline void pv(float *acc, const float *p, const float *const *v, int ja,
 		__mmask16 m3 = b + 4 == nb ? tail : 0xFFFF;
 		for (int j = ja; j < jb; j++) {
 			__m512 pj = _mm512_set1_ps(p[j]);
-			const float *vr = v[j] + 16 * b;
-			a0 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vr), a0);
-			a1 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vr + 16), a1);
-			a2 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vr + 32), a2);
-			a3 = _mm512_fmadd_ps(pj, _mm512_maskz_loadu_ps(m3, vr + 48), a3);
+			int64_t e = 16 * b;
+			a0 = _mm512_fmadd_ps(pj, kv_load(v[j], e, bf16), a0);
+			a1 = _mm512_fmadd_ps(pj, kv_load(v[j], e + 16, bf16), a1);
+			a2 = _mm512_fmadd_ps(pj, kv_load(v[j], e + 32, bf16), a2);
+			a3 = _mm512_fmadd_ps(pj, kv_maskz_load(m3, v[j], e + 48, bf16), a3);
 		}
 		_mm512_store_ps(acc + 16 * b, a0);
 		_mm512_store_ps(acc + 16 * b + 16, a1);
@@ -100,14 +120,16 @@ static inline void pv(float *acc, const float *p, const float *const *v, int ja,
 		__m512 a0 = _mm512_load_ps(acc + 16 * b);
 		__mmask16 m = b + 1 == nb ? tail : 0xFFFF;
 		for (int j = ja; j < jb; j++)
-			a0 = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), _mm512_maskz_loadu_ps(m, v[j] + 16 * b),
+			a0 = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), kv_maskz_load(m, v[j], 16 * b, bf16),
 					     a0);
 		_mm512_store_ps(acc + 16 * b, a0);
 	}
 }
 
 /* Scores of one query row against the 16 keys kp[0..16), scaled. */
-static inline __m512 scores(const float *q, const float *const *kp, int64_t d, float scale)
+static inline __attribute__((always_inline)) __m512 scores_kv(const float *q,
+							      const void *const *kp, int64_t d,
+							      float scale, bool bf16)
 {
 	__m512 dot[TILE];
 #pragma GCC unroll 16
@@ -118,14 +140,14 @@ static inline __m512 scores(const float *q, const float *const *kp, int64_t d, f
 		__m512 qv = _mm512_loadu_ps(q + e);
 #pragma GCC unroll 16
 		for (int j = 0; j < TILE; j++)
-			dot[j] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kp[j] + e), dot[j]);
+			dot[j] = _mm512_fmadd_ps(qv, kv_load(kp[j], e, bf16), dot[j]);
 	}
 	if (e < d) {
 		__mmask16 m = (__mmask16)((1u << (d - e)) - 1);
 		__m512 qv = _mm512_maskz_loadu_ps(m, q + e);
 #pragma GCC unroll 16
 		for (int j = 0; j < TILE; j++)
-			dot[j] = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, kp[j] + e), dot[j]);
+			dot[j] = _mm512_fmadd_ps(qv, kv_maskz_load(m, kp[j], e, bf16), dot[j]);
 	}
 	return _mm512_mul_ps(hsum16(dot), _mm512_set1_ps(scale));
 }
@@ -153,12 +175,20 @@ static inline vtail head_tail(int64_t d)
 }
 static inline float masked_max(vkmask m, vf s) { return _mm512_mask_reduce_max_ps(m, s); }
 static inline vf mask_zero(vkmask m, vf x) { return _mm512_maskz_mov_ps(m, x); }
+#define KV_ES 4
+#define K_SCORES(q, kh, d, s) scores_kv(q, kh, d, s, false)
+#define K_PV(acc, p, vh, ja, jb, nb, t) pv_kv(acc, p, vh, ja, jb, nb, t, false)
 #define CHUNK_FN chunk_avx512
+#include "attention-chunk.h"
+#define KV_ES 2
+#define K_SCORES(q, kh, d, s) scores_kv(q, kh, d, s, true)
+#define K_PV(acc, p, vh, ja, jb, nb, t) pv_kv(acc, p, vh, ja, jb, nb, t, true)
+#define CHUNK_FN chunk_avx512_bf16
 #include "attention-chunk.h"
 
 const struct ms_attn_kernel ms_attn_avx512 = {
 	/* every flag of its library (meson.build): the compiler may use BW and
 	 * VL instructions anywhere in this file */
 	"avx512-attn", "avx512", MS_CPU_AVX512F | MS_CPU_AVX512BW | MS_CPU_AVX512VL | MS_CPU_FMA,
-	chunk_avx512,
+	chunk_avx512, chunk_avx512_bf16,
 };

@@ -10,8 +10,13 @@
  *   head_tail(d)      the lanes of head_dim's last vector
  *   masked_max(m, s)  the max of s over the keys in m
  *   mask_zero(m, x)   x on the keys in m, 0 elsewhere
- *   scores(q, kh, d, scale), pv(acc, p, vh, ja, jb, nb, tail)
+ *   KV_ES             bytes of a stored K/V value (4: f32, 2: bf16)
+ *   K_SCORES(q, kh, d, scale), K_PV(acc, p, vh, ja, jb, nb, tail)
+ *                     the dot products and the weighted values on rows of
+ *                     that dtype (kh, vh: const void *[TILE])
  *   CHUNK_FN          the name of the function to define
+ * and may include it again with other KV_ES, K_SCORES, K_PV and CHUNK_FN
+ * (undefined after each inclusion).
  *
  * A chunk is walked in tiles of TILE keys aligned to absolute positions.
  * Per row and tile: TILE dot products reduced to one vector of scores; an
@@ -32,7 +37,7 @@ static void CHUNK_FN(const struct ms_attn_chunk *c)
 	float *lsum = c->tmp;          /* [R][16] running sums, TILE lanes used */
 	float *pr = c->tmp + 16 * R;   /* [G][16] a token's scores, then probabilities */
 	float *al = c->tmp + 32 * R;   /* [G][16] rescale factors (1: none) */
-	const float *kp[TILE], *vp[TILE];
+	const void *kp[TILE], *vp[TILE];
 	for (int r = 0; r < R; r++) {
 		c->m[r] = -INFINITY;
 		v_store(lsum + 16 * r, v_zero());
@@ -42,8 +47,8 @@ static void CHUNK_FN(const struct ms_attn_chunk *c)
 		for (int j = 0; j < TILE; j++) {
 			int64_t p = t0 + j;
 			bool in = p >= k0 && p < k1;
-			kp[j] = in ? c->k[p - k0] : c->zero;
-			vp[j] = in ? c->v[p - k0] : c->zero;
+			kp[j] = in ? c->k[p - k0] : (const void *)c->zero;
+			vp[j] = in ? c->v[p - k0] : (const void *)c->zero;
 		}
 		for (int i = 0; i < c->nq; i++) {
 			int64_t a = c->lo[i] > t0 ? c->lo[i] : t0;
@@ -56,14 +61,16 @@ static void CHUNK_FN(const struct ms_attn_chunk *c)
 			vkmask mask = key_mask(ja, jb);
 			for (int hh = 0; hh < c->nkv; hh++) {
 				/* kv head hh of the item: its G query heads */
-				const float *kh[TILE], *vh[TILE];
-				for (int j = 0; j < TILE; j++)
-					kh[j] = kp[j] + hh * d, vh[j] = vp[j] + hh * d;
+				const void *kh[TILE], *vh[TILE];
+				for (int j = 0; j < TILE; j++) {
+					kh[j] = (const char *)kp[j] + hh * d * KV_ES;
+					vh[j] = (const char *)vp[j] + hh * d * KV_ES;
+				}
 				const float *qi = c->q + i * c->ldq + (int64_t)hh * G * d;
 				int r0 = (i * c->nkv + hh) * G;
 				float *m = c->m + r0, *ls = lsum + 16 * r0;
 				for (int g = 0; g < G; g++)
-					v_store(pr + 16 * g, scores(qi + g * d, kh, d, c->scale));
+					v_store(pr + 16 * g, K_SCORES(qi + g * d, kh, d, c->scale));
 				for (int g = 0; g < G; g++) {
 					vf s = v_load(pr + 16 * g);
 					float mt = masked_max(mask, s), mo = m[g];
@@ -87,7 +94,7 @@ static void CHUNK_FN(const struct ms_attn_chunk *c)
 						for (int bb = 0; bb < nb; bb++)
 							v_store(acc + TILE * bb, v_mul(v_load(acc + TILE * bb), alpha));
 					}
-					pv(acc, pr + 16 * g, vh, ja, jb, nb, tail);
+					K_PV(acc, pr + 16 * g, vh, ja, jb, nb, tail);
 				}
 			}
 		}
@@ -96,3 +103,7 @@ static void CHUNK_FN(const struct ms_attn_chunk *c)
 		if (c->m[r] != -INFINITY)
 			c->l[r] = v_hsum(v_load(lsum + 16 * r));
 }
+#undef KV_ES
+#undef K_SCORES
+#undef K_PV
+#undef CHUNK_FN

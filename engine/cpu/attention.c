@@ -14,19 +14,26 @@
 
 /* ---- the reference kernel ---- */
 
+/* Value e of a stored row (f32, or bf16 widened). */
+static inline float kv_at(const void *row, int64_t e, bool bf16)
+{
+	return bf16 ? ms_kv_bf16_f32(((const uint16_t *)row)[e]) : ((const float *)row)[e];
+}
+
 /* Per row and chunk, the old two-pass softmax: scores, their maximum, the
  * exponentials and their sum, then the weighted values, all in order of
  * position. A chunk holds at most MS_ATTN_CHUNK keys, so the score buffer
- * is bounded whatever the context. */
-static void chunk_ref(const struct ms_attn_chunk *c)
+ * is bounded whatever the context. bf16: K and V stored as bf16. */
+static void chunk_ref_kv(const struct ms_attn_chunk *c, bool bf16)
 {
+	size_t es = bf16 ? 2 : 4;
 	float s[MS_ATTN_CHUNK];
 	int64_t d = c->d, U = (int64_t)c->nkv * c->G;
 	for (int i = 0; i < c->nq; i++) {
 		int64_t a = c->lo[i] > c->k0 ? c->lo[i] : c->k0;
 		int64_t b = c->hi[i] + 1 < c->k1 ? c->hi[i] + 1 : c->k1;
 		for (int64_t u = 0; u < U; u++) {
-			int64_t r = i * U + u, kvo = (u / c->G) * d;
+			int64_t r = i * U + u, kvo = (u / c->G) * d * (int64_t)es;
 			if (a >= b) {
 				c->m[r] = -INFINITY;
 				continue;
@@ -34,10 +41,10 @@ static void chunk_ref(const struct ms_attn_chunk *c)
 			const float *q = c->q + i * c->ldq + u * d;
 			float mx = -INFINITY;
 			for (int64_t p = a; p < b; p++) {
-				const float *k = c->k[p - c->k0] + kvo;
+				const char *k = (const char *)c->k[p - c->k0] + kvo;
 				float dot = 0;
 				for (int64_t e = 0; e < d; e++)
-					dot += q[e] * k[e];
+					dot += q[e] * kv_at(k, e, bf16);
 				s[p - a] = dot * c->scale;
 				mx = s[p - a] > mx ? s[p - a] : mx;
 			}
@@ -47,10 +54,10 @@ static void chunk_ref(const struct ms_attn_chunk *c)
 			float *acc = c->acc + r * c->ld;
 			memset(acc, 0, (size_t)d * sizeof(float));
 			for (int64_t p = a; p < b; p++) {
-				const float *v = c->v[p - c->k0] + kvo;
+				const char *v = (const char *)c->v[p - c->k0] + kvo;
 				float pr = s[p - a];
 				for (int64_t e = 0; e < d; e++)
-					acc[e] += pr * v[e];
+					acc[e] += pr * kv_at(v, e, bf16);
 			}
 			c->m[r] = mx;
 			c->l[r] = sum;
@@ -58,7 +65,17 @@ static void chunk_ref(const struct ms_attn_chunk *c)
 	}
 }
 
-const struct ms_attn_kernel ms_attn_ref = {"ref-attn", "ref", 0, chunk_ref};
+static void chunk_ref(const struct ms_attn_chunk *c)
+{
+	chunk_ref_kv(c, false);
+}
+
+static void chunk_ref_bf16(const struct ms_attn_chunk *c)
+{
+	chunk_ref_kv(c, true);
+}
+
+const struct ms_attn_kernel ms_attn_ref = {"ref-attn", "ref", 0, chunk_ref, chunk_ref_bf16};
 
 void ms_sink_softmax(float *s, int64_t n, float sink)
 {
@@ -121,7 +138,7 @@ static inline int64_t slot_floats(int64_t R, int64_t ld)
 /* Worker scratch: key/value row pointers, one chunk partial, the running
  * state and the kernel's tmp. */
 struct wscratch {
-	const float **kp, **vp;
+	const void **kp, **vp;
 	float *pm, *pl, *pacc;   /* chunk partial */
 	float *rm, *rl, *racc;   /* running fold */
 	float *tmp;
@@ -134,8 +151,8 @@ static size_t wscratch_layout(int64_t rmax, int64_t ld, char *base, struct wscra
 	size_t vec = up64((size_t)rmax * sizeof(float));
 	size_t tmp = up64((size_t)(rmax * 48) * sizeof(float));
 	if (base) {
-		w->kp = (const float **)(base + off);
-		w->vp = (const float **)(base + off + ptrs);
+		w->kp = (const void **)(base + off);
+		w->vp = (const void **)(base + off + ptrs);
 		off += 2 * ptrs;
 		w->pacc = (float *)(base + off), off += acc;
 		w->pm = (float *)(base + off), off += vec;
@@ -165,20 +182,22 @@ static void run_chunk(const struct job *j, const struct item *it, int64_t c,
 	k0 = k0 > j->lo[t0] ? k0 : j->lo[t0];
 	k1 = k1 < j->hi[tl] + 1 ? k1 : j->hi[tl] + 1;
 	const int32_t *pages = a->pages[t0];
-	int64_t P = pool->page_tokens, kvd = pool->kv_dim, kvo = it->kvh * j->d;
+	/* bytes: a position's row, and the item's first kv head in it */
+	int64_t P = pool->page_tokens, row = pool->kv_dim * (int64_t)pool->esize;
+	int64_t kvo = it->kvh * j->d * (int64_t)pool->esize;
 	int64_t blk = k0 / P, slot = k0 % P;
-	const float *kb = NULL, *vb = NULL;
+	const char *kb = NULL, *vb = NULL;
 	/* Walk the pages once per chunk; never touch a page-table entry past
 	 * the last key (it may not exist). */
 	for (int64_t p = k0; p < k1; p++, slot++) {
 		if (p == k0 || slot == P) {
 			if (slot == P)
 				blk++, slot = 0;
-			kb = ms_kv_k(pool, pages[blk], 0) + kvo;
-			vb = ms_kv_v(pool, pages[blk], 0) + kvo;
+			kb = (const char *)ms_kv_k(pool, pages[blk], 0) + kvo;
+			vb = (const char *)ms_kv_v(pool, pages[blk], 0) + kvo;
 		}
-		w->kp[p - k0] = kb + slot * kvd;
-		w->vp[p - k0] = vb + slot * kvd;
+		w->kp[p - k0] = kb + slot * row;
+		w->vp[p - k0] = vb + slot * row;
 	}
 	struct ms_attn_chunk ch = {
 		.d = j->d, .ld = j->ld, .scale = j->scale, .nq = it->nq, .nkv = it->nkv,
@@ -186,7 +205,7 @@ static void run_chunk(const struct job *j, const struct item *it, int64_t c,
 		.ldq = a->n_heads * j->d, .lo = j->lo + t0, .hi = j->hi + t0, .k0 = k0, .k1 = k1,
 		.k = w->kp, .v = w->vp, .zero = j->zero, .m = m, .l = l, .acc = acc, .tmp = w->tmp,
 	};
-	j->kern->chunk(&ch);
+	(pool->dtype == MS_KV_BF16 ? j->kern->chunk_bf16 : j->kern->chunk)(&ch);
 }
 
 /* Fold a chunk partial into the running state, row by row; rows without

@@ -56,9 +56,12 @@ struct ms_attn_chunk {
 	const int64_t *lo, *hi;  /* token i sees keys lo[i] ..= hi[i] */
 	int64_t k0, k1;          /* this chunk's keys [k0, k1): the union of the
 				  * rows' keys within one aligned chunk */
-	const float *const *k;   /* key p, kv head u / G: k[p - k0] + (u / G) * d */
-	const float *const *v;
-	const float *zero;       /* nkv * d zeros (and more), read for a missing key */
+	/* key p, kv head u / G: value e at (const T *)k[p - k0] + (u / G) * d + e,
+	 * T the pool's dtype (float for chunk, uint16_t bf16 for chunk_bf16) */
+	const void *const *k;
+	const void *const *v;
+	const float *zero;       /* nkv * d zeros (and more), read for a missing key
+				  * (zero bits are 0 in either dtype) */
 	/* out, per row: m[r] (-INFINITY when the row has no key here: then l and
 	 * acc are left alone), l[r], acc[r * ld + 0 .. d) (padding lanes may be
 	 * written, with zeros) */
@@ -72,7 +75,8 @@ struct ms_attn_kernel {
 	const char *name;        /* "ref-attn", ... */
 	const char *isa;         /* the --kernels set it belongs to */
 	unsigned cpu_flags;      /* MS_CPU_* it needs, all of them */
-	ms_attn_chunk_fn chunk;
+	ms_attn_chunk_fn chunk;       /* K and V stored as f32 */
+	ms_attn_chunk_fn chunk_bf16;  /* as bf16 (widened exactly; the same fp32 math) */
 };
 
 /* Portable reference: scalar, expf, two passes within a chunk. The

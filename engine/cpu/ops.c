@@ -170,8 +170,8 @@ static void cpu_kv_write(struct ms_backend *b, int layer, const float *k, const 
 	for (int64_t t = 0; t < s->n; t++) {
 		int64_t pos = s->pos[t];
 		int32_t page = s->kv[s->seq[t]]->pages[layer][pos / P];
-		memcpy(ms_kv_k(pool, page, pos % P), k + t * kvd, (size_t)kvd * sizeof(float));
-		memcpy(ms_kv_v(pool, page, pos % P), v + t * kvd, (size_t)kvd * sizeof(float));
+		ms_kv_store(pool, ms_kv_k(pool, page, pos % P), k + t * kvd, kvd);
+		ms_kv_store(pool, ms_kv_v(pool, page, pos % P), v + t * kvd, kvd);
 	}
 }
 
@@ -249,6 +249,7 @@ struct ms_backend *ms_cpu_backend(struct ms_cpu *be)
 	b->host = true;
 	b->exact = be->exact;
 	b->dense_int8 = be->dense_int8;
+	b->kv_dtypes = 1u << MS_KV_F32 | 1u << MS_KV_BF16;
 	b->threads = be->pool.n_threads;
 	b->pool = &be->pool;
 	return b;

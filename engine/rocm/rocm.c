@@ -306,7 +306,8 @@ static int rocm_open_with(const struct ms_backend_opts *o, const struct ms_backe
 	struct ms_backend *b = &be->base;
 	*b = (struct ms_backend){.ops = ops, .name = ops->name, .kernels = be->kernels,
 				 .device = be->info.name,
-				 .host = false, .exact = be->exact || !be->ctx.mma, .threads = be->pool.n_threads,
+				 .host = false, .exact = be->exact || !be->ctx.mma,
+				 .kv_dtypes = 1u << MS_KV_F32, .threads = be->pool.n_threads,
 				 .pool = &be->pool};
 	*out = b;
 	return 0;
