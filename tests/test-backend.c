@@ -180,6 +180,12 @@ START_TEST(kv_bf16_rounding)
 	ck_assert_int_eq(ms_kv_dtype_parse("f32", &d), 0);
 	ck_assert_int_eq(d, MS_KV_F32);
 	ck_assert_int_eq(ms_kv_dtype_parse("fp8", &d), -EINVAL);
+	/* a backend whose attention reads f32 only refuses a bf16 pool */
+	struct ms_backend only32 = {.name = "f32-only", .kv_dtypes = 1u << MS_KV_F32};
+	struct ms_err err = {0};
+	ck_assert_int_eq(ms_kv_dtype_check(&only32, MS_KV_F32, &err), 0);
+	ck_assert_int_eq(ms_kv_dtype_check(&only32, MS_KV_BF16, &err), -ENOTSUP);
+	ck_assert(strstr(err.msg, "f32-only") && strstr(err.msg, "bf16"));
 }
 END_TEST
 

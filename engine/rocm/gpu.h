@@ -140,7 +140,8 @@ struct ms_gpu_attn {
 	const int32_t *pages;        /* [n_seq][n_layers][n_blocks] */
 	int64_t n_layers, n_blocks, layer;
 	int64_t page_tokens;
-	const float *k, *v;          /* the pool */
+	const void *k, *v;           /* the pool: f32 values, or bf16 with kv_bf16 */
+	int kv_bf16;
 	const float *sinks;
 	const float *q;
 	float *out;
@@ -159,8 +160,8 @@ struct ms_gpu_kern {
 		    int64_t n_heads, int64_t d);
 	int (*add)(const struct ms_gpu_ctx *c, float *y, const float *x, int64_t count);
 	/* k and v rows of the staged tokens into their pages. */
-	int (*kv_write)(const struct ms_gpu_ctx *c, const struct ms_gpu_attn *a, float *pk,
-			float *pv, const float *k, const float *v);
+	int (*kv_write)(const struct ms_gpu_ctx *c, const struct ms_gpu_attn *a, void *pk,
+			void *pv, const float *k, const float *v);
 	int (*attention)(const struct ms_gpu_ctx *c, const struct ms_gpu_attn *a);
 	/* xq[id] = act_e(row id / xdiv of x) and xs[id] its scale, for
 	 * every input id of matrix e (off / list as in ms_gpu_gemv); xq may

@@ -11,12 +11,13 @@
  * a token's output is the same in any batch.
  */
 #include "gpu-compat.h"
+#include "gpu-formats.h"
 #include "kern.h"
 
 #define NT 64          /* threads per attention block */
 #define MAX_D 256      /* head_dim the blocks hold (rocm.c refuses more) */
 
-/* Where position p of token t's sequence sits in the pool (floats). */
+/* Where position p of token t's sequence sits in the pool (values). */
 GPU_DEV int64_t kv_off(const struct ms_gpu_attn *a, int64_t t, int64_t p)
 {
 	int64_t blk = p / a->page_tokens;
@@ -25,14 +26,29 @@ GPU_DEV int64_t kv_off(const struct ms_gpu_attn *a, int64_t t, int64_t p)
 	return ((int64_t)page * a->page_tokens + p % a->page_tokens) * kvd;
 }
 
-GPU_DEV const float *kv_row(const struct ms_gpu_attn *a, const float *base, int64_t t, int64_t p)
+/* Value i of a stored row at off: f32, or bf16 widened exactly. */
+GPU_DEV float kv_val(const struct ms_gpu_attn *a, const void *base, int64_t off)
 {
-	return base + kv_off(a, t, p);
+	return a->kv_bf16 ? gpu_bf16(((const uint16_t *)base)[off]) : ((const float *)base)[off];
+}
+
+/* x as the pool stores it (engine/kv-cache.h's ms_kv_bf16: round to
+ * nearest even, a NaN kept a NaN). */
+GPU_DEV void kv_put(const struct ms_gpu_attn *a, void *base, int64_t off, float x)
+{
+	if (!a->kv_bf16) {
+		((float *)base)[off] = x;
+		return;
+	}
+	uint32_t u = gpu_f2u(x);
+	((uint16_t *)base)[off] = (u & 0x7FFFFFFFu) > 0x7F800000u
+					  ? (uint16_t)((u >> 16) | 0x0040u)
+					  : (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
 struct kvw_args {
 	struct ms_gpu_attn a;
-	float *pk, *pv;
+	void *pk, *pv;
 	const float *k, *v;
 };
 
@@ -43,13 +59,13 @@ GPU_KERNEL(k_kv_write, struct kvw_args)
 	     e += (int64_t)gridDim.x * blockDim.x) {
 		int64_t t = e / kvd, i = e % kvd;
 		int64_t off = kv_off(&a.a, t, a.a.pos[t]);
-		a.pk[off + i] = a.k[t * kvd + i];
-		a.pv[off + i] = a.v[t * kvd + i];
+		kv_put(&a.a, a.pk, off + i, a.k[t * kvd + i]);
+		kv_put(&a.a, a.pv, off + i, a.v[t * kvd + i]);
 	}
 }
 
-GPU_API int GPU_NS(kv_write)(const struct ms_gpu_ctx *c, const struct ms_gpu_attn *a, float *pk,
-			     float *pv, const float *k, const float *v)
+GPU_API int GPU_NS(kv_write)(const struct ms_gpu_ctx *c, const struct ms_gpu_attn *a, void *pk,
+			     void *pv, const float *k, const float *v)
 {
 	struct kvw_args w = {*a, pk, pv, k, v};
 	int64_t items = a->n * a->n_kv_heads * a->head_dim;
@@ -104,10 +120,10 @@ GPU_KERNEL(k_attn_part, struct ms_gpu_attn)
 	__syncthreads();
 	float mx = -INFINITY;
 	for (int64_t p = p0 + tid; p <= p1; p += NT) {
-		const float *k = kv_row(&a, a.k, t, p) + kvh * d;
+		int64_t k = kv_off(&a, t, p) + kvh * d;
 		float s = 0;
 		for (int64_t i = 0; i < d; i++)
-			s += qs[i] * k[i];
+			s += qs[i] * kv_val(&a, a.k, k + i);
 		sc[p - p0] = s * scale;
 		mx = fmaxf(mx, sc[p - p0]);
 	}
@@ -119,7 +135,7 @@ GPU_KERNEL(k_attn_part, struct ms_gpu_attn)
 	for (int64_t i = tid; i < d; i += NT) {
 		float acc = 0;
 		for (int64_t p = p0; p <= p1; p++)
-			acc += sc[p - p0] * kv_row(&a, a.v, t, p)[kvh * d + i];
+			acc += sc[p - p0] * kv_val(&a, a.v, kv_off(&a, t, p) + kvh * d + i);
 		part[2 + i] = acc;
 	}
 	if (tid == 0)

@@ -19,8 +19,8 @@ GPU_API int GPU_NS(rope)(const struct ms_gpu_ctx *c, const float *table, float *
 			 int64_t n_heads, int64_t d);
 GPU_API int GPU_NS(add)(const struct ms_gpu_ctx *c, float *y, const float *x, int64_t count);
 GPU_API int GPU_NS(copy)(const struct ms_gpu_ctx *c, void *dst, const void *src, size_t bytes);
-GPU_API int GPU_NS(kv_write)(const struct ms_gpu_ctx *c, const struct ms_gpu_attn *a, float *pk,
-			     float *pv, const float *k, const float *v);
+GPU_API int GPU_NS(kv_write)(const struct ms_gpu_ctx *c, const struct ms_gpu_attn *a, void *pk,
+			     void *pv, const float *k, const float *v);
 GPU_API int GPU_NS(attention)(const struct ms_gpu_ctx *c, const struct ms_gpu_attn *a);
 GPU_API int GPU_NS(actq)(const struct ms_gpu_ctx *c, const struct ms_gpu_gemv *g, float *xq,
 			 float *xs);

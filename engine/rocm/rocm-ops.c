@@ -147,7 +147,8 @@ static struct ms_gpu_attn attn_base(struct ms_rocm *be, int layer)
 	return (struct ms_gpu_attn){
 		.n = s->n, .pos = be->buf[RB_POS].p, .tok_seq = be->buf[RB_SEQ].p,
 		.pages = be->buf[RB_PAGES].p, .n_layers = be->n_layers, .n_blocks = be->n_blocks,
-		.layer = layer, .page_tokens = s->pool->page_tokens, .k = (const float *)s->pool->k, .v = (const float *)s->pool->v,
+		.layer = layer, .page_tokens = s->pool->page_tokens, .k = s->pool->k, .v = s->pool->v,
+		.kv_bf16 = s->pool->dtype == MS_KV_BF16,
 	};
 }
 
@@ -158,7 +159,7 @@ void ms_rocm_kv_write(struct ms_backend *b, int layer, const float *k, const flo
 	struct ms_gpu_attn a = attn_base(be, layer);
 	a.head_dim = pool->kv_dim;
 	a.n_kv_heads = 1;
-	ms_rocm_fail(be, be->k->kv_write(ctx(be), &a, (float *)pool->k, (float *)pool->v, k, v));
+	ms_rocm_fail(be, be->k->kv_write(ctx(be), &a, pool->k, pool->v, k, v));
 }
 
 /* Splits of MS_GPU_ATTN_SPLIT positions the longest range of this layer's

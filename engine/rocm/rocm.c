@@ -307,7 +307,8 @@ static int rocm_open_with(const struct ms_backend_opts *o, const struct ms_backe
 	*b = (struct ms_backend){.ops = ops, .name = ops->name, .kernels = be->kernels,
 				 .device = be->info.name,
 				 .host = false, .exact = be->exact || !be->ctx.mma,
-				 .kv_dtypes = 1u << MS_KV_F32, .threads = be->pool.n_threads,
+				 .kv_dtypes = 1u << MS_KV_F32 | 1u << MS_KV_BF16,
+				 .threads = be->pool.n_threads,
 				 .pool = &be->pool};
 	*out = b;
 	return 0;
