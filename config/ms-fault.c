@@ -2,9 +2,11 @@
  * --wrap=SYMBOL for each allocator below (config/meson.build). */
 #include "ms-fault.h"
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
 #include <errno.h>
 #include <pthread.h>
-#include <regex.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -30,7 +32,14 @@ void *__real_mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t o
 int __real_munmap(void *addr, size_t len);
 FILE *__real_fopen(const char *path, const char *mode);
 FILE *__real_fopen64(const char *path, const char *mode);
-int __real_regcomp(regex_t *re, const char *pat, int flags);
+pcre2_code *__real_pcre2_compile_8(PCRE2_SPTR pat, PCRE2_SIZE len, uint32_t opts, int *ec,
+				   PCRE2_SIZE *off, pcre2_compile_context *cc);
+pcre2_match_context *__real_pcre2_match_context_create_8(pcre2_general_context *g);
+pcre2_match_data *__real_pcre2_match_data_create_8(uint32_t n, pcre2_general_context *g);
+pcre2_match_data *__real_pcre2_match_data_create_from_pattern_8(const pcre2_code *c,
+								pcre2_general_context *g);
+pcre2_jit_stack *__real_pcre2_jit_stack_create_8(PCRE2_SIZE lo, PCRE2_SIZE hi,
+						 pcre2_general_context *g);
 int __real_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg);
 
 static atomic_uint_fast64_t count, fail_at;
@@ -351,11 +360,39 @@ FILE *__wrap_fopen64(const char *path, const char *mode)
 	return __real_fopen64(path, mode);
 }
 
-int __wrap_regcomp(regex_t *re, const char *pat, int flags)
+/* PCRE2's objects: each creation allocates (inside libpcre2, which
+ * --wrap cannot reach, so the creation itself is the allocation). */
+pcre2_code *__wrap_pcre2_compile_8(PCRE2_SPTR pat, PCRE2_SIZE len, uint32_t opts, int *ec,
+				   PCRE2_SIZE *off, pcre2_compile_context *cc)
 {
-	if (fail_now(CALLER))
-		return REG_ESPACE;
-	return __real_regcomp(re, pat, flags);
+	if (fail_now(CALLER)) {
+		*ec = PCRE2_ERROR_HEAP_FAILED;
+		*off = 0;
+		return NULL;
+	}
+	return __real_pcre2_compile_8(pat, len, opts, ec, off, cc);
+}
+
+pcre2_match_context *__wrap_pcre2_match_context_create_8(pcre2_general_context *g)
+{
+	return fail_now(CALLER) ? NULL : __real_pcre2_match_context_create_8(g);
+}
+
+pcre2_match_data *__wrap_pcre2_match_data_create_8(uint32_t n, pcre2_general_context *g)
+{
+	return fail_now(CALLER) ? NULL : __real_pcre2_match_data_create_8(n, g);
+}
+
+pcre2_match_data *__wrap_pcre2_match_data_create_from_pattern_8(const pcre2_code *c,
+								pcre2_general_context *g)
+{
+	return fail_now(CALLER) ? NULL : __real_pcre2_match_data_create_from_pattern_8(c, g);
+}
+
+pcre2_jit_stack *__wrap_pcre2_jit_stack_create_8(PCRE2_SIZE lo, PCRE2_SIZE hi,
+						 pcre2_general_context *g)
+{
+	return fail_now(CALLER) ? NULL : __real_pcre2_jit_stack_create_8(lo, hi, g);
 }
 
 /* A thread is an allocation too (its stack). */

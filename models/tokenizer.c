@@ -269,6 +269,8 @@ static int compile_regex(const char *pattern, bool literal, pcre2_code **out, st
 	free(rw);
 	if (!*out) {
 		PCRE2_UCHAR msg[256];
+		if (ec == PCRE2_ERROR_HEAP_FAILED)
+			return ms_err_set(err, -ENOMEM, "out of memory");
 		pcre2_get_error_message(ec, msg, sizeof(msg));
 		return ms_err_set(err, -EINVAL,
 				  "tokenizer.json: Split pattern does not compile at offset %zu: %s",

@@ -144,14 +144,14 @@ static int awq_scheme_for(const struct ms_quant_config *qc, const struct ms_chec
 			  const char *prefix, enum ms_qkind kind, const struct ms_quant_scheme **out,
 			  struct ms_err *err)
 {
-	(void)err;
 	char name[512];
+	bool keep;
 	snprintf(name, sizeof(name), "%s.qweight", prefix);
 	*out = &ms_scheme_unquantized;
-	if (kind == MS_QKIND_LINEAR && !ms_quant_not_converted(qc, prefix) &&
-	    ms_checkpoint_find(ck, name))
+	int rc = kind == MS_QKIND_LINEAR ? ms_quant_not_converted(qc, prefix, &keep, err) : 0;
+	if (!rc && kind == MS_QKIND_LINEAR && !keep && ms_checkpoint_find(ck, name))
 		*out = &awq_scheme;
-	return 0;
+	return rc;
 }
 
 const struct ms_quant_method ms_quant_awq = {

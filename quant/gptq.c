@@ -16,7 +16,6 @@
  * ("-:" skips a module, other keys override bits/group_size/sym/desc_act).
  */
 #include <math.h>
-#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +30,7 @@ struct gptq_params {
 };
 
 struct gptq_rule {
-	regex_t re;
+	struct ms_qregex *re;
 	bool skip;             /* "-:" */
 	struct gptq_params p;  /* overrides, for the other rules */
 };
@@ -119,7 +118,7 @@ static void gptq_free(struct ms_quant_config *qc)
 	if (!c)
 		return;
 	for (int i = 0; i < c->n_rules; i++)
-		regfree(&c->rules[i].re);
+		ms_qregex_free(c->rules[i].re);
 	free(c->rules);
 	free(c);
 	qc->priv = NULL;
@@ -143,15 +142,15 @@ static int parse_dynamic(struct gptq_cfg *c, const cJSON *dyn, const char *where
 		r->skip = strncmp(key, "-:", 2) == 0;
 		if (r->skip || strncmp(key, "+:", 2) == 0)
 			pat = key + 2;
-		char anchored[1024], w2[1100];
-		snprintf(anchored, sizeof(anchored), "^(%s)", pat);
-		if (regcomp(&r->re, anchored, REG_EXTENDED | REG_NOSUB))
-			return ms_err_set(err, -EINVAL, "%s: \"dynamic\" key \"%s\" is not a regular expression "
-					  "this build can read (POSIX extended)", where, key);
+		char w2[320];
+		int rc;
+		const char *more = strlen(key) > 120 ? "..." : "";
+		snprintf(w2, sizeof(w2), "%s: \"dynamic\" key \"%.120s%s\"", where, key, more);
+		if ((rc = ms_qregex_init(&r->re, pat, w2, err)))
+			return rc;
 		c->n_rules++;
-		snprintf(w2, sizeof(w2), "%s: \"dynamic[%s]\"", where, key);
+		snprintf(w2, sizeof(w2), "%s: \"dynamic[%.120s%s]\"", where, key, more);
 		if (!r->skip) {
-			int rc;
 			if (!cJSON_IsObject(it))
 				return ms_err_set(err, -EINVAL, "%s must be an object", w2);
 			const cJSON *k;
@@ -217,13 +216,21 @@ static int gptq_parse(struct ms_quant_config *qc, const cJSON *q, struct ms_err 
 	return parse_dynamic(c, cJSON_GetObjectItemCaseSensitive(q, "dynamic"), where, err);
 }
 
-/* The rule that applies to module, first match wins (GPTQModel's order). */
-static const struct gptq_rule *rule_for(const struct gptq_cfg *c, const char *module)
+/* The rule that applies to module (NULL: none), first match wins
+ * (GPTQModel's order). */
+static int rule_for(const struct gptq_cfg *c, const char *module, const struct gptq_rule **out,
+		    struct ms_err *err)
 {
-	for (int i = 0; i < c->n_rules; i++)
-		if (regexec(&c->rules[i].re, module, 0, NULL, 0) == 0)
-			return &c->rules[i];
-	return NULL;
+	*out = NULL;
+	for (int i = 0; i < c->n_rules; i++) {
+		bool hit;
+		int rc = ms_qregex_match(c->rules[i].re, module, &hit, err);
+		if (rc || hit) {
+			*out = rc ? NULL : &c->rules[i];
+			return rc;
+		}
+	}
+	return 0;
 }
 
 /* ---- loading ---- */
@@ -286,7 +293,10 @@ static int gptq_load_linear(const struct ms_quant_config *qc, const struct ms_ch
 			    struct ms_qload *ld, struct ms_qlinear *l, struct ms_err *err)
 {
 	const struct gptq_cfg *c = qc->priv;
-	const struct gptq_rule *r = rule_for(c, prefix);
+	const struct gptq_rule *r;
+	int rc = rule_for(c, prefix, &r, err);
+	if (rc)
+		return rc;
 	const struct gptq_params *p = r ? &r->p : &c->p;
 	int bits = p->bits;
 	int64_t gs = p->group_size == -1 ? K : p->group_size;
@@ -298,7 +308,6 @@ static int gptq_load_linear(const struct ms_quant_config *qc, const struct ms_ch
 				  "bit counts fill whole 32-bit words", prefix, bits, (long long)K,
 				  (long long)N);
 	const struct ms_tensor *qw, *qz, *gi = NULL;
-	int rc;
 	snprintf(name, sizeof(name), "%s.qweight", prefix);
 	if ((rc = ms_checkpoint_get(ck, name, MS_DTYPE_I32, 2, (int64_t[]){K * bits / 32, N}, &qw, err)))
 		return rc;
@@ -367,14 +376,17 @@ static int gptq_scheme_for(const struct ms_quant_config *qc, const struct ms_che
 			   const char *prefix, enum ms_qkind kind, const struct ms_quant_scheme **out,
 			   struct ms_err *err)
 {
-	(void)err;
 	const struct gptq_cfg *c = qc->priv;
-	const struct gptq_rule *r = rule_for(c, prefix);
+	const struct gptq_rule *r;
+	bool keep;
 	char name[512];
 	snprintf(name, sizeof(name), "%s.qweight", prefix);
 	*out = &ms_scheme_unquantized;
-	if (kind == MS_QKIND_LINEAR && !(r && r->skip) && !ms_quant_not_converted(qc, prefix) &&
-	    ms_checkpoint_find(ck, name))
+	int rc = rule_for(c, prefix, &r, err);
+	if (rc || kind != MS_QKIND_LINEAR || (r && r->skip) ||
+	    (rc = ms_quant_not_converted(qc, prefix, &keep, err)) || keep)
+		return rc;
+	if (ms_checkpoint_find(ck, name))
 		*out = &gptq_scheme;
 	return 0;
 }

@@ -75,12 +75,13 @@ static int mxfp4_scheme_for(const struct ms_quant_config *qc, const struct ms_ch
 			    const char *prefix, enum ms_qkind kind,
 			    const struct ms_quant_scheme **out, struct ms_err *err)
 {
-	(void)err, (void)ck;
-	if (kind == MS_QKIND_MOE && !ms_quant_not_converted(qc, prefix))
+	(void)ck;
+	bool keep = true;
+	*out = &ms_scheme_unquantized;
+	int rc = kind == MS_QKIND_MOE ? ms_quant_not_converted(qc, prefix, &keep, err) : 0;
+	if (!rc && !keep)
 		*out = &ms_scheme_mxfp4;
-	else
-		*out = &ms_scheme_unquantized;
-	return 0;
+	return rc;
 }
 
 const struct ms_quant_method ms_quant_mxfp4 = {

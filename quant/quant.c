@@ -4,11 +4,9 @@
 #include "pool.h"
 #include "quant.h"
 
-#include <fnmatch.h>
 #include <malloc.h>
 #include <math.h>
 #include <pthread.h>
-#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -124,16 +122,19 @@ static int parse_not_convert(struct ms_quant_config *qc, const cJSON *q, const c
 	if (!cJSON_IsArray(nc))
 		return ms_err_set(err, -EINVAL, "%s: \"modules_to_not_convert\" must be a list", where);
 	int n = cJSON_GetArraySize(nc);
-	qc->not_convert = calloc((size_t)n + 1, sizeof(char *));
+	qc->not_convert = calloc((size_t)n + 1, sizeof(*qc->not_convert));
 	if (!qc->not_convert)
 		return ms_err_set(err, -ENOMEM, "out of memory");
 	const cJSON *it;
+	int rc;
 	cJSON_ArrayForEach(it, nc) {
 		if (!cJSON_IsString(it))
 			return ms_err_set(err, -EINVAL, "%s: \"modules_to_not_convert[%d]\" is not a string",
 					  where, qc->n_not_convert);
-		if (!(qc->not_convert[qc->n_not_convert++] = strdup(it->valuestring)))
-			return ms_err_set(err, -ENOMEM, "out of memory");
+		char w[160];
+		snprintf(w, sizeof(w), "%s: \"modules_to_not_convert[%d]\"", where, qc->n_not_convert);
+		if ((rc = ms_qname_init(&qc->not_convert[qc->n_not_convert++], it->valuestring, w, err)))
+			return rc;
 	}
 	return 0;
 }
@@ -226,44 +227,27 @@ void ms_quant_config_free(struct ms_quant_config *qc)
 	if (qc->method && qc->method->free)
 		qc->method->free(qc);
 	for (int i = 0; i < qc->n_not_convert; i++)
-		free(qc->not_convert[i]);
+		ms_qname_free(&qc->not_convert[i]);
 	free(qc->not_convert);
 	memset(qc, 0, sizeof(*qc));
 }
 
 /* ---- name matching ---- */
 
-bool ms_quant_name_matches(const char *p, const char *module)
+int ms_quant_not_converted(const struct ms_quant_config *qc, const char *module, bool *hit,
+			   struct ms_err *err)
 {
-	if (strncmp(p, "re:", 3) == 0) {
-		char anchored[1024];
-		regex_t re;
-		snprintf(anchored, sizeof(anchored), "^(%s)", p + 3);
-		if (regcomp(&re, anchored, REG_EXTENDED | REG_NOSUB))
-			return false; /* checked at parse time by the methods that use it */
-		bool hit = regexec(&re, module, 0, NULL, 0) == 0;
-		regfree(&re);
-		return hit;
+	*hit = false;
+	for (int i = 0; i < qc->n_not_convert && !*hit; i++) {
+		if (qc->not_convert_substring && strstr(module, qc->not_convert[i].text)) {
+			*hit = true;
+			break;
+		}
+		int rc = ms_qname_match(&qc->not_convert[i], module, hit, err);
+		if (rc)
+			return rc;
 	}
-	size_t pl = strlen(p);
-	if (fnmatch(p, module, 0) == 0)
-		return true;
-	if (strncmp(module, p, pl) == 0 && module[pl] == '.')
-		return true; /* a parent module */
-	char sub[1024];
-	snprintf(sub, sizeof(sub), "%s.*", p);
-	return fnmatch(sub, module, 0) == 0;
-}
-
-bool ms_quant_not_converted(const struct ms_quant_config *qc, const char *module)
-{
-	for (int i = 0; i < qc->n_not_convert; i++) {
-		if (qc->not_convert_substring && strstr(module, qc->not_convert[i]))
-			return true;
-		if (ms_quant_name_matches(qc->not_convert[i], module))
-			return true;
-	}
-	return false;
+	return 0;
 }
 
 bool ms_quant_has_prefix(const struct ms_checkpoint *ck, const char *prefix)

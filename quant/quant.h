@@ -108,7 +108,7 @@ struct ms_quant_method {
 struct ms_quant_config {
 	const struct ms_quant_method *method;
 	const char *source;   /* "config.json", "quantize_config.json", ... */
-	char **not_convert;   /* modules_to_not_convert patterns */
+	struct ms_qname *not_convert; /* modules_to_not_convert patterns */
 	int n_not_convert;
 	bool not_convert_substring; /* AWQ: an entry matches anywhere in the name */
 	void *priv;           /* method-specific */
@@ -198,16 +198,36 @@ int ms_qlinear_splice_rows(struct ms_qlinear *dst, const struct ms_qlinear *a,
 			   const struct ms_qlinear *b, const int64_t *map, int64_t rows,
 			   const char *what, struct ms_err *err);
 
-/* True when module `module` matches a modules_to_not_convert pattern: the
- * pattern names the module or one of its parents, '*' matches any run of
- * characters, and with not_convert_substring an entry anywhere in the name
- * counts (AutoAWQ's rule). */
-bool ms_quant_not_converted(const struct ms_quant_config *qc, const char *module);
+/* Whether module `module` matches a modules_to_not_convert pattern
+ * (ms_qname_match; with not_convert_substring an entry anywhere in the
+ * name counts too, AutoAWQ's rule). */
+int ms_quant_not_converted(const struct ms_quant_config *qc, const char *module, bool *hit,
+			   struct ms_err *err);
 
-/* Pattern matching shared by the methods: exact name or parent, fnmatch
- * glob (also against parents), or "re:<regex>" (POSIX extended, anchored at
- * the start as Python's re.match). */
-bool ms_quant_name_matches(const char *pattern, const char *module);
+/* ---- module-name patterns (names.c) ---- */
+
+/* A Python regex applied as re.match (anchored at the start), with bounded
+ * length, steps, depth and heap. `what` names the pattern's source in
+ * errors (copied). */
+struct ms_qregex;
+int ms_qregex_init(struct ms_qregex **out, const char *pattern, const char *what,
+		   struct ms_err *err);
+/* *hit: whether module matches; an error when the pattern hit a limit. */
+int ms_qregex_match(const struct ms_qregex *re, const char *module, bool *hit, struct ms_err *err);
+void ms_qregex_free(struct ms_qregex *re);
+
+/* Python's fnmatch.fnmatchcase: '*', '?', [seq], [!seq]; linear time. */
+bool ms_qglob_match(const char *pattern, const char *name);
+
+/* One entry of an exclude or modules_to_not_convert list: "re:<regex>"
+ * (ms_qregex), else a glob that matches the module or one of its parents. */
+struct ms_qname {
+	char *text;
+	struct ms_qregex *re; /* for "re:" entries */
+};
+int ms_qname_init(struct ms_qname *n, const char *text, const char *what, struct ms_err *err);
+int ms_qname_match(const struct ms_qname *n, const char *module, bool *hit, struct ms_err *err);
+void ms_qname_free(struct ms_qname *n);
 
 /* ---- schemes ---- */
 extern const struct ms_quant_scheme ms_scheme_unquantized;

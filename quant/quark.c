@@ -4,7 +4,7 @@
  *
  * Each module's spec is resolved in Quark's order: `exclude` (exact name,
  * parent, glob or "re:" regex) -> unquantized; else the first
- * `layer_quant_config` pattern (fnmatch) that matches the name; else
+ * `layer_quant_config` pattern (a glob, as Python's fnmatch) that matches the name; else
  * `layer_type_quant_config` by module type ("FusedMoE" then "Linear" for an
  * expert's projections, "Linear" for the others); else
  * `global_quant_config`. Every spec in the file is validated when the config
@@ -23,9 +23,7 @@
  * scale. Dynamic FP8 takes the scale per token row (amax / 448) so that a
  * request's result never depends on what else is in its batch.
  */
-#include <fnmatch.h>
 #include <math.h>
-#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +47,7 @@ struct quark_cfg {
 	struct qk_spec global;
 	struct qk_named *layer, *type;
 	int n_layer, n_type;
-	char **exclude;
+	struct ms_qname *exclude;
 	int n_exclude;
 };
 
@@ -218,7 +216,7 @@ static void quark_free(struct ms_quant_config *qc)
 	for (int i = 0; i < c->n_type; i++)
 		free(c->type[i].key);
 	for (int i = 0; i < c->n_exclude; i++)
-		free(c->exclude[i]);
+		ms_qname_free(&c->exclude[i]);
 	free(c->layer), free(c->type), free(c->exclude);
 	free(c);
 	qc->priv = NULL;
@@ -229,8 +227,8 @@ static bool in_kv_group(const cJSON *kvg, const char *key)
 	const cJSON *it;
 	cJSON_ArrayForEach(it, kvg)
 		if (cJSON_IsString(it) && (!strcmp(it->valuestring, key) ||
-					   fnmatch(it->valuestring, key, 0) == 0 ||
-					   fnmatch(key, it->valuestring, 0) == 0))
+					   ms_qglob_match(it->valuestring, key) ||
+					   ms_qglob_match(key, it->valuestring)))
 			return true;
 	return false;
 }
@@ -302,7 +300,7 @@ static int quark_parse(struct ms_quant_config *qc, const cJSON *q, struct ms_err
 	if (ex && !cJSON_IsNull(ex)) {
 		if (!cJSON_IsArray(ex))
 			return ms_err_set(err, -EINVAL, "%s.exclude must be a list", where);
-		c->exclude = calloc((size_t)cJSON_GetArraySize(ex) + 1, sizeof(char *));
+		c->exclude = calloc((size_t)cJSON_GetArraySize(ex) + 1, sizeof(*c->exclude));
 		if (!c->exclude)
 			return ms_err_set(err, -ENOMEM, "out of memory");
 		const cJSON *it;
@@ -310,19 +308,9 @@ static int quark_parse(struct ms_quant_config *qc, const cJSON *q, struct ms_err
 			if (!cJSON_IsString(it))
 				return ms_err_set(err, -EINVAL, "%s.exclude[%d] is not a string", where,
 						  c->n_exclude);
-			if (!strncmp(it->valuestring, "re:", 3)) {
-				/* validate the regex now, not at the first lookup */
-				regex_t re;
-				char anchored[1024];
-				snprintf(anchored, sizeof(anchored), "^(%s)", it->valuestring + 3);
-				if (regcomp(&re, anchored, REG_EXTENDED | REG_NOSUB))
-					return ms_err_set(err, -EINVAL, "%s.exclude[%d] \"%s\" is not a "
-							  "regular expression this build reads (POSIX "
-							  "extended)", where, c->n_exclude, it->valuestring);
-				regfree(&re);
-			}
-			if (!(c->exclude[c->n_exclude++] = strdup(it->valuestring)))
-				return ms_err_set(err, -ENOMEM, "out of memory");
+			snprintf(w, sizeof(w), "%s.exclude[%d]", where, c->n_exclude);
+			if ((rc = ms_qname_init(&c->exclude[c->n_exclude++], it->valuestring, w, err)))
+				return rc;
 		}
 	}
 	return 0;
@@ -330,33 +318,47 @@ static int quark_parse(struct ms_quant_config *qc, const cJSON *q, struct ms_err
 
 /* ---- resolution ---- */
 
-static const struct qk_spec *resolve(const struct quark_cfg *c, const char *module)
+static int resolve(const struct quark_cfg *c, const char *module, const struct qk_spec **out,
+		   struct ms_err *err)
 {
 	static const struct qk_spec none = {QK_W_NONE, MS_ACTQ_NONE, &ms_scheme_unquantized};
-	for (int i = 0; i < c->n_exclude; i++)
-		if (ms_quant_name_matches(c->exclude[i], module))
-			return &none;
+	*out = &none;
+	for (int i = 0; i < c->n_exclude; i++) {
+		bool hit;
+		int rc = ms_qname_match(&c->exclude[i], module, &hit, err);
+		if (rc || hit)
+			return rc;
+	}
 	for (int i = 0; i < c->n_layer; i++)
-		if (fnmatch(c->layer[i].key, module, 0) == 0)
-			return &c->layer[i].spec;
+		if (ms_qglob_match(c->layer[i].key, module)) {
+			*out = &c->layer[i].spec;
+			return 0;
+		}
 	bool expert = strstr(module, ".mlp.experts.") != NULL;
 	const char *types[] = {expert ? "FusedMoE" : "Linear", "Linear"};
 	for (int t = 0; t < 2; t++)
 		for (int i = 0; i < c->n_type; i++)
-			if (!strcmp(c->type[i].key, types[t]))
-				return &c->type[i].spec;
-	return &c->global;
+			if (!strcmp(c->type[i].key, types[t])) {
+				*out = &c->type[i].spec;
+				return 0;
+			}
+	*out = &c->global;
+	return 0;
 }
 
 static int quark_scheme_for(const struct ms_quant_config *qc, const struct ms_checkpoint *ck,
 			    const char *prefix, enum ms_qkind kind, const struct ms_quant_scheme **out,
 			    struct ms_err *err)
 {
-	(void)ck, (void)err;
+	(void)ck;
 	/* Quark stores experts per expert; 3-D expert tensors in a Quark
 	 * checkpoint are experts it left alone. */
-	*out = kind == MS_QKIND_LINEAR ? resolve(qc->priv, prefix)->scheme : &ms_scheme_unquantized;
-	return 0;
+	*out = &ms_scheme_unquantized;
+	const struct qk_spec *s;
+	int rc = kind == MS_QKIND_LINEAR ? resolve(qc->priv, prefix, &s, err) : 0;
+	if (!rc && kind == MS_QKIND_LINEAR)
+		*out = s->scheme;
+	return rc;
 }
 
 /* ---- loading ---- */
@@ -365,10 +367,12 @@ static int quark_load_linear(const struct ms_quant_config *qc, const struct ms_c
 			     const char *prefix, int64_t N, int64_t K, bool has_bias,
 			     struct ms_qload *ld, struct ms_qlinear *l, struct ms_err *err)
 {
-	const struct qk_spec *s = resolve(qc->priv, prefix);
+	const struct qk_spec *s;
 	char name[512];
 	const struct ms_tensor *w, *ws;
-	int rc;
+	int rc = resolve(qc->priv, prefix, &s, err);
+	if (rc)
+		return rc;
 	snprintf(name, sizeof(name), "%s.weight", prefix);
 	if (s->w == QK_W_FP4) {
 		int64_t kb = (K + 1) / 2, kg = (K + 31) / 32;

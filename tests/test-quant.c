@@ -19,6 +19,15 @@
 #include "cpu.h"
 #include "quant.h"
 
+/* ms_quant_not_converted for names that cannot make it fail */
+static bool not_converted(const struct ms_quant_config *qc, const char *module)
+{
+	bool hit;
+	struct ms_err err = {0};
+	ck_assert_msg(ms_quant_not_converted(qc, module, &hit, &err) == 0, "%s", err.msg);
+	return hit;
+}
+
 static int init_from(const char *json, struct ms_quant_config *qc, struct ms_err *err)
 {
 	cJSON *root = cJSON_Parse(json);
@@ -213,6 +222,94 @@ START_TEST(quark_resolution_order)
 }
 END_TEST
 
+/* Globs read as Python's fnmatch.fnmatchcase reads them (the expected
+ * column is Python 3's answer), in linear time: a pattern that makes a
+ * backtracking matcher take C(n, k) steps answers at once. */
+START_TEST(module_globs)
+{
+	static const struct { const char *pat, *name; bool want; } cases[] = {
+		{"model.layers.*.self_attn", "model.layers.3.self_attn", true},
+		{"*q_proj", "model.layers.0.self_attn.q_proj", true},
+		{"*.[kv]_proj", "a.k_proj", true}, {"*.[kv]_proj", "a.q_proj", false},
+		{"*.[!kv]_proj", "a.q_proj", true}, {"*.[!kv]_proj", "a.v_proj", false},
+		{"layer[0-9]", "layer7", true}, {"layer[0-9]", "layerx", false},
+		{"a[]b", "a]b", false}, {"a[]b", "a[]b", true}, {"a[!]]b", "a]b", false},
+		{"a[!]]b", "axb", true}, {"a[", "a[", true}, {"a[b", "ab", false},
+		{"a\\b", "a\\b", true}, {"a?c", "abc", true}, {"a?c", "ac", false},
+		{"**", "", true}, {"*", "x", true}, {"a*", "b", false}, {"[^a]", "^", true},
+		{"[^a]", "b", false}, {"[a-]", "-", true}, {"[z-a]", "m", false},
+		{"*a*b*c", "xaybzc", true}, {"*a*b*c", "xaybzcd", false},
+		{"lm_head", "lm_head", true}, {"lm_head", "lm_headx", false},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++)
+		ck_assert_msg(ms_qglob_match(cases[i].pat, cases[i].name) == cases[i].want,
+			      "glob \"%s\" on \"%s\"", cases[i].pat, cases[i].name);
+	char pat[200] = "", name[400];
+	for (int i = 0; i < 60; i++)
+		strcat(pat, "*a");
+	strcat(pat, "*b");
+	memset(name, 'a', sizeof(name) - 1);
+	name[sizeof(name) - 1] = 0;
+	ck_assert(!ms_qglob_match(pat, name));
+	name[sizeof(name) - 2] = 'b';
+	ck_assert(ms_qglob_match(pat, name));
+}
+END_TEST
+
+/* Regexes as Python's re.match applies them: Python syntax, anchored at
+ * the start only; a pattern that backtracks without end is an error that
+ * names it (the fuzzer's out-of-memory keys were of this kind). */
+START_TEST(module_regexes)
+{
+	static const struct { const char *re, *name; bool want; } cases[] = {
+		{"model\\.layers\\.\\d+\\.mlp\\.experts", "model.layers.12.mlp.experts.3.down_proj", true},
+		{"(?:.*\\.)?(q|k)_proj$", "model.layers.0.self_attn.k_proj", true},
+		{"(?:.*\\.)?(q|k)_proj$", "model.layers.0.self_attn.v_proj", false},
+		{"experts", "model.layers.0.mlp.experts", false},  /* anchored at the start */
+		{"model", "model.layers.0.mlp.experts", true},     /* not at the end */
+		{".*?router", "model.layers.0.mlp.router", true},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		struct ms_qregex *re;
+		struct ms_err err = {0};
+		bool hit;
+		ck_assert_msg(ms_qregex_init(&re, cases[i].re, "test", &err) == 0, "%s", err.msg);
+		ck_assert_int_eq(ms_qregex_match(re, cases[i].name, &hit, &err), 0);
+		ck_assert_msg(hit == cases[i].want, "re \"%s\" on \"%s\"", cases[i].re, cases[i].name);
+		ms_qregex_free(re);
+	}
+	/* exponential backtracking: an error naming the rule and the module */
+	struct ms_quant_config qc;
+	struct ms_err err = {0};
+	ck_assert_int_eq(init_from(QC("{\"quant_method\":\"gptq\",\"bits\":4,\"group_size\":32,"
+				      "\"dynamic\":{\"-:(.|.)*(.|.)*(#|%)\":{}}}"), &qc, &err), 0);
+	const struct ms_quant_scheme *s = NULL;
+	int rc = qc.method->scheme_for(&qc, &(struct ms_checkpoint){0},
+				       "model.layers.23.mlp.experts.31.down_proj", MS_QKIND_LINEAR, &s,
+				       &err);
+	ck_assert_int_eq(rc, -EINVAL);
+	ck_assert_msg(strstr(err.msg, "\"dynamic\" key \"-:(.|.)*(.|.)*(#|%)\"") &&
+		      strstr(err.msg, "model.layers.23.mlp.experts.31.down_proj") &&
+		      strstr(err.msg, "limit"), "%s", err.msg);
+	ms_quant_config_free(&qc);
+	/* the same through modules_to_not_convert's "re:" entries */
+	ck_assert_int_eq(init_from(QC("{\"quant_method\":\"awq\",\"bits\":4,\"group_size\":32,"
+				      "\"modules_to_not_convert\":[\"re:(.|.)*(.|.)*(#|%)\"]}"), &qc, &err),
+			 0);
+	bool hit;
+	ck_assert_int_eq(ms_quant_not_converted(&qc, "model.layers.23.mlp.experts.31.down_proj", &hit,
+						&err), -EINVAL);
+	ck_assert_msg(strstr(err.msg, "modules_to_not_convert[0]"), "%s", err.msg);
+	ms_quant_config_free(&qc);
+	/* longer than any producer writes: refused, not truncated */
+	char cfg[1300] = QC("{\"quant_method\":\"gptq\",\"bits\":4,\"group_size\":32,\"dynamic\":{\"-:");
+	size_t at = strlen(cfg) - 1;
+	memset(cfg + at, 'a', 1100);
+	strcpy(cfg + at + 1100, "\":{}}}}");
+	refused(cfg, "dynamic", "1100 bytes", NULL);
+}
+END_TEST
+
 /* GPTQ picks its scheme from the tensors the producer wrote, minus what
  * modules_to_not_convert and dynamic "-:" rules exclude. */
 START_TEST(gptq_scheme_by_tensors)
@@ -285,8 +382,8 @@ START_TEST(awq_not_convert_is_substring)
 	struct ms_err err = {0};
 	ck_assert_int_eq(init_from(QC("{\"quant_method\":\"awq\",\"bits\":4,\"group_size\":32,"
 				      "\"modules_to_not_convert\":[\"router\"]}"), &qc, &err), 0);
-	ck_assert(ms_quant_not_converted(&qc, "model.layers.3.mlp.router"));
-	ck_assert(!ms_quant_not_converted(&qc, "model.layers.3.mlp.experts.0.gate_proj"));
+	ck_assert(not_converted(&qc, "model.layers.3.mlp.router"));
+	ck_assert(!not_converted(&qc, "model.layers.3.mlp.experts.0.gate_proj"));
 	ms_quant_config_free(&qc);
 }
 END_TEST
@@ -435,6 +532,8 @@ int main(void)
 	tcase_add_test(tc, awq_config);
 	tcase_add_test(tc, quark_config_refusals);
 	tcase_add_test(tc, quark_resolution_order);
+	tcase_add_test(tc, module_globs);
+	tcase_add_test(tc, module_regexes);
 	tcase_add_test(tc, gptq_scheme_by_tensors);
 	tcase_add_test(tc, standalone_config_files);
 	tcase_add_test(tc, awq_not_convert_is_substring);

@@ -46,7 +46,10 @@ static void resolve_all(const struct ms_quant_config *qc)
 			int rc = qc->method->scheme_for(qc, &ck, modules[i], kind, &s, &err);
 			FUZZ_CHECK(rc ? err.msg[0] != 0 : s != NULL, "%s: scheme_for %d", modules[i], rc);
 		}
-		(void)ms_quant_not_converted(qc, modules[i]);
+		bool hit;
+		struct ms_err err = {0};
+		if (ms_quant_not_converted(qc, modules[i], &hit, &err))
+			FUZZ_CHECK(err.msg[0] != 0, "%s: not_converted without a message", modules[i]);
 	}
 }
 
