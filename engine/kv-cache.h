@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "ms-error.h"
 
 struct ms_backend;
@@ -39,22 +40,6 @@ int ms_kv_dtype_parse(const char *s, enum ms_kv_dtype *out);
 static inline size_t ms_kv_dtype_size(enum ms_kv_dtype t)
 {
 	return t == MS_KV_BF16 ? 2 : 4;
-}
-
-/* A bf16 entry's bits: round to nearest even, NaN kept a NaN, infinity
- * kept (subnormals too: they round like the rest). */
-static inline uint16_t ms_kv_bf16(float x)
-{
-	union { float f; uint32_t u; } v = {.f = x};
-	if ((v.u & 0x7FFFFFFFu) > 0x7F800000u)
-		return (uint16_t)((v.u >> 16) | 0x0040u);
-	return (uint16_t)((v.u + 0x7FFFu + ((v.u >> 16) & 1u)) >> 16);
-}
-
-static inline float ms_kv_bf16_f32(uint16_t h)
-{
-	union { uint32_t u; float f; } v = {.u = (uint32_t)h << 16};
-	return v.f;
 }
 
 struct ms_kv_pool {
@@ -129,7 +114,7 @@ static inline void ms_kv_store(const struct ms_kv_pool *p, void *dst, const floa
 {
 	if (p->dtype == MS_KV_BF16)
 		for (int64_t i = 0; i < n; i++)
-			((uint16_t *)dst)[i] = ms_kv_bf16(x[i]);
+			((uint16_t *)dst)[i] = ms_bf16_rne(x[i]);
 	else
 		memcpy(dst, x, (size_t)n * sizeof(float));
 }

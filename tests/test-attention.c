@@ -62,7 +62,7 @@ struct fixture {
 /* Value e of a stored K or V row, widened. */
 static double kv_val(const struct ms_kv_pool *pool, const void *row, int64_t e)
 {
-	return pool->dtype == MS_KV_BF16 ? ms_kv_bf16_f32(((const uint16_t *)row)[e])
+	return pool->dtype == MS_KV_BF16 ? ms_bf16_f32(((const uint16_t *)row)[e])
 					 : ((const float *)row)[e];
 }
 

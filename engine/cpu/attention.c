@@ -17,7 +17,7 @@
 /* Value e of a stored row (f32, or bf16 widened). */
 static inline float kv_at(const void *row, int64_t e, bool bf16)
 {
-	return bf16 ? ms_kv_bf16_f32(((const uint16_t *)row)[e]) : ((const float *)row)[e];
+	return bf16 ? ms_bf16_f32(((const uint16_t *)row)[e]) : ((const float *)row)[e];
 }
 
 /* Per row and chunk, the old two-pass softmax: scores, their maximum, the

@@ -46,6 +46,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bf16.h"
 #include "ms-error.h"
 #include "ms-clock.h"
 
@@ -256,16 +257,6 @@ static struct prim *pack_prim(struct onednn_pack *pk, int kind, int64_t M)
 	return p;
 }
 
-static inline uint16_t f32_to_bf16(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	if ((u & 0x7FFFFFFFu) > 0x7F800000u)
-		return (uint16_t)((u >> 16) | 0x40); /* NaN stays a (quiet) NaN */
-	u += 0x7FFFu + ((u >> 16) & 1u);            /* round to nearest even */
-	return (uint16_t)(u >> 16);
-}
-
 /* Element (k, n) of a panel in BA16a64b2a, oneDNN's layout for bf16
  * weights on AVX512-BF16: blocks of 32 K x 64 N in K order, inside a block
  * pairs of K rows interleaved per column (VNNI-2): [k / 2][n][k % 2]. */
@@ -427,7 +418,7 @@ static void prep(const struct ms_wmat *w, const float *x, int64_t ldx, int64_t n
 	uint16_t *xb = xq;
 	for (int64_t t = 0; t < n; t++)
 		for (int64_t k = 0; k < K; k++)
-			xb[t * K + k] = f32_to_bf16(x[t * ldx + k]);
+			xb[t * K + k] = ms_bf16_rne(x[t * ldx + k]);
 }
 
 static void gemmq(const struct ms_wmat *w, int64_t r0, int64_t r1, const void *xq, int64_t n,
@@ -452,7 +443,7 @@ static void random_bf16(uint16_t *xb, int64_t count, uint32_t seed)
 {
 	for (int64_t i = 0; i < count; i++) {
 		seed = seed * 1664525u + 1013904223u;
-		xb[i] = f32_to_bf16((float)(seed >> 8) / 8388608.0f - 1.0f);
+		xb[i] = ms_bf16_rne((float)(seed >> 8) / 8388608.0f - 1.0f);
 	}
 }
 

@@ -33,6 +33,7 @@
 #include <sys/mman.h>
 
 #include "amx-sim.h"
+#include "bf16.h"
 #include "kernels-bf16.h"
 #include "ms-error.h"
 
@@ -131,22 +132,6 @@ size_t ms_bf16_prep_size(const struct ms_wmat *w, int64_t n)
 	return (size_t)(n > 0 ? n : 1) * h->xs;
 }
 
-/* VCVTNE2PS2BF16 of one value (SDM "convert_fp32_to_bfloat16"): zero and
- * denormal inputs give a zero of their sign, NaN is truncated and quieted,
- * the rest round to nearest even by an integer add (infinity passes). */
-uint16_t ms_f32_to_bf16_rne(float x)
-{
-	uint32_t u;
-	memcpy(&u, &x, 4);
-	if ((u & 0x7F800000u) == 0)
-		return (uint16_t)((u >> 16) & 0x8000u);
-	if ((u & 0x7FFFFFFFu) > 0x7F800000u)
-		return (uint16_t)((u >> 16) | 0x0040u);
-	if ((u & 0x7FFFFFFFu) == 0x7F800000u)
-		return (uint16_t)(u >> 16);
-	return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1)) >> 16);
-}
-
 void ms_bf16_prep_scalar(const struct ms_wmat *w, const float *x, int64_t ldx, int64_t n, void *xq)
 {
 	const struct ms_bf16_pack *h = w->pack;
@@ -154,7 +139,7 @@ void ms_bf16_prep_scalar(const struct ms_wmat *w, const float *x, int64_t ldx, i
 		uint16_t *q = (uint16_t *)((uint8_t *)xq + (size_t)t * h->xs);
 		memset(q, 0, h->xs);
 		for (int64_t k = 0; k < h->cols; k++)
-			q[k] = ms_f32_to_bf16_rne(x[t * ldx + k]);
+			q[k] = ms_bf16_rne_daz(x[t * ldx + k]);
 	}
 }
 

@@ -37,7 +37,6 @@ void ms_bf16_gemmq_avx512(const struct ms_wmat *w, int64_t r0, int64_t r1, const
 			  int64_t n, float *y, int64_t ldy);
 
 /* Portable models, bit for bit the AVX-512 ones (tests). */
-uint16_t ms_f32_to_bf16_rne(float x);
 void ms_bf16_prep_scalar(const struct ms_wmat *w, const float *x, int64_t ldx, int64_t n, void *xq);
 void ms_bf16_gemmq_scalar(const struct ms_wmat *w, int64_t r0, int64_t r1, const void *xq,
 			  int64_t n, float *y, int64_t ldy);

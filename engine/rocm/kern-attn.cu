@@ -10,6 +10,7 @@
  * many blocks (split-K), and the fold order depends on positions alone, so
  * a token's output is the same in any batch.
  */
+#include "bf16.h"
 #include "gpu-compat.h"
 #include "gpu-formats.h"
 #include "kern.h"
@@ -32,18 +33,13 @@ GPU_DEV float kv_val(const struct ms_gpu_attn *a, const void *base, int64_t off)
 	return a->kv_bf16 ? gpu_bf16(((const uint16_t *)base)[off]) : ((const float *)base)[off];
 }
 
-/* x as the pool stores it (engine/kv-cache.h's ms_kv_bf16: round to
- * nearest even, a NaN kept a NaN). */
+/* x as the pool stores it (the host's rounding, bf16.h) */
 GPU_DEV void kv_put(const struct ms_gpu_attn *a, void *base, int64_t off, float x)
 {
-	if (!a->kv_bf16) {
+	if (a->kv_bf16)
+		((uint16_t *)base)[off] = ms_bf16_rne(x);
+	else
 		((float *)base)[off] = x;
-		return;
-	}
-	uint32_t u = gpu_f2u(x);
-	((uint16_t *)base)[off] = (u & 0x7FFFFFFFu) > 0x7F800000u
-					  ? (uint16_t)((u >> 16) | 0x0040u)
-					  : (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
 struct kvw_args {
