@@ -132,6 +132,17 @@ int64_t ms_kv_geom_seq_pages(const struct ms_kv_geom *g, int64_t capacity, int64
 	return total;
 }
 
+double ms_kv_geom_bytes(const struct ms_kv_geom *g, int64_t positions)
+{
+	double per_position = 2.0 * (double)g->kv_dim * (double)ms_kv_dtype_size(g->dtype), total = 0;
+	for (int l = 0; l < g->n_layers; l++) {
+		bool slides = g->layer_sliding && g->layer_sliding[l] && g->sliding_window > 0;
+		int64_t seen = slides && g->sliding_window < positions ? g->sliding_window : positions;
+		total += (double)seen * per_position;
+	}
+	return total;
+}
+
 void ms_kv_geom_trim(const struct ms_kv_geom *g, struct ms_kv_seq *kv, struct ms_kv_pool *pool,
 		     int64_t next)
 {

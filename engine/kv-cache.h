@@ -163,6 +163,11 @@ struct ms_kv_geom {
  * most `chunk` of its tokens). */
 int64_t ms_kv_geom_seq_pages(const struct ms_kv_geom *g, int64_t capacity, int64_t chunk);
 
+/* Bytes of K and V that `positions` positions of one sequence hold over
+ * all layers at the geometry's dtype, a sliding layer at most its window:
+ * what a decode step at that depth reads, and what the context costs. */
+double ms_kv_geom_bytes(const struct ms_kv_geom *g, int64_t positions);
+
 /* The pool's dtype is one the backend's kernels read (be->kv_dtypes);
  * -ENOTSUP naming both otherwise. */
 int ms_kv_dtype_check(const struct ms_backend *be, enum ms_kv_dtype t, struct ms_err *err);

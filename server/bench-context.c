@@ -21,20 +21,6 @@ static const int ctx_batch[2] = {1, 8};
  * bounded so that a 32k prompt's activations stay far below its KV. */
 #define CTX_CHUNK 2048
 
-double bench_kv_read_bytes(const struct ms_model *m, int64_t ctx, int n)
-{
-	const struct ms_kv_geom *g = &m->lm.kv;
-	double per_seq = 0;
-	for (int l = 0; l < g->n_layers; l++) {
-		int64_t seen = ctx;
-		if (g->layer_sliding && g->layer_sliding[l] && g->sliding_window > 0 &&
-		    g->sliding_window < seen)
-			seen = g->sliding_window;
-		per_seq += (double)seen * (double)g->kv_dim * 2.0 * (double)ms_kv_dtype_size(g->dtype);
-	}
-	return per_seq * n;
-}
-
 /* The figures of one context's runs against the short-context ones. */
 static void ctx_figures(const struct ms_model *m, const struct wbytes *w,
 			const struct bench_short *s, const struct run_stats *pre,
@@ -45,7 +31,7 @@ static void ctx_figures(const struct ms_model *m, const struct wbytes *w,
 	for (int i = 0; i < 2; i++) {
 		struct decode *d = &c->d[i];
 		bench_decode_figures(m, w, &st[i], ctx_batch[i], s->bw, s->bw, d);
-		c->kv_bytes[i] = bench_kv_read_bytes(m, c->ctx, ctx_batch[i]);
+		c->kv_bytes[i] = ms_kv_geom_bytes(&m->lm.kv, c->ctx) * ctx_batch[i];
 		c->bytes[i] = d->bytes + c->kv_bytes[i];
 		c->share[i] = d->step_s > 0 && d->bw > 0 ? c->bytes[i] / d->step_s / d->bw : 0;
 		c->ratio[i] = s->tps[i] > 0 ? d->tps / s->tps[i] : 0;

@@ -251,8 +251,7 @@ static void dev_figures(const struct ms_model *m, const struct ms_bench_opts *o,
 	double head_flop = 2.0 * (double)m->cfg.vocab * (double)m->cfg.hidden;
 	p->prefill_gflops = p->ttft > 0 ? (p->fpt * (double)o->prompt_tokens + head_flop) / p->ttft / 1e9
 					: 0;
-	int64_t kvd = m->cfg.n_kv_heads * m->cfg.head_dim;
-	p->kv_bpt = 2.0 * (double)kvd * (double)ms_kv_dtype_size(m->lm.kv.dtype) * (double)m->cfg.n_layers;
+	p->kv_bpt = ms_kv_geom_bytes(&m->lm.kv, 1);
 }
 
 /* ---- the table and the JSON line ---- */

@@ -136,8 +136,6 @@ struct bench_ctx {
 	double kv_bytes[2], bytes[2], share[2], ratio[2];
 };
 
-/* KV bytes a decode step reads for n sequences at ctx positions each. */
-double bench_kv_read_bytes(const struct ms_model *m, int64_t ctx, int n);
 int bench_contexts(struct ms_model *m, const struct ms_bench_opts *o, const struct wbytes *w,
 		   const struct bench_probe *probe, const struct bench_short *s,
 		   struct bench_ctx *out, struct ms_err *err);

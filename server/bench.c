@@ -919,8 +919,7 @@ int ms_cmd_bench(struct ms_model *m, struct ms_backend *b, const struct ms_bench
 	baseline_report(o, be, &p);
 	if ((ex = context_report(m, be, o, &p)))
 		return ex;
-	int64_t kvd = m->cfg.n_kv_heads * m->cfg.head_dim;
-	p.kv_bpt = 2.0 * (double)kvd * (double)ms_kv_dtype_size(m->lm.kv.dtype) * (double)m->cfg.n_layers;
+	p.kv_bpt = ms_kv_geom_bytes(&m->lm.kv, 1);
 	p.rss_ratio = p.w.total > 0 ? p.rss / p.w.total : 0;
 	targets(o, &p);
 	if (!o->json_only)

@@ -519,21 +519,18 @@ static void print_bytes(uint64_t b)
  * tokens a GiB holds; the model's whole context. */
 static void print_kv(const struct ms_model *m, int64_t n_sliding)
 {
-	const struct ms_model_config *cf = &m->cfg;
-	enum ms_kv_dtype t = m->lm.kv.dtype;
-	double layer = 2.0 * (double)(cf->n_kv_heads * cf->head_dim) * (double)ms_kv_dtype_size(t);
-	int64_t full = cf->n_layers - n_sliding;
-	double per_token = layer * (double)full;
-	double windows = layer * (double)n_sliding * (double)cf->sliding_window;
-	printf("kv cache:      %s, %.0f bytes a token a layer", ms_kv_dtype_name(t), layer);
+	const struct ms_kv_geom *g = &m->lm.kv;
+	int64_t full = g->n_layers - n_sliding, ctx = m->cfg.max_pos;
+	double layer = ms_kv_geom_bytes(g, 1) / g->n_layers, per_token = layer * (double)full;
+	double whole = ms_kv_geom_bytes(g, ctx), windows = whole - per_token * (double)ctx;
+	printf("kv cache:      %s, %.0f bytes a token a layer", ms_kv_dtype_name(g->dtype), layer);
 	if (full)
 		printf("; %.0f a token of context (%lld full layer%s), %.0f tokens per GiB", per_token,
 		       (long long)full, full == 1 ? "" : "s", 1073741824.0 / per_token);
 	if (n_sliding)
 		printf("; %.1f MiB for the windows of %lld sliding layer%s", windows / 1048576.0,
 		       (long long)n_sliding, n_sliding == 1 ? "" : "s");
-	printf("; the whole context: %.2f GiB\n",
-	       (per_token * (double)cf->max_pos + windows) / 1073741824.0);
+	printf("; the whole context: %.2f GiB\n", whole / 1073741824.0);
 }
 
 static int cmd_inspect(int argc, char **argv)
