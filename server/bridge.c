@@ -100,10 +100,6 @@ static bool enqueue(struct ms_call *cl, struct ms_ev *v)
 
 static void finished(struct ms_gen *g, const struct ms_event *e)
 {
-	/* the weights' file shrank under the engine (its message says so):
-	 * /health must tell the orchestrator to restart us, at once */
-	if (e->finish == MS_FINISH_ERROR && e->error && ms_mapguard_faults())
-		ms_server_set_failed(g->s, e->error);
 	if (g->s->metrics)
 		ms_metrics_request_finished(g->s->metrics,
 					    e->finish == MS_FINISH_CONTEXT ? "length" : ms_finish_name(e->finish),
@@ -136,8 +132,14 @@ static void on_engine_event(void *ctx, const struct ms_event *e)
 		}
 	}
 	/* without its reason (out of memory) the answer says "out of memory" */
-	if (e->kind == MS_EV_FINISH && e->finish == MS_FINISH_ERROR && e->error)
+	if (e->kind == MS_EV_FINISH && e->finish == MS_FINISH_ERROR && e->error) {
 		v.error = strdup(e->error);
+		/* the weights' file shrank under the engine (its message says
+		 * so): /health tells the orchestrator to restart us, set before
+		 * the connection wakes so that its answer agrees (a 503) */
+		if ((v.weights_gone = ms_mapguard_faults()))
+			ms_server_set_failed(g->s, e->error);
+	}
 	if (e->lp) {
 		v.has_lp = true;
 		v.lp = *e->lp;
@@ -312,6 +314,7 @@ static void pump(struct ms_job *jb)
 			 * "failed" itself */
 			if (ev->kind == MS_EV_FINISH && ev->finish == MS_FINISH_ERROR && !jb->rq->responses) {
 				jb->failed = true;
+				jb->weights_gone |= ev->weights_gone;
 				if (!jb->error[0] && ev->error)
 					snprintf(jb->error, sizeof(jb->error), "%s", ev->error);
 			}
@@ -355,7 +358,7 @@ bool ms_job_failed(const struct ms_job *jb)
 
 const char *ms_job_error(const struct ms_job *jb, int *status)
 {
-	*status = jb->error[0] && ms_mapguard_faults() ? 503 : 500;
+	*status = jb->weights_gone ? 503 : 500;
 	return jb->error[0] ? jb->error : "out of memory";
 }
 

@@ -39,6 +39,7 @@ struct ms_ev {
 	struct ms_token_logprobs lp;
 	enum ms_finish finish;
 	char *error;               /* FINISH_ERROR: the engine's reason, or NULL */
+	bool weights_gone;         /* FINISH_ERROR: the mapped weights were lost (503) */
 	int64_t prompt_tokens, cached_tokens, completion_tokens;
 };
 
@@ -75,6 +76,7 @@ struct ms_job {
 	unsigned long json0;     /* this thread's cJSON failures when the job began */
 	bool failed;             /* an allocation failed or a step did: no answer */
 	char error[256];         /* the engine's reason for the first failed step */
+	bool weights_gone;       /* a step failed because the weights' file shrank */
 	struct ms_rsp *rsp;      /* /v1/responses: the response being built (responses.c) */
 };
 
