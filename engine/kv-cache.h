@@ -37,6 +37,14 @@ const char *ms_kv_dtype_name(enum ms_kv_dtype t);
 /* "f32", "bf16" -> *out; -EINVAL for anything else. */
 int ms_kv_dtype_parse(const char *s, enum ms_kv_dtype *out);
 
+/* What a KV cache stores when none is asked for: bf16 (half the bytes
+ * read at depth), or f32 under --exact, whose promise is the reference's
+ * logits to fp32 rounding. */
+static inline enum ms_kv_dtype ms_kv_dtype_auto(bool exact)
+{
+	return exact ? MS_KV_F32 : MS_KV_BF16;
+}
+
 static inline size_t ms_kv_dtype_size(enum ms_kv_dtype t)
 {
 	return t == MS_KV_BF16 ? 2 : 4;

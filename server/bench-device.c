@@ -171,6 +171,7 @@ struct dev_report {
 	int64_t count_steps[N_DEV_BATCH]; /* measured steps of the counting replay */
 	double ttft, prefill_tps, fpt, prefill_gflops;
 	double kv_bpt;
+	enum ms_kv_dtype kv_dtype;
 	double secs;                 /* the bench's own wall time, the load not included */
 };
 
@@ -252,6 +253,7 @@ static void dev_figures(const struct ms_model *m, const struct ms_bench_opts *o,
 	p->prefill_gflops = p->ttft > 0 ? (p->fpt * (double)o->prompt_tokens + head_flop) / p->ttft / 1e9
 					: 0;
 	p->kv_bpt = ms_kv_geom_bytes(&m->lm.kv, 1);
+	p->kv_dtype = m->lm.kv.dtype;
 }
 
 /* ---- the table and the JSON line ---- */
@@ -282,7 +284,8 @@ static void print_dev_table(const struct ms_model *m, const struct ms_backend *b
 		printf("    share of the copy bandwidth        %10.3f     (static estimate %.3f)\n",
 		       d->share, d->share_static);
 	}
-	printf("  KV bytes per token (all layers)      %10.0f\n", p->kv_bpt);
+	printf("  KV bytes per token (all layers)      %10.0f  (%s)\n", p->kv_bpt,
+	       ms_kv_dtype_name(m->lm.kv.dtype));
 	printf("  bench time (load not included)       %10.1f s\n", p->secs);
 }
 
@@ -318,6 +321,7 @@ static void json_dev(struct ms_strbuf *j, const struct ms_backend *be,
 		jnum_batch(j, d->n, "roofline_share_static", d->share_static, 4);
 	}
 	jnum(j, "kv_bytes_per_token", p->kv_bpt, 0);
+	jstr(j, "kv_dtype", ms_kv_dtype_name(p->kv_dtype));
 	jnum(j, "bench_s", p->secs, 3);
 }
 

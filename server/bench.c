@@ -642,6 +642,7 @@ struct report {
 	bool have_base;
 	double sp1, sp8;            /* decode speedups over the baseline, batch 1 and 8 */
 	double kv_bpt;
+	enum ms_kv_dtype kv_dtype;
 	struct bench_target tg[6];
 	int n_tg, n_pass;
 	struct bench_ctx ctx[MS_BENCH_MAX_CONTEXTS]; /* --context */
@@ -786,7 +787,8 @@ static void print_table(const struct ms_model *m, const struct ms_cpu *be,
 	printf("  time to first token                  %10.4f s\n", p->ttft);
 	print_decode(m, p);
 	bench_contexts_print(p->ctx, p->n_ctx, o->prompt_tokens);
-	printf("  KV bytes per token (all layers)      %10.0f\n", p->kv_bpt);
+	printf("  KV bytes per token (all layers)      %10.0f  (%s)\n", p->kv_bpt,
+	       ms_kv_dtype_name(m->lm.kv.dtype));
 	printf("  peak RSS (load and runs)             %10.1f MiB\n", p->rss / 1048576.0);
 	if (p->have_base) {
 		printf("  baseline: %s kernels (loaded in %.2f s)\n", o->baseline, p->base.load_s);
@@ -814,6 +816,7 @@ static void json_head(struct ms_strbuf *j, const struct ms_cpu *be,
 	jnum(j, "batch16_tokens_per_s", p->d[3].tps, 3);
 	jnum(j, "ttft_s", p->ttft, 6);
 	jnum(j, "kv_bytes_per_token", p->kv_bpt, 0);
+	jstr(j, "kv_dtype", ms_kv_dtype_name(p->kv_dtype));
 	jnum(j, "peak_rss_bytes", p->rss, 0);
 	jnum(j, "bandwidth_bytes_per_s", p->bw, 0);
 	jnum(j, "weight_bytes_per_token", d->bytes_static, 0);
@@ -920,6 +923,7 @@ int ms_cmd_bench(struct ms_model *m, struct ms_backend *b, const struct ms_bench
 	if ((ex = context_report(m, be, o, &p)))
 		return ex;
 	p.kv_bpt = ms_kv_geom_bytes(&m->lm.kv, 1);
+	p.kv_dtype = m->lm.kv.dtype;
 	p.rss_ratio = p.w.total > 0 ? p.rss / p.w.total : 0;
 	targets(o, &p);
 	if (!o->json_only)

@@ -139,7 +139,7 @@ struct common_opts {
 	const char *device; /* which GPU, on a device backend (a number) */
 	bool exact;         /* kernels keep fp32 activations */
 	bool dense_int8;    /* attention projections and lm_head requantized to int8 */
-	const char *kv_dtype; /* the KV cache's dtype: f32, bf16 */
+	const char *kv_dtype; /* the KV cache's dtype: auto, f32, bf16 */
 };
 
 enum { OPT_KERNELS = 1000, OPT_BACKEND, OPT_THREADS, OPT_LOGITS, OPT_IGNORE_EOS, OPT_PROMPT, OPT_PROMPT_FILE, OPT_NUMA, OPT_EXACT,
@@ -156,12 +156,6 @@ static int load(const struct common_opts *o, struct ms_backend **be, struct ms_m
 	const char *numa = o->numa ? o->numa : getenv("MOESERVE_NUMA");
 	if (numa && strcmp(numa, "auto") && strcmp(numa, "off") && strcmp(numa, "interleave")) {
 		fprintf(stderr, "moeserve: error: --numa \"%s\" (use auto, off or interleave)\n", numa);
-		return EX_USAGE;
-	}
-	const char *kvt = o->kv_dtype ? o->kv_dtype : getenv("MOESERVE_KV_DTYPE");
-	enum ms_kv_dtype kv_dtype = MS_KV_F32;
-	if (kvt && ms_kv_dtype_parse(kvt, &kv_dtype)) {
-		fprintf(stderr, "moeserve: error: --kv-dtype \"%s\" (use f32 or bf16)\n", kvt);
 		return EX_USAGE;
 	}
 	const char *dev = o->device ? o->device : getenv("MOESERVE_DEVICE");
@@ -181,6 +175,12 @@ static int load(const struct common_opts *o, struct ms_backend **be, struct ms_m
 			: !strcmp(numa, "off")         ? MS_NUMA_OFF
 						       : MS_NUMA_INTERLEAVE,
 	};
+	const char *kvt = o->kv_dtype ? o->kv_dtype : getenv("MOESERVE_KV_DTYPE");
+	enum ms_kv_dtype kv_dtype = ms_kv_dtype_auto(bo.exact);
+	if (kvt && strcmp(kvt, "auto") && ms_kv_dtype_parse(kvt, &kv_dtype)) {
+		fprintf(stderr, "moeserve: error: --kv-dtype \"%s\" (use auto, bf16 or f32)\n", kvt);
+		return EX_USAGE;
+	}
 	int rc = ms_backend_open(&bo, be, &err);
 	if (rc) {
 		/* An unknown kernel set is the caller's mistake, not the model's. */
@@ -232,8 +232,9 @@ static void generate_help(void)
 	       "                     the reference to fp32 rounding (or $MOESERVE_EXACT=1)\n"
 	       "  --dense-int8       requantize attention projections and lm_head to int8\n"
 	       "                     per output channel at load (or $MOESERVE_DENSE_INT8=1)\n"
-	       "  --kv-dtype TYPE    the KV cache's values: f32 (default) or bf16, half the\n"
-	       "                     bytes, attention in fp32 on them (or $MOESERVE_KV_DTYPE)\n"
+	       "  --kv-dtype TYPE    the KV cache's values: bf16 (attention in fp32 on them)\n"
+	       "                     or f32 (twice the bytes); default auto: bf16, f32 with\n"
+	       "                     --exact (or $MOESERVE_KV_DTYPE)\n"
 	       "  --numa MODE        auto (interleave weights when there are several NUMA\n"
 	       "                     nodes), off, interleave (default auto, or $MOESERVE_NUMA)\n"
 	       "  -h, --help         this help\n",

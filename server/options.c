@@ -52,15 +52,16 @@ struct opt_def {
 static const char *const log_formats[] = {"text", "json", NULL};
 static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL};
 static const char *const numa_modes[] = {"auto", "off", "interleave", NULL};
-static const char *const kv_dtypes[] = {"f32", "bf16", NULL};
+static const char *const kv_dtypes[] = {"auto", "f32", "bf16", NULL};
 
 _Static_assert(sizeof(enum ms_log_format) == sizeof(int), "enums are stored through int *");
 _Static_assert(sizeof(enum ms_log_level) == sizeof(int), "enums are stored through int *");
 _Static_assert(sizeof(enum ms_numa_mode) == sizeof(int), "enums are stored through int *");
 _Static_assert(MS_NUMA_AUTO == 0 && MS_NUMA_OFF == 1 && MS_NUMA_INTERLEAVE == 2,
 	       "numa_modes[] follows enum ms_numa_mode");
-_Static_assert(sizeof(enum ms_kv_dtype) == sizeof(int), "enums are stored through int *");
-_Static_assert(MS_KV_F32 == 0 && MS_KV_BF16 == 1, "kv_dtypes[] follows enum ms_kv_dtype");
+_Static_assert(sizeof(enum ms_serve_kv) == sizeof(int), "enums are stored through int *");
+_Static_assert(MS_SERVE_KV_AUTO == 0 && MS_SERVE_KV_F32 == 1 && MS_SERVE_KV_BF16 == 2,
+	       "kv_dtypes[] follows enum ms_serve_kv");
 
 #define F(field) offsetof(struct ms_serve_options, field)
 #define KIB 1024LL
@@ -123,8 +124,8 @@ static const struct opt_def serve_opts[] = {
 	 "requantize attention projections and lm_head\nto int8 per output channel at load"},
 	{"numa", 0, T_ENUM, F(numa), 0, 0, numa_modes, "auto", NULL, "MODE",
 	 "auto (interleave weights over several NUMA\nnodes), off or interleave"},
-	{"kv-dtype", 0, T_ENUM, F(kv_dtype), 0, 0, kv_dtypes, "f32", NULL, "TYPE",
-	 "how the KV cache stores keys and values: f32,\nor bf16 (half the bytes; attention still fp32)"},
+	{"kv-dtype", 0, T_ENUM, F(kv_dtype), 0, 0, kv_dtypes, "auto", NULL, "TYPE",
+	 "how the KV cache stores keys and values: bf16\n(attention in fp32 on them), f32 (twice the\nbytes), auto: bf16, f32 with --exact"},
 	{"kv-cache-bytes", 0, T_SIZE, F(kv_cache_bytes), 0, 1024 * 1024 * GIB, NULL, "0",
 	 "0 (four full contexts)", "SIZE", "KV-cache size, e.g. 8G"},
 	{"max-queue", 0, T_INT, F(max_queue), 1, 1000000, NULL, "256", NULL, "N",
@@ -815,6 +816,15 @@ const char *ms_log_format_name(enum ms_log_format f)
 const char *ms_log_level_name(enum ms_log_level l)
 {
 	return (unsigned)l < 4 ? log_levels[l] : "?";
+}
+
+enum ms_kv_dtype ms_serve_kv_dtype(const struct ms_serve_options *o)
+{
+	switch (o->kv_dtype) {
+	case MS_SERVE_KV_F32: return MS_KV_F32;
+	case MS_SERVE_KV_BF16: return MS_KV_BF16;
+	default: return ms_kv_dtype_auto(o->exact);
+	}
 }
 
 const char *ms_serve_numa_name(enum ms_numa_mode n)

@@ -25,6 +25,7 @@
 
 #include "backend.h" /* enum ms_numa_mode */
 #include "cpu.h"     /* ms_cpu_kernel_sets */
+#include "kv-cache.h" /* enum ms_kv_dtype */
 #include "ms-error.h"
 
 enum ms_log_format {
@@ -40,6 +41,13 @@ enum ms_log_level {
 };
 
 /* Strings are owned (ms_serve_options_free) and, when set, non-empty. */
+/* --kv-dtype: auto (bf16; f32 with --exact, ms_kv_dtype_auto) or one dtype */
+enum ms_serve_kv {
+	MS_SERVE_KV_AUTO,
+	MS_SERVE_KV_F32,
+	MS_SERVE_KV_BF16,
+};
+
 struct ms_serve_options {
 	/* model */
 	char *model;               /* checkpoint folder; NULL: the caller's default model */
@@ -76,7 +84,7 @@ struct ms_serve_options {
 	char *kernels;             /* kernel set, "auto" (one of ms_cpu_kernel_sets; whether
 	                              this CPU runs it is ms_cpu_init's to say) */
 	enum ms_numa_mode numa;    /* auto */
-	enum ms_kv_dtype kv_dtype; /* f32 */
+	enum ms_serve_kv kv_dtype; /* auto (ms_serve_kv_dtype resolves it) */
 	bool exact;                /* false: kernels may round activations */
 	bool dense_int8;           /* attention projections and lm_head to int8 at load */
 	/* engine (0: the engine's default, see ms_engine_config_defaults) */
@@ -124,5 +132,7 @@ const char *ms_serve_options_help(void);
 const char *ms_log_format_name(enum ms_log_format f);
 const char *ms_log_level_name(enum ms_log_level l);
 const char *ms_serve_numa_name(enum ms_numa_mode n);
+/* The KV cache's dtype these options ask for, "auto" resolved. */
+enum ms_kv_dtype ms_serve_kv_dtype(const struct ms_serve_options *o);
 
 #endif

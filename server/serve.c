@@ -53,7 +53,7 @@ static int serve_load(const struct ms_serve_options *o, const char *model_dir, s
 	if ((rc = ms_model_load(&sv->m, model_dir, sv->be, err)))
 		return rc;
 	sv->have_m = true;
-	sv->m.lm.kv.dtype = o->kv_dtype; /* the engine's pool checks the backend reads it */
+	sv->m.lm.kv.dtype = ms_serve_kv_dtype(o); /* the engine's pool checks the backend reads it */
 	ms_keep_freed_memory();
 	char tp[4096];
 	snprintf(tp, sizeof(tp), "%s/tokenizer.json", model_dir);

@@ -326,7 +326,8 @@ def main():
                  for k in ("tokens_per_s", "over_short", "bytes_per_step", "kv_bytes_per_step",
                            "roofline_share")]
         bad = [k for k in keys if not (isinstance(j.get(k), (int, float)) and j[k] > 0)]
-        # the KV a step reads: every sequence its context, a sliding layer its window (fp32 K and V)
+        # the KV a step reads: every sequence its context, a sliding layer its window (K and V
+        # at the dtype the JSON names: bf16 by default)
         with open(os.path.join(base, "config.json")) as f:
             cfg = json.load(f)
         kvd = cfg["num_key_value_heads"] * cfg["head_dim"]
@@ -334,8 +335,8 @@ def main():
         def kv_read(n, batch):
             seen = [min(n, cfg["sliding_window"]) if t == "sliding_attention" else n
                     for t in cfg["layer_types"]]
-            return batch * sum(seen) * kvd * 2 * 4
-        ok = (r.returncode == 0 and not bad
+            return batch * sum(seen) * kvd * 2 * 2
+        ok = (r.returncode == 0 and not bad and j.get("kv_dtype") == "bf16"
               and all(j[f"ctx{n}_batch{b_}_kv_bytes_per_step"] == kv_read(n, b_)
                       for n in (40, 100) for b_ in (1, 8))
               and j["ctx40_batch8_bytes_per_step"] > j["ctx40_batch8_kv_bytes_per_step"])
@@ -437,10 +438,17 @@ def main():
         return (f"kv cache:      {dtype}, {layer} bytes a token a layer; {layer * full} a token of "
                 f"context ({full} full layer{'' if full == 1 else 's'}), "
                 f"{round(2 ** 30 / (layer * full))} tokens per GiB")
-    case("inspect prints the KV cache's bytes a token and tokens per GiB", kv_line("f32", layer) in out, out)
-    r16 = run(b, "inspect", "--model", mx, "--kv-dtype", "bf16")
-    case("inspect --kv-dtype bf16: half the bytes a token", kv_line("bf16", layer // 2) in r16.stdout,
-         r16.stdout + r16.stderr)
+    case("inspect prints the KV cache's bytes a token and tokens per GiB (bf16 by default)",
+         kv_line("bf16", layer // 2) in out, out)
+    r32 = run(b, "inspect", "--model", mx, "--kv-dtype", "f32")
+    case("inspect --kv-dtype f32: twice the bytes a token", kv_line("f32", layer) in r32.stdout,
+         r32.stdout + r32.stderr)
+    rx = run(b, "inspect", "--model", mx, "--exact")
+    case("inspect --exact: auto is f32 (the reference's logits)", kv_line("f32", layer) in rx.stdout,
+         rx.stdout + rx.stderr)
+    rxb = run(b, "inspect", "--model", mx, "--exact", "--kv-dtype", "bf16")
+    case("inspect --exact --kv-dtype bf16: the flag wins", kv_line("bf16", layer // 2) in rxb.stdout,
+         rxb.stdout + rxb.stderr)
     expect("--kv-dtype fp8 is refused", run(b, "inspect", "--model", mx, "--kv-dtype", "fp8"), EX_USAGE,
            "--kv-dtype", "fp8")
     g32, g16 = (run(b, "generate", "--model", mx, "--backend", "rocm-sim", "--tokens", "1,2,3",

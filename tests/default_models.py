@@ -138,7 +138,9 @@ def main():
             case(f"{name} serve", False, f"{e} (log: {log})")
             continue
         ppl[name] = p
-        rp, rn = gptoss_ref.perplexity(gptoss_ref.Model(d), ids)
+        ref = gptoss_ref.Model(d)
+        ref.kv_dtype = "bf16"  # the daemon's default KV cache, rounded alike
+        rp, rn = gptoss_ref.perplexity(ref, ids)
         rel = p / rp - 1
         case(f"{name} ppl-reference", rn == n and abs(rel) <= REF_TOL,
              f"daemon {p:.3f}, numpy reference {rp:.3f} ({100 * rel:+.2f}%, limit "

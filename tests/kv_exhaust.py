@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import server as S  # noqa: E402
 
 POOL_PAGES = 104
-PAGE_BYTES = 2 * 16 * 64 * 4  # K and V, 16 tokens, kv_dim 64 (the random model), fp32
+PAGE_BYTES = 2 * 16 * 64 * 2  # K and V, 16 tokens, kv_dim 64 (the random model), bf16
 
 
 def retry_after_ok(hd, where):
@@ -154,7 +154,7 @@ def main():
     S.NO_EOS = S.no_eos(a.model)
     S.TOKEN_MODEL = os.path.basename(os.path.normpath(a.model))
     d = S.Daemon(a.moeserve, a.model, work, "kv", "--kv-cache-bytes", str(POOL_PAGES * PAGE_BYTES),
-                 "--ctx-size", "4096", "--max-running", "8", "--max-queue", "64")
+                 "--kv-dtype", "bf16", "--ctx-size", "4096", "--max-running", "8", "--max-queue", "64")
     try:
         d.wait_ready()
         exhaustion_cases(d)

@@ -665,6 +665,16 @@ START_TEST(options_defaults)
 	ck_assert_int_eq(o.threads, 0);
 	ck_assert_str_eq(o.kernels, "auto");
 	ck_assert_int_eq(o.numa, MS_NUMA_AUTO);
+	/* the KV cache: auto is bf16, f32 under --exact; a dtype asked wins */
+	ck_assert_int_eq(o.kv_dtype, MS_SERVE_KV_AUTO);
+	ck_assert_int_eq(ms_serve_kv_dtype(&o), MS_KV_BF16);
+	o.exact = true;
+	ck_assert_int_eq(ms_serve_kv_dtype(&o), MS_KV_F32);
+	o.kv_dtype = MS_SERVE_KV_BF16;
+	ck_assert_int_eq(ms_serve_kv_dtype(&o), MS_KV_BF16);
+	o.exact = false;
+	o.kv_dtype = MS_SERVE_KV_F32;
+	ck_assert_int_eq(ms_serve_kv_dtype(&o), MS_KV_F32);
 	ck_assert_uint_eq(o.kv_cache_bytes, 0);
 	ck_assert_int_eq(o.max_queue, 256);
 	ck_assert_int_eq(o.max_running, 64);
