@@ -215,6 +215,7 @@ static const struct case_spec cases[] = {
 	{12, 32, 8, 0, 3, 3, L_short, M_short, 1.0f, -1.0f, 1.0f},
 	{64, 1, 1, 0, 256, 2, L_long, M_long, 10.0f, -1.0f, 1.0f},
 	{64, 4, 1, 1, 16, 7, L_mixed, M_mixed, 1.0f, -1.0f, 1.0f},    /* window 1: the token itself */
+	{36, 12, 2, 0, 16, 7, L_mixed, M_mixed, 2.0f, -1.0f, 1.0f},   /* G 6: four rows, then two */
 };
 #define N_CASES ((int)(sizeof(cases) / sizeof(cases[0])))
 

@@ -152,6 +152,118 @@ static inline __attribute__((always_inline)) __m512 scores_kv(const float *q,
 	return _mm512_mul_ps(hsum16(dot), _mm512_set1_ps(scale));
 }
 
+/* A vector of head_dim at index b of nb: all lanes, the tail's, or none
+ * (past the end: the grouped kernels run four at a time). */
+static inline __mmask16 dim_mask(int b, int nb, __mmask16 tail)
+{
+	return b < nb - 1 ? 0xFFFF : b == nb - 1 ? tail : 0;
+}
+
+/* Scores of the G query rows q[g * d ..] (G a multiple of 4 here) against
+ * the 16 keys kp[], scaled, into out[16 * g ..]: four rows and four keys
+ * at a time, so each K vector is loaded and widened once for four rows
+ * (scores_kv reloads it per row). Per (row, key) the same FMAs in the same
+ * order and the same reduction tree as scores_kv: the same bits. */
+static inline __attribute__((always_inline)) void scores4_kv(const float *q, int G,
+							      const void *const *kp, int64_t d,
+							      float scale, bool bf16, float *out)
+{
+	const int nb = (int)((d + 15) / 16);
+	const __mmask16 tail = d % 16 ? (__mmask16)((1u << (d % 16)) - 1) : 0xFFFF;
+	for (int g0 = 0; g0 < G; g0 += 4) {
+		for (int jq = 0; jq < TILE; jq += 4) {
+			__m512 acc[16];
+#pragma GCC unroll 16
+			for (int i = 0; i < 16; i++)
+				acc[i] = _mm512_setzero_ps();
+			for (int b = 0; b < nb; b++) {
+				__mmask16 m = dim_mask(b, nb, tail);
+				__m512 qv[4];
+#pragma GCC unroll 4
+				for (int gg = 0; gg < 4; gg++)
+					qv[gg] = _mm512_maskz_loadu_ps(m, q + (g0 + gg) * d + 16 * b);
+#pragma GCC unroll 4
+				for (int jj = 0; jj < 4; jj++) {
+					__m512 kv = kv_maskz_load(m, kp[jq + jj], 16 * b, bf16);
+#pragma GCC unroll 4
+					for (int gg = 0; gg < 4; gg++)
+						acc[4 * gg + jj] = _mm512_fmadd_ps(qv[gg], kv, acc[4 * gg + jj]);
+				}
+			}
+			/* lane 4 * gg + jj: row g0 + gg, key jq + jj */
+			__m512 sc = _mm512_mul_ps(hsum16(acc), _mm512_set1_ps(scale));
+			_mm_store_ps(out + 16 * (g0 + 0) + jq, _mm512_extractf32x4_ps(sc, 0));
+			_mm_store_ps(out + 16 * (g0 + 1) + jq, _mm512_extractf32x4_ps(sc, 1));
+			_mm_store_ps(out + 16 * (g0 + 2) + jq, _mm512_extractf32x4_ps(sc, 2));
+			_mm_store_ps(out + 16 * (g0 + 3) + jq, _mm512_extractf32x4_ps(sc, 3));
+		}
+	}
+}
+
+static inline __attribute__((always_inline)) void scores_g_kv(const float *q, int G,
+							       const void *const *kp, int64_t d,
+							       float scale, bool bf16, float *out)
+{
+	int G4 = G - G % 4;
+	scores4_kv(q, G4, kp, d, scale, bf16, out);
+	for (int g = G4; g < G; g++)
+		_mm512_store_ps(out + 16 * g, scores_kv(q + g * d, kp, d, scale, bf16));
+}
+
+/* acc[g * ld ..] += sum_{j in [ja, jb)} p[16 * g + j] * v[j][.] for the G
+ * rows (G a multiple of 4 here), four rows and four vectors of head_dim at
+ * a time, so each V vector is loaded and widened once for four rows. Each
+ * lane adds its terms in key order, as pv_kv does: the same bits. */
+static inline __attribute__((always_inline)) void pv4_kv(float *acc, int64_t ld, int G,
+							  const float *p, const void *const *v,
+							  int ja, int jb, int nb, __mmask16 tail,
+							  bool bf16)
+{
+	for (int g0 = 0; g0 < G; g0 += 4) {
+		for (int b = 0; b < nb; b += 4) {
+			__m512 a[4][4];
+			__mmask16 m[4];
+#pragma GCC unroll 4
+			for (int bb = 0; bb < 4; bb++) {
+				m[bb] = dim_mask(b + bb, nb, tail);
+#pragma GCC unroll 4
+				for (int gg = 0; gg < 4; gg++)
+					a[gg][bb] = _mm512_maskz_load_ps(m[bb], acc + (g0 + gg) * ld + 16 * (b + bb));
+			}
+			for (int j = ja; j < jb; j++) {
+				__m512 vv[4];
+#pragma GCC unroll 4
+				for (int bb = 0; bb < 4; bb++)
+					vv[bb] = kv_maskz_load(m[bb], v[j], 16 * (b + bb), bf16);
+#pragma GCC unroll 4
+				for (int gg = 0; gg < 4; gg++) {
+					__m512 pj = _mm512_set1_ps(p[16 * (g0 + gg) + j]);
+#pragma GCC unroll 4
+					for (int bb = 0; bb < 4; bb++)
+						a[gg][bb] = _mm512_fmadd_ps(pj, vv[bb], a[gg][bb]);
+				}
+			}
+#pragma GCC unroll 4
+			for (int bb = 0; bb < 4; bb++)
+#pragma GCC unroll 4
+				for (int gg = 0; gg < 4; gg++)
+					_mm512_mask_store_ps(acc + (g0 + gg) * ld + 16 * (b + bb), m[bb],
+							     a[gg][bb]);
+		}
+	}
+}
+
+static inline __attribute__((always_inline)) void pv_g_kv(float *acc, int64_t ld, int G,
+							   const float *p, const void *const *v,
+							   int ja, int jb, int nb, __mmask16 tail,
+							   bool bf16)
+{
+	int G4 = G - G % 4;
+	pv4_kv(acc, ld, G4, p, v, ja, jb, nb, tail, bf16);
+	for (int g = G4; g < G; g++)
+		pv_kv(acc + g * ld, p + 16 * g, v, ja, jb, nb, tail, bf16);
+}
+
 /* The shared chunk walk (attention-chunk.h) on 16 lanes. */
 typedef __m512 vf;
 typedef __mmask16 vkmask, vtail;
@@ -176,13 +288,13 @@ static inline vtail head_tail(int64_t d)
 static inline float masked_max(vkmask m, vf s) { return _mm512_mask_reduce_max_ps(m, s); }
 static inline vf mask_zero(vkmask m, vf x) { return _mm512_maskz_mov_ps(m, x); }
 #define KV_ES 4
-#define K_SCORES(q, kh, d, s) scores_kv(q, kh, d, s, false)
-#define K_PV(acc, p, vh, ja, jb, nb, t) pv_kv(acc, p, vh, ja, jb, nb, t, false)
+#define K_SCORES_G(q, G, kh, d, s, out) scores_g_kv(q, G, kh, d, s, false, out)
+#define K_PV_G(acc, ld, G, p, vh, ja, jb, nb, t) pv_g_kv(acc, ld, G, p, vh, ja, jb, nb, t, false)
 #define CHUNK_FN chunk_avx512
 #include "attention-chunk.h"
 #define KV_ES 2
-#define K_SCORES(q, kh, d, s) scores_kv(q, kh, d, s, true)
-#define K_PV(acc, p, vh, ja, jb, nb, t) pv_kv(acc, p, vh, ja, jb, nb, t, true)
+#define K_SCORES_G(q, G, kh, d, s, out) scores_g_kv(q, G, kh, d, s, true, out)
+#define K_PV_G(acc, ld, G, p, vh, ja, jb, nb, t) pv_g_kv(acc, ld, G, p, vh, ja, jb, nb, t, true)
 #define CHUNK_FN chunk_avx512_bf16
 #include "attention-chunk.h"
 

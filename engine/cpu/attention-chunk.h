@@ -12,10 +12,15 @@
  *   mask_zero(m, x)   x on the keys in m, 0 elsewhere
  *   KV_ES             bytes of a stored K/V value (4: f32, 2: bf16)
  *   K_SCORES(q, kh, d, scale), K_PV(acc, p, vh, ja, jb, nb, tail)
- *                     the dot products and the weighted values on rows of
- *                     that dtype (kh, vh: const void *[TILE])
+ *                     the dot products and the weighted values of one query
+ *                     row on K and V rows of that dtype (kh, vh: const void
+ *                     *[TILE]); or, instead, K_SCORES_G(q, G, kh, d, scale,
+ *                     out) and K_PV_G(acc, ld, G, p, vh, ja, jb, nb, tail)
+ *                     for the G rows of a kv head at once (out, p: [G][16];
+ *                     acc rows ld apart), which read each K and V vector
+ *                     once for all of them
  *   CHUNK_FN          the name of the function to define
- * and may include it again with other KV_ES, K_SCORES, K_PV and CHUNK_FN
+ * and may include it again with other KV_ES, kernels and CHUNK_FN
  * (undefined after each inclusion).
  *
  * A chunk is walked in tiles of TILE keys aligned to absolute positions.
@@ -28,6 +33,15 @@
  * depends only on its own key, so a row's result does not depend on the
  * other rows of its block.
  */
+
+#ifndef K_SCORES_G
+#define K_SCORES_G(q, G, kh, d, s, out)                                         \
+	for (int g_ = 0; g_ < (G); g_++)                                         \
+		v_store((out) + 16 * g_, K_SCORES((q) + g_ * (d), kh, d, s))
+#define K_PV_G(acc, ld, G, p, vh, ja, jb, nb, t)                                  \
+	for (int g_ = 0; g_ < (G); g_++)                                         \
+		K_PV((acc) + g_ * (ld), (p) + 16 * g_, vh, ja, jb, nb, t)
+#endif
 
 static void CHUNK_FN(const struct ms_attn_chunk *c)
 {
@@ -69,8 +83,7 @@ static void CHUNK_FN(const struct ms_attn_chunk *c)
 				const float *qi = c->q + i * c->ldq + (int64_t)hh * G * d;
 				int r0 = (i * c->nkv + hh) * G;
 				float *m = c->m + r0, *ls = lsum + 16 * r0;
-				for (int g = 0; g < G; g++)
-					v_store(pr + 16 * g, K_SCORES(qi + g * d, kh, d, c->scale));
+				K_SCORES_G(qi, G, kh, d, c->scale, pr);
 				for (int g = 0; g < G; g++) {
 					vf s = v_load(pr + 16 * g);
 					float mt = masked_max(mask, s), mo = m[g];
@@ -87,15 +100,16 @@ static void CHUNK_FN(const struct ms_attn_chunk *c)
 					v_store(al + 16 * g, alpha);
 					m[g] = mn;
 				}
+				float *acc = c->acc + (int64_t)r0 * ld;
 				for (int g = 0; g < G; g++) {
-					float *acc = c->acc + (int64_t)(r0 + g) * ld;
-					if (al[16 * g] != 1.0f) {
-						vf alpha = v_load(al + 16 * g);
-						for (int bb = 0; bb < nb; bb++)
-							v_store(acc + TILE * bb, v_mul(v_load(acc + TILE * bb), alpha));
-					}
-					K_PV(acc, pr + 16 * g, vh, ja, jb, nb, tail);
+					if (al[16 * g] == 1.0f)
+						continue;
+					vf alpha = v_load(al + 16 * g);
+					for (int bb = 0; bb < nb; bb++)
+						v_store(acc + g * ld + TILE * bb,
+							v_mul(v_load(acc + g * ld + TILE * bb), alpha));
 				}
+				K_PV_G(acc, ld, G, pr, vh, ja, jb, nb, tail);
 			}
 		}
 	}
@@ -106,4 +120,6 @@ static void CHUNK_FN(const struct ms_attn_chunk *c)
 #undef KV_ES
 #undef K_SCORES
 #undef K_PV
+#undef K_SCORES_G
+#undef K_PV_G
 #undef CHUNK_FN
