@@ -143,6 +143,12 @@ double ms_kv_geom_bytes(const struct ms_kv_geom *g, int64_t positions)
 	return total;
 }
 
+double ms_kv_geom_bytes_per_position(const struct ms_kv_geom *g)
+{
+	int64_t past = g->sliding_window > 0 ? g->sliding_window : 1;
+	return ms_kv_geom_bytes(g, past + 1) - ms_kv_geom_bytes(g, past);
+}
+
 void ms_kv_geom_trim(const struct ms_kv_geom *g, struct ms_kv_seq *kv, struct ms_kv_pool *pool,
 		     int64_t next)
 {

@@ -176,6 +176,10 @@ int64_t ms_kv_geom_seq_pages(const struct ms_kv_geom *g, int64_t capacity, int64
  * what a decode step at that depth reads, and what the context costs. */
 double ms_kv_geom_bytes(const struct ms_kv_geom *g, int64_t positions);
 
+/* Bytes one more position of a long context adds (the full layers': a
+ * sliding layer past its window adds none); 0 when every layer slides. */
+double ms_kv_geom_bytes_per_position(const struct ms_kv_geom *g);
+
 /* The pool's dtype is one the backend's kernels read (be->kv_dtypes);
  * -ENOTSUP naming both otherwise. */
 int ms_kv_dtype_check(const struct ms_backend *be, enum ms_kv_dtype t, struct ms_err *err);

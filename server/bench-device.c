@@ -170,7 +170,7 @@ struct dev_report {
 	struct decode d[N_DEV_BATCH];
 	int64_t count_steps[N_DEV_BATCH]; /* measured steps of the counting replay */
 	double ttft, prefill_tps, fpt, prefill_gflops;
-	double kv_bpt;
+	double kv_bpt, kv_per_gib;   /* KV bytes a position, all layers; positions a GiB holds */
 	enum ms_kv_dtype kv_dtype;
 	double secs;                 /* the bench's own wall time, the load not included */
 };
@@ -254,6 +254,8 @@ static void dev_figures(const struct ms_model *m, const struct ms_bench_opts *o,
 					: 0;
 	p->kv_bpt = ms_kv_geom_bytes(&m->lm.kv, 1);
 	p->kv_dtype = m->lm.kv.dtype;
+	double grow = ms_kv_geom_bytes_per_position(&m->lm.kv);
+	p->kv_per_gib = grow > 0 ? 1073741824.0 / grow : 0;
 }
 
 /* ---- the table and the JSON line ---- */
@@ -286,6 +288,8 @@ static void print_dev_table(const struct ms_model *m, const struct ms_backend *b
 	}
 	printf("  KV bytes per token (all layers)      %10.0f  (%s)\n", p->kv_bpt,
 	       ms_kv_dtype_name(m->lm.kv.dtype));
+	if (p->kv_per_gib > 0)
+		printf("  KV: tokens of context per GiB        %10.0f\n", p->kv_per_gib);
 	printf("  bench time (load not included)       %10.1f s\n", p->secs);
 }
 
@@ -322,6 +326,7 @@ static void json_dev(struct ms_strbuf *j, const struct ms_backend *be,
 	}
 	jnum(j, "kv_bytes_per_token", p->kv_bpt, 0);
 	jstr(j, "kv_dtype", ms_kv_dtype_name(p->kv_dtype));
+	jnum(j, "kv_tokens_per_gib", p->kv_per_gib, 0);
 	jnum(j, "bench_s", p->secs, 3);
 }
 

@@ -522,7 +522,8 @@ static void print_kv(const struct ms_model *m, int64_t n_sliding)
 {
 	const struct ms_kv_geom *g = &m->lm.kv;
 	int64_t full = g->n_layers - n_sliding, ctx = m->cfg.max_pos;
-	double layer = ms_kv_geom_bytes(g, 1) / g->n_layers, per_token = layer * (double)full;
+	double layer = ms_kv_geom_bytes(g, 1) / g->n_layers;
+	double per_token = ms_kv_geom_bytes_per_position(g);
 	double whole = ms_kv_geom_bytes(g, ctx), windows = whole - per_token * (double)ctx;
 	printf("kv cache:      %s, %.0f bytes a token a layer", ms_kv_dtype_name(g->dtype), layer);
 	if (full)

@@ -336,7 +336,10 @@ def main():
             seen = [min(n, cfg["sliding_window"]) if t == "sliding_attention" else n
                     for t in cfg["layer_types"]]
             return batch * sum(seen) * kvd * 2 * 2
+        full = sum(t == "full_attention" for t in cfg["layer_types"])
         ok = (r.returncode == 0 and not bad and j.get("kv_dtype") == "bf16"
+              and (j.get("kv_tokens_per_gib") == round(2 ** 30 / (full * kvd * 2 * 2)) if full
+                   else j.get("kv_tokens_per_gib") == 0)
               and all(j[f"ctx{n}_batch{b_}_kv_bytes_per_step"] == kv_read(n, b_)
                       for n in (40, 100) for b_ in (1, 8))
               and j["ctx40_batch8_bytes_per_step"] > j["ctx40_batch8_kv_bytes_per_step"])
