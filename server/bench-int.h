@@ -194,6 +194,27 @@ static inline void jstr(struct ms_strbuf *j, const char *key, const char *v)
 	ms_strbuf_str(j, "\"");
 }
 
+/* ---- the CPU's memory bandwidth (bench.c) ---- */
+
+struct ms_cpu;
+
+/* Every thread sums its share of a 512 MiB buffer (buf: free it). */
+struct bw_job {
+	uint64_t *buf;
+	size_t bytes, n, per;
+	bool avx2;
+	uint64_t sums[1024];
+};
+int bench_bw_init(struct bw_job *j, const struct ms_cpu *be);
+/* One parallel read of the buffer: its time in seconds. */
+double bench_bw_pass(struct ms_cpu *be, struct bw_job *j);
+/* Best of 8 parallel reads of the buffer, in bytes/s. */
+double bench_bw_measure(struct ms_cpu *be, struct bw_job *j);
+
+/* `bench --attention` (bench-attention.c): one layer's attention alone at
+ * each --context depth, f32 and bf16 KV. */
+int bench_attention(struct ms_model *m, struct ms_backend *b, const struct ms_bench_opts *o);
+
 /* Print j as the bench's last line and free it; false when it ran out of
  * memory (said on stderr). */
 bool bench_json_line(struct ms_strbuf *j);

@@ -67,13 +67,6 @@ static double peak_rss_bytes(void)
 
 /* ---- memory bandwidth: every thread sums its share of a big buffer ---- */
 
-struct bw_job {
-	uint64_t *buf;
-	size_t bytes, n, per;
-	bool avx2;
-	uint64_t sums[1024];
-};
-
 /* 32-byte loads, four independent accumulators (server/ is built for
  * generic x86-64; this one function may use AVX2 when the CPU has it). */
 __attribute__((target("avx2"))) static uint64_t sum_avx2(const uint64_t *p, size_t n)
@@ -123,7 +116,7 @@ static void bw_task(void *ctx, int task, int worker)
 
 /* The buffer: 512 MiB, 16x a 32 MiB last-level cache, filled (so resident)
  * once and kept for every measurement. */
-static int bw_init(struct bw_job *j, const struct ms_cpu *be)
+int bench_bw_init(struct bw_job *j, const struct ms_cpu *be)
 {
 	memset(j, 0, sizeof(*j));
 	j->bytes = 512u << 20;
@@ -138,7 +131,7 @@ static int bw_init(struct bw_job *j, const struct ms_cpu *be)
 }
 
 /* One parallel read of the whole buffer: its time in seconds. */
-static double bw_pass(struct ms_cpu *be, struct bw_job *j)
+double bench_bw_pass(struct ms_cpu *be, struct bw_job *j)
 {
 	int tasks = be->pool.n_threads * 8;
 	j->per = (j->n + (size_t)tasks - 1) / (size_t)tasks;
@@ -148,7 +141,7 @@ static double bw_pass(struct ms_cpu *be, struct bw_job *j)
 }
 
 /* Best of 8 parallel reads of the whole buffer, in bytes/s. */
-static double bw_measure(struct ms_cpu *be, struct bw_job *j)
+double bench_bw_measure(struct ms_cpu *be, struct bw_job *j)
 {
 	int tasks = be->pool.n_threads * 8;
 	j->per = (j->n + (size_t)tasks - 1) / (size_t)tasks;
@@ -491,7 +484,7 @@ static void cpu_read_between(void *ctx, struct run_stats *st)
 {
 	struct cpu_probe *p = ctx;
 	if (p->bwj) {
-		st->bw_secs += bw_pass(p->be, p->bwj);
+		st->bw_secs += bench_bw_pass(p->be, p->bwj);
 		st->bw_bytes += (double)p->bwj->bytes;
 	}
 }
@@ -585,7 +578,7 @@ static int measure(struct ms_model *m, struct ms_cpu *be, const struct ms_bench_
 	 * (a shared machine's bandwidth drifts); its bytes are taken out of the
 	 * peak RSS below. */
 	static struct bw_job bwj;
-	if (bw_init(&bwj, be)) {
+	if (bench_bw_init(&bwj, be)) {
 		fprintf(stderr, "moeserve: error: bench: out of memory for the bandwidth buffer\n");
 		return EX_OSERR;
 	}
@@ -602,13 +595,13 @@ static int measure(struct ms_model *m, struct ms_cpu *be, const struct ms_bench_
 	struct bw_job *between = w->total >= (double)bwj.bytes ? &bwj : NULL;
 	int rc = run(m, be, 1, warm_len, 2, NULL, &warm, &err);
 	for (int i = 0; !rc && i < 4; i++) {
-		r->bws[i] = bw_measure(be, &bwj);
+		r->bws[i] = bench_bw_measure(be, &bwj);
 		arith_measure(be, &ar, &r->ar_all[i], &r->ar_one[i]);
 		rc = run(m, be, batch[i], bench_decode_prompt(o), o->decode_tokens, between, &r->st[i],
 			 &err);
 	}
 	if (!rc) {
-		r->bws[4] = bw_measure(be, &bwj);
+		r->bws[4] = bench_bw_measure(be, &bwj);
 		arith_measure(be, &ar, &r->ar_all[4], &r->ar_one[4]);
 		rc = run(m, be, 1, o->prompt_tokens, 2, NULL, &r->pre, &err);
 	}
@@ -909,6 +902,8 @@ int ms_cmd_bench(struct ms_model *m, struct ms_backend *b, const struct ms_bench
 			b->name);
 		return EX_USAGE;
 	}
+	if (o->attention)
+		return bench_attention(m, b, o);
 	struct report p = {.threads = be->pool.n_threads};
 	/* nothing has run since the caller loaded the model */
 	p.load_rss = peak_rss_bytes();

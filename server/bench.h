@@ -21,6 +21,7 @@ struct ms_bench_opts {
 	const char *tokenizer;    /* --structured: the vocabulary (NULL: the model's) */
 	int64_t contexts[MS_BENCH_MAX_CONTEXTS]; /* --context: decode at these depths too */
 	int n_contexts;
+	bool attention;           /* only one layer's attention at those depths */
 };
 
 /* Runs everything and prints a table and one JSON line; returns an exit

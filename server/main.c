@@ -1080,7 +1080,8 @@ static void bench_help(void)
 	       "                      [--backend NAME] [--device N]\n"
 	       "                      [--prompt-tokens N] [--decode-tokens N] [--json]\n"
 	       "                      [--baseline SET] [--baseline-tokens N]\n"
-	       "                      [--context N[,N...]] [--structured [--tokenizer FILE]]\n"
+	       "                      [--context N[,N...] [--attention]]\n"
+	       "                      [--structured [--tokenizer FILE]]\n"
 	       "Measure load time and memory, prefill speed against oneDNN's bf16 matmul,\n"
 	       "decode speed at batch 1, 4, 8 and 16 against the memory-bandwidth roofline\n"
 	       "(weight bytes the backend counts per step over the bandwidth measured in\n"
@@ -1102,6 +1103,10 @@ static void bench_help(void)
 	       "                       (shared through the prefix cache, a token of their own\n"
 	       "                       each); rates against the short-context runs, bytes per\n"
 	       "                       step (weights + the KV read) and the roofline share\n"
+	       "  --attention          with --context, instead: one full layer's attention\n"
+	       "                       alone as a decode step at each depth calls it (batch 1\n"
+	       "                       and 8), KV in f32 and bf16 alternating; per call its\n"
+	       "                       time, KV GB/s and share of the bandwidth beside it\n"
 	       "  --structured         structured outputs instead: per JSON Schema of a fixed\n"
 	       "                       set, the grammar's compile time and each token's mask\n"
 	       "                       time (median, p99) in constrained generation over the\n"
@@ -1151,6 +1156,7 @@ static int cmd_bench(int argc, char **argv)
 		{"structured", no_argument, NULL, 's'},
 		{"tokenizer", required_argument, NULL, 't'},
 		{"context", required_argument, NULL, 'c'},
+		{"attention", no_argument, NULL, 'a'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -1188,6 +1194,7 @@ static int cmd_bench(int argc, char **argv)
 			bo.baseline_tokens = v;
 			break;
 		case 's': bo.structured = true; break;
+		case 'a': bo.attention = true; break;
 		case 't': bo.tokenizer = optarg; break;
 		case 'c':
 			if (!parse_contexts(optarg, &bo))
@@ -1212,6 +1219,9 @@ static int cmd_bench(int argc, char **argv)
 		return usage_error("bench", "%s", "--baseline does not go with --structured");
 	if (bo.structured && bo.n_contexts)
 		return usage_error("bench", "%s", "--context does not go with --structured");
+	if (bo.attention && (!bo.n_contexts || bo.structured || bo.baseline))
+		return usage_error("bench", "%s", "--attention needs --context and goes with neither "
+				   "--structured nor --baseline");
 	struct ms_backend *be;
 	struct ms_model m;
 	struct timespec t0, t1;

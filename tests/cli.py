@@ -347,6 +347,20 @@ def main():
         ok, bad = False, []
     case("bench --context prints decode and prefill at each depth", ok,
          f"bad keys {bad}\n" + r.stdout[-600:] + r.stderr)
+    # one layer's attention alone (bench-attention.c): every depth, batch and dtype timed
+    r = run(b, "bench", "--model", base, "--context", "40", "--attention")
+    try:
+        j = json.loads(r.stdout.strip().splitlines()[-1])
+        keys = [f"attn_ctx40_batch{b_}_{t}_ms" for b_ in (1, 8) for t in ("f32", "bf16")]
+        bad = [k for k in keys if not (isinstance(j.get(k), (int, float)) and j[k] > 0)]
+        rows = [ln for ln in r.stdout.splitlines() if "GB/s of KV" in ln and "roofline share" in ln]
+        ok = r.returncode == 0 and not bad and len(rows) == 4 and bool(j.get("attention_kernel"))
+    except (ValueError, IndexError, KeyError, TypeError):
+        ok, bad = False, []
+    case("bench --context --attention times one layer's attention at each depth", ok,
+         f"bad keys {bad}\n" + r.stdout[-600:] + r.stderr)
+    expect("bench --attention without --context", run(b, "bench", "--model", base, "--attention"),
+           EX_USAGE, "--attention")
     for arg, needle in (("0", "--context"), ("5,6,7,8,9", "--context"), ("12,x", "--context")):
         expect(f"bench --context {arg}", run(b, "bench", "--model", base, "--context", arg), EX_USAGE,
                needle)
