@@ -157,14 +157,15 @@ static bool atom(const char **pp, unsigned char c)
 	return true;
 }
 
-/* Python's fnmatch.fnmatchcase (what Quark and transformers call): '*'
- * any run, '?' one character, [...] a set. Every atom but '*' takes one
- * character, so going back to the last '*' alone is enough: at most
- * len(pattern) * len(name) steps, where glibc's fnmatch recurses per '*'. */
-bool ms_qglob_match(const char *p, const char *s)
+/* s[0 .. n) against the glob p, as Python's fnmatch.fnmatchcase (what
+ * Quark and transformers call): '*' any run, '?' one character, [...] a
+ * set. Every atom but '*' takes one character, so going back to the last
+ * '*' alone is enough: at most len(p) * n steps, where glibc's fnmatch
+ * recurses per '*'. */
+static bool glob_n(const char *p, const char *s, size_t n)
 {
-	const char *star_p = NULL, *star_s = NULL;
-	while (*s) {
+	const char *star_p = NULL, *star_s = NULL, *e = s + n;
+	while (s < e) {
 		if (*p == '*') {
 			while (*p == '*')
 				p++;
@@ -182,6 +183,11 @@ bool ms_qglob_match(const char *p, const char *s)
 	return !*p;
 }
 
+bool ms_qglob_match(const char *p, const char *s)
+{
+	return glob_n(p, s, strlen(s));
+}
+
 int ms_qname_match(const struct ms_qname *n, const char *module, bool *hit, struct ms_err *err)
 {
 	if (n->re)
@@ -192,13 +198,11 @@ int ms_qname_match(const struct ms_qname *n, const char *module, bool *hit, stru
 	if (ms_qglob_match(p, module))
 		return 0;
 	if (strncmp(module, p, pl) == 0 && module[pl] == '.')
-		return 0; /* a parent module */
-	char *sub = malloc(pl + 3);
-	if (!sub)
-		return ms_err_set(err, -ENOMEM, "out of memory");
-	memcpy(sub, p, pl);
-	memcpy(sub + pl, ".*", 3);
-	*hit = ms_qglob_match(sub, module);
-	free(sub);
+		return 0; /* a parent module, named */
+	/* a parent module, matched by the glob: the part before some '.' */
+	for (const char *dot = strchr(module, '.'); dot; dot = strchr(dot + 1, '.'))
+		if (glob_n(p, module, (size_t)(dot - module)))
+			return 0;
+	*hit = false;
 	return 0;
 }
