@@ -170,8 +170,7 @@ struct dev_report {
 	struct decode d[N_DEV_BATCH];
 	int64_t count_steps[N_DEV_BATCH]; /* measured steps of the counting replay */
 	double ttft, prefill_tps, fpt, prefill_gflops;
-	double kv_bpt, kv_per_gib;   /* KV bytes a position, all layers; positions a GiB holds */
-	enum ms_kv_dtype kv_dtype;
+	struct bench_kv kv;
 	double secs;                 /* the bench's own wall time, the load not included */
 };
 
@@ -252,10 +251,7 @@ static void dev_figures(const struct ms_model *m, const struct ms_bench_opts *o,
 	double head_flop = 2.0 * (double)m->cfg.vocab * (double)m->cfg.hidden;
 	p->prefill_gflops = p->ttft > 0 ? (p->fpt * (double)o->prompt_tokens + head_flop) / p->ttft / 1e9
 					: 0;
-	p->kv_bpt = ms_kv_geom_bytes(&m->lm.kv, 1);
-	p->kv_dtype = m->lm.kv.dtype;
-	double grow = ms_kv_geom_bytes_per_position(&m->lm.kv);
-	p->kv_per_gib = grow > 0 ? 1073741824.0 / grow : 0;
+	bench_kv_figures(m, &p->kv);
 }
 
 /* ---- the table and the JSON line ---- */
@@ -286,10 +282,7 @@ static void print_dev_table(const struct ms_model *m, const struct ms_backend *b
 		printf("    share of the copy bandwidth        %10.3f     (static estimate %.3f)\n",
 		       d->share, d->share_static);
 	}
-	printf("  KV bytes per token (all layers)      %10.0f  (%s)\n", p->kv_bpt,
-	       ms_kv_dtype_name(m->lm.kv.dtype));
-	if (p->kv_per_gib > 0)
-		printf("  KV: tokens of context per GiB        %10.0f\n", p->kv_per_gib);
+	bench_kv_print(&p->kv);
 	printf("  bench time (load not included)       %10.1f s\n", p->secs);
 }
 
@@ -324,9 +317,7 @@ static void json_dev(struct ms_strbuf *j, const struct ms_backend *be,
 		jnum_batch(j, d->n, "roofline_share", d->share, 4);
 		jnum_batch(j, d->n, "roofline_share_static", d->share_static, 4);
 	}
-	jnum(j, "kv_bytes_per_token", p->kv_bpt, 0);
-	jstr(j, "kv_dtype", ms_kv_dtype_name(p->kv_dtype));
-	jnum(j, "kv_tokens_per_gib", p->kv_per_gib, 0);
+	bench_kv_json(j, &p->kv);
 	jnum(j, "bench_s", p->secs, 3);
 }
 

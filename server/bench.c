@@ -634,8 +634,7 @@ struct report {
 	struct baseline base;
 	bool have_base;
 	double sp1, sp8;            /* decode speedups over the baseline, batch 1 and 8 */
-	double kv_bpt, kv_per_gib;   /* KV bytes a position, all layers; positions a GiB holds */
-	enum ms_kv_dtype kv_dtype;
+	struct bench_kv kv;
 	struct bench_target tg[6];
 	int n_tg, n_pass;
 	struct bench_ctx ctx[MS_BENCH_MAX_CONTEXTS]; /* --context */
@@ -780,10 +779,7 @@ static void print_table(const struct ms_model *m, const struct ms_cpu *be,
 	printf("  time to first token                  %10.4f s\n", p->ttft);
 	print_decode(m, p);
 	bench_contexts_print(p->ctx, p->n_ctx, o->prompt_tokens);
-	printf("  KV bytes per token (all layers)      %10.0f  (%s)\n", p->kv_bpt,
-	       ms_kv_dtype_name(m->lm.kv.dtype));
-	if (p->kv_per_gib > 0)
-		printf("  KV: tokens of context per GiB        %10.0f\n", p->kv_per_gib);
+	bench_kv_print(&p->kv);
 	printf("  peak RSS (load and runs)             %10.1f MiB\n", p->rss / 1048576.0);
 	if (p->have_base) {
 		printf("  baseline: %s kernels (loaded in %.2f s)\n", o->baseline, p->base.load_s);
@@ -810,9 +806,7 @@ static void json_head(struct ms_strbuf *j, const struct ms_cpu *be,
 	jnum(j, "batch8_tokens_per_s", p->d[2].tps, 3);
 	jnum(j, "batch16_tokens_per_s", p->d[3].tps, 3);
 	jnum(j, "ttft_s", p->ttft, 6);
-	jnum(j, "kv_bytes_per_token", p->kv_bpt, 0);
-	jstr(j, "kv_dtype", ms_kv_dtype_name(p->kv_dtype));
-	jnum(j, "kv_tokens_per_gib", p->kv_per_gib, 0);
+	bench_kv_json(j, &p->kv);
 	jnum(j, "peak_rss_bytes", p->rss, 0);
 	jnum(j, "bandwidth_bytes_per_s", p->bw, 0);
 	jnum(j, "weight_bytes_per_token", d->bytes_static, 0);
@@ -920,10 +914,7 @@ int ms_cmd_bench(struct ms_model *m, struct ms_backend *b, const struct ms_bench
 	baseline_report(o, be, &p);
 	if ((ex = context_report(m, be, o, &p)))
 		return ex;
-	p.kv_bpt = ms_kv_geom_bytes(&m->lm.kv, 1);
-	p.kv_dtype = m->lm.kv.dtype;
-	double grow = ms_kv_geom_bytes_per_position(&m->lm.kv);
-	p.kv_per_gib = grow > 0 ? 1073741824.0 / grow : 0;
+	bench_kv_figures(m, &p.kv);
 	p.rss_ratio = p.w.total > 0 ? p.rss / p.w.total : 0;
 	targets(o, &p);
 	if (!o->json_only)
