@@ -9,6 +9,7 @@
 
 #include <string.h>
 
+#include "bf16.h"
 #include "gpu.h"
 #include "wmat.h"
 
@@ -28,7 +29,7 @@ GPU_DEV float gpu_u2f(uint32_t u)
 
 GPU_DEV float gpu_bf16(uint16_t h)
 {
-	return gpu_u2f((uint32_t)h << 16);
+	return ms_bf16_f32(h); /* the host's widening (bf16.h) */
 }
 
 GPU_DEV float gpu_f16(uint16_t h)
