@@ -29,6 +29,17 @@ const char *ms_backend_names(void)
 	return names;
 }
 
+int ms_dense_mode_parse(const char *s, enum ms_dense_mode *out)
+{
+	static const char *const names[] = {"auto", "bf16", "int8"};
+	for (int i = 0; i < 3; i++)
+		if (!strcmp(s, names[i])) {
+			*out = (enum ms_dense_mode)i;
+			return 0;
+		}
+	return -EINVAL;
+}
+
 int ms_backend_open(const struct ms_backend_opts *o, struct ms_backend **out, struct ms_err *err)
 {
 	*out = NULL;

@@ -202,7 +202,7 @@ struct ms_backend {
 	const char *device;        /* the device's name, for bench; NULL on the host */
 	bool host;                 /* buffers are host memory (see above) */
 	bool exact;                /* only kernels that keep fp32 activations */
-	bool dense_int8;           /* requantize dense bf16 projections to int8 at load */
+	bool dense_int8;           /* requantize dense float projections to int8 at load */
 	unsigned kv_dtypes;        /* 1 << enum ms_kv_dtype of every KV dtype its attention reads */
 	int threads;               /* host worker threads */
 	struct ms_pool *pool;      /* those threads, for load-time work (host memory) */
@@ -215,13 +215,24 @@ enum ms_numa_mode {
 	MS_NUMA_INTERLEAVE,
 };
 
+/* What becomes of dense floating-point weights (attention projections,
+ * lm_head) at load: --dense. */
+enum ms_dense_mode {
+	MS_DENSE_AUTO,   /* the backend's choice (the CPU: int8 unless exact) */
+	MS_DENSE_KEEP,   /* as the checkpoint stores them ("bf16") */
+	MS_DENSE_INT8,   /* int8, a scale per 32 columns (quant/unquant.c) */
+};
+
+/* "auto", "bf16", "int8" -> *out; -EINVAL for anything else. */
+int ms_dense_mode_parse(const char *s, enum ms_dense_mode *out);
+
 /* What --backend and the options next to it ask for. */
 struct ms_backend_opts {
 	const char *backend;   /* a registry name; NULL: the first ("cpu") */
 	const char *kernels;   /* a kernel set of that backend; NULL or "auto": the best */
 	int threads;           /* <= 0: one per available CPU */
 	bool exact;            /* skip kernels that round activations */
-	bool dense_int8;       /* attention projections and lm_head to int8 at load */
+	enum ms_dense_mode dense;
 	enum ms_numa_mode numa;
 	int device;            /* which GPU, on a device backend (--device) */
 };

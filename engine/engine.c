@@ -913,7 +913,7 @@ int ms_engine_init(struct ms_engine **out, const struct ms_lm *m, const struct m
 	e->V = m->vocab;
 	e->faults0 = ms_mapguard_faults();
 	int64_t kvd = m->kv.kv_dim;
-	uint64_t page = ms_kv_page_bytes(e->P, kvd, m->kv.dtype);
+	uint64_t page = ms_kv_page_bytes(e->P, kvd, m->kv.head_dim, m->kv.dtype);
 	int64_t pages = e->cfg.kv_cache_bytes
 				? (int64_t)(e->cfg.kv_cache_bytes / page)
 				: ((e->cfg.kv_tokens + e->P - 1) / e->P) * m->kv.n_layers;
@@ -923,7 +923,8 @@ int ms_engine_init(struct ms_engine **out, const struct ms_lm *m, const struct m
 	pthread_cond_init(&e->cv, NULL);
 	int rc = ms_kv_dtype_check(m->be, m->kv.dtype, err);
 	if (!rc)
-		rc = ms_kv_pool_init(&e->pool, m->be, (int32_t)pages, e->P, kvd, m->kv.dtype, err);
+		rc = ms_kv_pool_init(&e->pool, m->be, (int32_t)pages, e->P, kvd, m->kv.head_dim,
+				     m->kv.dtype, err);
 	if (!rc) {
 		e->running = calloc((size_t)e->cfg.max_running, sizeof(*e->running));
 		e->work = malloc((size_t)e->V * sizeof(float));

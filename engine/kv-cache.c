@@ -9,7 +9,7 @@
 
 const char *ms_kv_dtype_name(enum ms_kv_dtype t)
 {
-	return t == MS_KV_BF16 ? "bf16" : "f32";
+	return t == MS_KV_FP8 ? "fp8" : t == MS_KV_BF16 ? "bf16" : "f32";
 }
 
 int ms_kv_dtype_parse(const char *s, enum ms_kv_dtype *out)
@@ -18,6 +18,8 @@ int ms_kv_dtype_parse(const char *s, enum ms_kv_dtype *out)
 		*out = MS_KV_F32;
 	else if (!strcmp(s, "bf16"))
 		*out = MS_KV_BF16;
+	else if (!strcmp(s, "fp8") || !strcmp(s, "fp8_e4m3"))
+		*out = MS_KV_FP8;
 	else
 		return -EINVAL;
 	return 0;
@@ -27,13 +29,56 @@ int ms_kv_dtype_check(const struct ms_backend *be, enum ms_kv_dtype t, struct ms
 {
 	if (!be || (be->kv_dtypes & (1u << t)))
 		return 0;
-	return ms_err_set(err, -ENOTSUP, "--kv-dtype %s: the %s backend's attention reads an f32 KV "
-			  "cache only", ms_kv_dtype_name(t), be->name);
+	return ms_err_set(err, -ENOTSUP, "--kv-dtype %s: the %s backend's attention does not read "
+			  "it", ms_kv_dtype_name(t), be->name);
 }
 
-uint64_t ms_kv_page_bytes(int64_t page_tokens, int64_t kv_dim, enum ms_kv_dtype dtype)
+uint64_t ms_kv_page_bytes(int64_t page_tokens, int64_t kv_dim, int64_t head_dim,
+			  enum ms_kv_dtype dtype)
 {
-	return 2ull * (uint64_t)page_tokens * (uint64_t)kv_dim * ms_kv_dtype_size(dtype);
+	return 2ull * (uint64_t)page_tokens * ms_kv_row_bytes(kv_dim, head_dim, dtype);
+}
+
+void ms_kv_put(const struct ms_kv_pool *p, int32_t page, int64_t slot, const float *k,
+	       const float *v)
+{
+	void *kd = ms_kv_k(p, page, slot), *vd = ms_kv_v(p, page, slot);
+	int64_t n = p->kv_dim, d = p->head_dim;
+	switch (p->dtype) {
+	case MS_KV_F32:
+		memcpy(kd, k, (size_t)n * sizeof(float));
+		memcpy(vd, v, (size_t)n * sizeof(float));
+		break;
+	case MS_KV_BF16:
+		for (int64_t i = 0; i < n; i++) {
+			((uint16_t *)kd)[i] = ms_bf16_rne(k[i]);
+			((uint16_t *)vd)[i] = ms_bf16_rne(v[i]);
+		}
+		break;
+	case MS_KV_FP8: {
+		uint8_t *ks = ms_kv_ks(p, page, slot), *vs = ms_kv_vs(p, page, slot);
+		for (int64_t h = 0; h < n / d; h++) {
+			ks[h] = ms_fp8_kv_head(k + h * d, d, (uint8_t *)kd + h * d);
+			vs[h] = ms_fp8_kv_head(v + h * d, d, (uint8_t *)vd + h * d);
+		}
+		break;
+	}
+	}
+}
+
+float ms_kv_get(const struct ms_kv_pool *p, bool value, int32_t page, int64_t slot, int64_t i)
+{
+	const void *row = value ? ms_kv_v(p, page, slot) : ms_kv_k(p, page, slot);
+	switch (p->dtype) {
+	case MS_KV_BF16:
+		return ms_bf16_f32(((const uint16_t *)row)[i]);
+	case MS_KV_FP8: {
+		const uint8_t *sc = value ? ms_kv_vs(p, page, slot) : ms_kv_ks(p, page, slot);
+		return ms_fp8_e4m3_f32(((const uint8_t *)row)[i]) * ms_e8m0_f32(sc[i / p->head_dim]);
+	}
+	default:
+		return ((const float *)row)[i];
+	}
 }
 
 static uint64_t mix(uint64_t x)
@@ -59,21 +104,27 @@ static void kv_free(struct ms_backend *be, void *p)
 }
 
 int ms_kv_pool_init(struct ms_kv_pool *p, struct ms_backend *be, int32_t n_pages,
-		    int64_t page_tokens, int64_t kv_dim, enum ms_kv_dtype dtype, struct ms_err *err)
+		    int64_t page_tokens, int64_t kv_dim, int64_t head_dim, enum ms_kv_dtype dtype,
+		    struct ms_err *err)
 {
 	memset(p, 0, sizeof(*p));
 	if (n_pages <= 0 || page_tokens <= 0 || kv_dim <= 0)
 		return ms_err_set(err, -EINVAL, "KV cache: %d pages of %lld tokens is no cache", n_pages,
 				  (long long)page_tokens);
+	if (head_dim <= 0 || kv_dim % head_dim)
+		return ms_err_set(err, -EINVAL, "KV cache: heads of %lld do not divide %lld values",
+				  (long long)head_dim, (long long)kv_dim);
 	p->be = be;
 	p->page_tokens = page_tokens;
 	p->kv_dim = kv_dim;
+	p->head_dim = head_dim;
 	p->n_pages = n_pages;
 	p->dtype = dtype;
 	p->esize = ms_kv_dtype_size(dtype);
-	size_t values = (size_t)n_pages * (size_t)page_tokens * (size_t)kv_dim;
-	p->k = kv_alloc(be, values * p->esize);
-	p->v = kv_alloc(be, values * p->esize);
+	p->page_stride = (int64_t)ms_kv_page_bytes(page_tokens, kv_dim, head_dim, dtype) / 2;
+	size_t bytes = (size_t)n_pages * (size_t)p->page_stride;
+	p->k = kv_alloc(be, bytes);
+	p->v = kv_alloc(be, bytes);
 	p->ref = calloc((size_t)n_pages, sizeof(int32_t));
 	p->key = calloc((size_t)n_pages, sizeof(uint64_t));
 	p->lru_prev = malloc((size_t)n_pages * sizeof(int32_t));
@@ -89,7 +140,8 @@ int ms_kv_pool_init(struct ms_kv_pool *p, struct ms_backend *be, int32_t n_pages
 		ms_kv_pool_free(p);
 		return ms_err_set(err, -ENOMEM, "KV cache: out of memory for %d pages (%llu bytes)",
 				  n_pages, (unsigned long long)((uint64_t)n_pages *
-								ms_kv_page_bytes(page_tokens, kv_dim, dtype)));
+								ms_kv_page_bytes(page_tokens, kv_dim,
+										 head_dim, dtype)));
 	}
 	for (int32_t i = 0; i < n_pages; i++)
 		p->free_next[i] = i + 1 < n_pages ? i + 1 : -1;
@@ -112,7 +164,7 @@ void ms_kv_pool_free(struct ms_kv_pool *p)
 
 void ms_kv_page_copy(struct ms_kv_pool *p, int32_t dst, int32_t src)
 {
-	size_t bytes = (size_t)(p->page_tokens * p->kv_dim) * p->esize;
+	size_t bytes = (size_t)p->page_stride;
 	if (p->be) {
 		p->be->ops->copy(p->be, ms_kv_k(p, dst, 0), ms_kv_k(p, src, 0), bytes);
 		p->be->ops->copy(p->be, ms_kv_v(p, dst, 0), ms_kv_v(p, src, 0), bytes);
@@ -134,7 +186,8 @@ int64_t ms_kv_geom_seq_pages(const struct ms_kv_geom *g, int64_t capacity, int64
 
 double ms_kv_geom_bytes(const struct ms_kv_geom *g, int64_t positions)
 {
-	double per_position = 2.0 * (double)g->kv_dim * (double)ms_kv_dtype_size(g->dtype), total = 0;
+	double per_position = 2.0 * (double)ms_kv_row_bytes(g->kv_dim, g->head_dim, g->dtype);
+	double total = 0;
 	for (int l = 0; l < g->n_layers; l++) {
 		bool slides = g->layer_sliding && g->layer_sliding[l] && g->sliding_window > 0;
 		int64_t seen = slides && g->sliding_window < positions ? g->sliding_window : positions;

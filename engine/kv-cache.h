@@ -3,8 +3,9 @@
  *
  * One pool of fixed-size pages; a page holds `page_tokens` consecutive
  * positions of ONE layer (keys and values after RoPE, stored as the pool's
- * dtype: fp32, or bf16 rounded to nearest even; attention widens them and
- * computes in fp32 either way). A sequence has
+ * dtype: fp32, bf16 rounded to nearest even, or fp8 e4m3 with a scale per
+ * position and kv head (fp8.h); attention widens them and computes in fp32
+ * whatever the dtype). A sequence has
  * a page table per layer. Per-layer pages let a sliding-window layer give
  * back the pages that fell out of its window, so its memory stays bounded
  * by the window however long the sequence grows.
@@ -23,6 +24,7 @@
 #include <string.h>
 
 #include "bf16.h"
+#include "fp8.h"
 #include "ms-error.h"
 
 struct ms_backend;
@@ -30,11 +32,13 @@ struct ms_backend;
 /* How a K or V value is stored. */
 enum ms_kv_dtype {
 	MS_KV_F32,
-	MS_KV_BF16,  /* the value's fp32 bits rounded to nearest even (ms_kv_round) */
+	MS_KV_BF16,  /* the value's fp32 bits rounded to nearest even (ms_bf16_rne) */
+	MS_KV_FP8,   /* e4m3fn codes, a power-of-two scale per position and kv head
+		      * (ms_fp8_kv_head); a quarter of f32's bytes */
 };
 
 const char *ms_kv_dtype_name(enum ms_kv_dtype t);
-/* "f32", "bf16" -> *out; -EINVAL for anything else. */
+/* "f32", "bf16", "fp8" -> *out; -EINVAL for anything else. */
 int ms_kv_dtype_parse(const char *s, enum ms_kv_dtype *out);
 
 /* What a KV cache stores when none is asked for: bf16 (half the bytes
@@ -45,19 +49,32 @@ static inline enum ms_kv_dtype ms_kv_dtype_auto(bool exact)
 	return exact ? MS_KV_F32 : MS_KV_BF16;
 }
 
+/* Bytes of one stored value (fp8: the code; its head's scale is apart). */
 static inline size_t ms_kv_dtype_size(enum ms_kv_dtype t)
 {
-	return t == MS_KV_BF16 ? 2 : 4;
+	return t == MS_KV_FP8 ? 1 : t == MS_KV_BF16 ? 2 : 4;
+}
+
+/* Bytes one position's K (or V) row takes, scales included. */
+static inline uint64_t ms_kv_row_bytes(int64_t kv_dim, int64_t head_dim, enum ms_kv_dtype t)
+{
+	return (uint64_t)kv_dim * ms_kv_dtype_size(t) +
+	       (t == MS_KV_FP8 ? (uint64_t)(kv_dim / head_dim) : 0);
 }
 
 struct ms_kv_pool {
 	struct ms_backend *be; /* whose memory k and v are in; NULL: the host heap */
 	int64_t page_tokens;   /* positions per page */
 	int64_t kv_dim;        /* values per position for K (and for V) */
+	int64_t head_dim;      /* values per kv head (kv_dim / head_dim heads) */
 	enum ms_kv_dtype dtype;
 	size_t esize;          /* bytes per value */
+	int64_t page_stride;   /* bytes of one page of k (and of v) */
 	int32_t n_pages;
-	void *k, *v;           /* [n_pages][page_tokens][kv_dim] of dtype */
+	/* per page: [page_tokens][kv_dim] values of dtype, then for fp8
+	 * [page_tokens][kv_dim / head_dim] scale bytes (in the page, so that
+	 * copying a page copies its scales) */
+	void *k, *v;
 	int32_t *ref;          /* [n_pages] sequences holding the page */
 	uint64_t *key;         /* [n_pages] published key, 0 = unpublished */
 	int32_t *lru_prev, *lru_next; /* cached (ref 0, published) pages, oldest first */
@@ -73,15 +90,18 @@ struct ms_kv_pool {
 	uint64_t hits, evictions;
 };
 
-/* n_pages pages of page_tokens x kv_dim values of dtype, their keys and
- * values in be's memory (buf_alloc; be NULL: the host heap, for tests).
- * The bookkeeping is host memory either way. */
+/* n_pages pages of page_tokens x kv_dim values of dtype (heads of
+ * head_dim, a divisor of kv_dim), their keys and values in be's memory
+ * (buf_alloc; be NULL: the host heap, for tests). The bookkeeping is host
+ * memory either way. */
 int ms_kv_pool_init(struct ms_kv_pool *p, struct ms_backend *be, int32_t n_pages,
-		    int64_t page_tokens, int64_t kv_dim, enum ms_kv_dtype dtype, struct ms_err *err);
+		    int64_t page_tokens, int64_t kv_dim, int64_t head_dim, enum ms_kv_dtype dtype,
+		    struct ms_err *err);
 void ms_kv_pool_free(struct ms_kv_pool *p);
 
-/* Bytes one page takes (K and V). */
-uint64_t ms_kv_page_bytes(int64_t page_tokens, int64_t kv_dim, enum ms_kv_dtype dtype);
+/* Bytes one page takes (K and V, fp8's scales included). */
+uint64_t ms_kv_page_bytes(int64_t page_tokens, int64_t kv_dim, int64_t head_dim,
+			  enum ms_kv_dtype dtype);
 
 /* A page for writing (ref 1): free first, else the least recently used
  * cached one (unpublished). -1 when every page is held. */
@@ -109,23 +129,33 @@ static inline int32_t ms_kv_pool_available(const struct ms_kv_pool *p)
 /* Where position `slot` of a page starts (kv_dim values of the dtype). */
 static inline void *ms_kv_k(const struct ms_kv_pool *p, int32_t page, int64_t slot)
 {
-	return (char *)p->k + ((int64_t)page * p->page_tokens + slot) * p->kv_dim * (int64_t)p->esize;
+	return (char *)p->k + page * p->page_stride + slot * p->kv_dim * (int64_t)p->esize;
 }
 
 static inline void *ms_kv_v(const struct ms_kv_pool *p, int32_t page, int64_t slot)
 {
-	return (char *)p->v + ((int64_t)page * p->page_tokens + slot) * p->kv_dim * (int64_t)p->esize;
+	return (char *)p->v + page * p->page_stride + slot * p->kv_dim * (int64_t)p->esize;
 }
 
-/* n values from x into dst as the pool stores them. */
-static inline void ms_kv_store(const struct ms_kv_pool *p, void *dst, const float *x, int64_t n)
+/* fp8: the scale bytes of position `slot` of a page, one per kv head. */
+static inline uint8_t *ms_kv_ks(const struct ms_kv_pool *p, int32_t page, int64_t slot)
 {
-	if (p->dtype == MS_KV_BF16)
-		for (int64_t i = 0; i < n; i++)
-			((uint16_t *)dst)[i] = ms_bf16_rne(x[i]);
-	else
-		memcpy(dst, x, (size_t)n * sizeof(float));
+	return (uint8_t *)ms_kv_k(p, page, p->page_tokens) + slot * (p->kv_dim / p->head_dim);
 }
+
+static inline uint8_t *ms_kv_vs(const struct ms_kv_pool *p, int32_t page, int64_t slot)
+{
+	return (uint8_t *)ms_kv_v(p, page, p->page_tokens) + slot * (p->kv_dim / p->head_dim);
+}
+
+/* Position `slot` of a page (host memory) := the rows k and v (kv_dim
+ * values each), rounded as the pool stores them. */
+void ms_kv_put(const struct ms_kv_pool *p, int32_t page, int64_t slot, const float *k,
+	       const float *v);
+
+/* Value i of position `slot` of a page (host memory), widened as attention
+ * reads it: K, or V when `value`. */
+float ms_kv_get(const struct ms_kv_pool *p, bool value, int32_t page, int64_t slot, int64_t i);
 
 /* One sequence's view: per layer, the page of every block of positions
  * (-1 where a sliding layer gave its page back). */
@@ -161,6 +191,7 @@ int64_t ms_kv_seq_pages_held(const struct ms_kv_seq *s, int layer);
 struct ms_kv_geom {
 	int n_layers;
 	int64_t kv_dim;                /* values per position for K (and for V) */
+	int64_t head_dim;              /* values per kv head */
 	enum ms_kv_dtype dtype;        /* how the caches store them (--kv-dtype) */
 	int64_t sliding_window;        /* positions a sliding layer sees */
 	const bool *layer_sliding;     /* [n_layers] */

@@ -66,7 +66,7 @@ static void lm_init(struct ms_model *m)
 		.model = m, .forward = lm_forward, .be = m->be, .vocab = c->vocab,
 		.max_pos = c->max_pos,
 		.kv = {.n_layers = (int)c->n_layers, .kv_dim = c->n_kv_heads * c->head_dim,
-		       .sliding_window = c->sliding_window, .layer_sliding = c->layer_sliding},
+		       .head_dim = c->head_dim, .sliding_window = c->sliding_window, .layer_sliding = c->layer_sliding},
 	};
 }
 
@@ -191,7 +191,8 @@ int ms_seq_init(struct ms_seq *s, struct ms_model *m, int64_t capacity, struct m
 	int rc = ms_kv_dtype_check(m->be, m->lm.kv.dtype, err);
 	if (!rc)
 		rc = ms_kv_pool_init(&s->pool, m->be, (int32_t)pages, MS_KV_PAGE_TOKENS,
-				     m->cfg.n_kv_heads * m->cfg.head_dim, m->lm.kv.dtype, err);
+				     m->cfg.n_kv_heads * m->cfg.head_dim, m->cfg.head_dim,
+				     m->lm.kv.dtype, err);
 	if (!rc)
 		rc = ms_kv_seq_init(&s->kv, (int)m->cfg.n_layers, capacity, MS_KV_PAGE_TOKENS, err);
 	if (!rc) {

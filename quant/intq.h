@@ -10,6 +10,9 @@
 
 #include "quant.h"
 
+/* Columns per scale of the int8 dense weights (--dense int8). */
+#define MS_DENSE_INT8_GROUP 32
+
 /* Allocate l's codes [N][K] (bits wide, packed LSB first; zero-filled when
  * zero_codes, else the caller writes every byte), scales and zeros [N][G]
  * (the caller writes them all; ms_quant_buf_alloc) and set l->w to

@@ -7,12 +7,13 @@
  * (gate_up_proj [E, H, 2I], down_proj [E, I, H]) and are repacked once, in
  * their own dtype, into the [out, in] rows the kernels stream.
  *
- * With --dense-int8 (the backend's dense_int8) the attention projections and lm_head
- * are requantized at load to 8-bit INTQ, one group per row: on GPT-OSS-20B
- * these bf16 matrices are two thirds of the bytes a decode step reads, and
- * int8 halves them. Not the router (its logits pick the experts: a rounding
- * there changes which experts run, not just how precisely), not the
- * embedding (rows are looked up, not streamed per token).
+ * With the backend's dense_int8 (the CPU's default, --dense) the attention
+ * projections and lm_head are requantized at load to 8-bit INTQ, a scale
+ * per 32 columns of a row (the accuracy class of llama.cpp's Q8_0): on
+ * GPT-OSS-20B these bf16 matrices are two thirds of the bytes a decode step
+ * reads, and int8 halves them. Not the router (its logits pick the experts:
+ * a rounding there changes which experts run, not just how precisely), not
+ * the embedding (rows are looked up, not streamed per token).
  */
 #include <math.h>
 #include <stdio.h>
@@ -63,45 +64,51 @@ static float round_to_f16(float f)
 	return rintf(f / ulp) * ulp;
 }
 
-/* Replace l's float rows by 8-bit INTQ codes, per row symmetric:
- * scale = amax / 127 rounded to fp16 first (the int8 kernels take fp16
- * scales; the codes are then exact for the scale they will be used with),
- * code = clamp(round(w / scale), -127, 127) + 128, zero point 128. The
- * error per weight is at most scale / 2 ~ amax / 254 (where the fp16 scale
- * rounded down and a code clamps, amax - 127 scale < scale / 2). */
+/* One group of n weights w to codes, symmetric: scale = amax / 127 rounded
+ * to fp16 first (the int8 kernels take fp16 scales; the codes are then
+ * exact for the scale they will be used with), code = clamp(round(w /
+ * scale), -127, 127) + 128, zero point 128. The error per weight is at most
+ * scale / 2 ~ amax / 254 (where the fp16 scale rounded down and a code
+ * clamps, amax - 127 scale < scale / 2). An all-zero group keeps scale 0
+ * (codes 128); a tiny one the smallest fp16 step rather than 0. */
+static float int8_group(const float *w, int64_t n, uint8_t *codes)
+{
+	float amax = 0.0f;
+	for (int64_t k = 0; k < n; k++)
+		amax = fmaxf(amax, fabsf(w[k]));
+	float scale = amax > 0.0f ? fmaxf(round_to_f16(amax / 127.0f), 0x1p-24f) : 0.0f;
+	for (int64_t k = 0; k < n; k++)
+		codes[k] = scale > 0.0f ? (uint8_t)(128 + (int)fminf(fmaxf(rintf(w[k] / scale), -127.0f),
+								     127.0f))
+					: 128;
+	return scale;
+}
+
+/* Replace l's float rows by 8-bit INTQ codes, a group (int8_group) per
+ * MS_DENSE_INT8_GROUP columns of a row (the last one may be shorter). */
 static int requantize_int8(struct ms_qlinear *l, const char *prefix, struct ms_err *err)
 {
 	struct ms_wmat src = l->lin.w;
 	void *src_copy = l->owned[0]; /* a misaligned tensor's aligned copy, or NULL */
 	l->owned[0] = NULL;
-	int64_t N = src.rows, K = src.cols;
+	int64_t N = src.rows, K = src.cols, gs = MS_DENSE_INT8_GROUP, G = (K + gs - 1) / gs;
 	float *row = malloc((size_t)K * sizeof(float));
-	int rc = row ? ms_intq_alloc(l, N, K, 8, K, 1, false, prefix, err)
+	int rc = row ? ms_intq_alloc(l, N, K, 8, gs, G, false, prefix, err)
 		     : ms_err_set(err, -ENOMEM, "%s: out of memory", prefix);
 	for (int64_t r = 0; !rc && r < N; r++) {
 		ms_wmat_row_f32(&src, r, row);
-		float amax = 0.0f;
-		for (int64_t k = 0; k < K; k++) {
-			if (!isfinite(row[k])) {
-				rc = ms_err_set(err, -EBADMSG, "%s.weight: row %lld holds %g; "
-						"--dense-int8 needs finite weights", prefix,
-						(long long)r, (double)row[k]);
-				break;
-			}
-			amax = fmaxf(amax, fabsf(row[k]));
-		}
-		/* an all-zero row keeps scale 0 (codes 128); a tiny one the
-		 * smallest fp16 step rather than 0 */
-		float scale = amax > 0.0f ? fmaxf(round_to_f16(amax / 127.0f), 0x1p-24f) : 0.0f;
+		for (int64_t k = 0; k < K && !rc; k++)
+			if (!isfinite(row[k]))
+				rc = ms_err_set(err, -EBADMSG, "%s.weight: row %lld holds %g; int8 "
+						"dense weights need finite ones (--dense bf16 keeps "
+						"them as they are)", prefix, (long long)r,
+						(double)row[k]);
 		uint8_t *codes = (uint8_t *)l->owned[0] + (size_t)r * l->lin.w.row_bytes;
-		for (int64_t k = 0; k < K && scale > 0.0f; k++) {
-			float q = rintf(row[k] / scale);
-			codes[k] = (uint8_t)(128 + (int)fminf(fmaxf(q, -127.0f), 127.0f));
+		for (int64_t g = 0; g < G && !rc; g++) {
+			int64_t k0 = g * gs, n = K - k0 < gs ? K - k0 : gs;
+			((float *)l->owned[1])[r * G + g] = int8_group(row + k0, n, codes + k0);
+			((float *)l->owned[2])[r * G + g] = 128.0f;
 		}
-		if (scale == 0.0f)
-			memset(codes, 128, (size_t)K);
-		((float *)l->owned[1])[r] = scale;
-		((float *)l->owned[2])[r] = 128.0f;
 	}
 	free(row);
 	free(src_copy);
@@ -143,8 +150,8 @@ static int load_linear(const struct ms_quant_config *qc, const struct ms_checkpo
 	}
 	/* inspect says where the int8 matrix came from, then why its kernel */
 	if (int8)
-		snprintf(l->origin, sizeof(l->origin), "requantized from %s to int8 per row "
-			 "(--dense-int8); ", ms_wfmt_name(from));
+		snprintf(l->origin, sizeof(l->origin), "requantized from %s to int8 g%d (--dense "
+			 "int8); ", ms_wfmt_name(from), MS_DENSE_INT8_GROUP);
 	if ((rc = ms_qlinear_set_kernel(l, ld, prefix, err)))
 		return rc;
 	return ms_qlinear_load_bias(l, ck, prefix, out, has_bias, err);

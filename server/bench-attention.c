@@ -2,7 +2,7 @@
  * bench-attention.c: `bench --attention --context N[,N...]`: one full
  * layer's attention alone, as a decode step at depth N calls it (one query
  * token per sequence, batch 1 and 8, each sequence its own pages), on the
- * backend's kernel and threads, with the KV cache in f32 and in bf16.
+ * backend's kernel and threads, with the KV cache in f32, bf16 and fp8.
  *
  * Decode at depth reads every sequence's whole cache each step; whether
  * the kernel streams it at the memory's pace is what this isolates from
@@ -79,7 +79,7 @@ static int att_case_init(struct att_case *c, struct ms_backend *b, const struct 
 		return ms_err_set(err, -ENOTSUP, "bench --attention: kv_dim %lld (at most 1024)",
 				  (long long)kvd);
 	/* the backend's memory, as the engine's pool has it */
-	int rc = ms_kv_pool_init(&c->pool, b, (int32_t)n_pages, P, kvd, dt, err);
+	int rc = ms_kv_pool_init(&c->pool, b, (int32_t)n_pages, P, kvd, cf->head_dim, dt, err);
 	if (rc)
 		return rc;
 	c->pages = malloc((size_t)n_pages * sizeof(int32_t));
@@ -97,8 +97,7 @@ static int att_case_init(struct att_case *c, struct ms_backend *b, const struct 
 	for (int64_t i = 0; i < n_pages * P; i++) {
 		for (int64_t e = 0; e < kvd && e < 1024; e++)
 			row[e] = att_value(&s);
-		ms_kv_store(&c->pool, (char *)c->pool.k + i * kvd * (int64_t)c->pool.esize, row, kvd);
-		ms_kv_store(&c->pool, (char *)c->pool.v + i * kvd * (int64_t)c->pool.esize, row, kvd);
+		ms_kv_put(&c->pool, (int32_t)(i / P), i % P, row, row);
 	}
 	for (int64_t i = 0; i < n_pages; i++)
 		c->pages[i] = (int32_t)i;
@@ -153,31 +152,34 @@ static void att_print(int64_t ctx, int batch, const char *dt, double bytes, cons
 	       (long long)ctx, batch, dt, ms, bytes / (ms / 1e3) / 1e9, sh);
 }
 
-/* Depth by depth, batch by batch: the two dtypes' rounds interleaved. */
+#define ATT_DTYPES 3
+
+/* Depth by depth, batch by batch: the dtypes' rounds interleaved. */
 static int att_depth(struct ms_backend *b, struct ms_cpu *be, const struct ms_model_config *cf,
 		     int64_t ctx, struct bw_job *bwj, struct ms_strbuf *j, struct ms_err *err)
 {
-	static const enum ms_kv_dtype dts[2] = {MS_KV_F32, MS_KV_BF16};
+	static const enum ms_kv_dtype dts[ATT_DTYPES] = {MS_KV_F32, MS_KV_BF16, MS_KV_FP8};
 	for (int bi = 0; bi < 2; bi++) {
 		int batch = att_batch[bi];
-		struct att_case c[2];
-		struct att_fig f[2];
-		for (int d = 0; d < 2; d++)
+		struct att_case c[ATT_DTYPES];
+		struct att_fig f[ATT_DTYPES];
+		for (int d = 0; d < ATT_DTYPES; d++)
 			if (att_case_init(&c[d], b, cf, ctx, batch, dts[d], err)) {
-				if (d)
-					att_case_free(&c[0]);
+				while (d--)
+					att_case_free(&c[d]);
 				return -1;
 			}
 		int rc = 0;
 		for (int r = 0; r < ATT_ROUNDS && !rc; r++)
-			for (int d = 0; d < 2 && !rc; d++) {
+			for (int d = 0; d < ATT_DTYPES && !rc; d++) {
 				f[d].bw[r] = bench_bw_measure(be, bwj);
 				if ((f[d].s[r] = att_time(be, cf, &c[d], batch, bwj, err)) < 0)
 					rc = -1;
 			}
-		for (int d = 0; d < 2 && !rc; d++) {
+		for (int d = 0; d < ATT_DTYPES && !rc; d++) {
 			double bytes = ms_kv_geom_bytes(&(struct ms_kv_geom){
-				.n_layers = 1, .kv_dim = c[d].pool.kv_dim, .dtype = dts[d]}, ctx + 1) * batch;
+				.n_layers = 1, .kv_dim = c[d].pool.kv_dim, .head_dim = cf->head_dim,
+				.dtype = dts[d]}, ctx + 1) * batch;
 			att_print(ctx, batch, ms_kv_dtype_name(dts[d]), bytes, &f[d]);
 			char key[64];
 			double s[ATT_ROUNDS];
@@ -186,7 +188,8 @@ static int att_depth(struct ms_backend *b, struct ms_cpu *be, const struct ms_mo
 				 ms_kv_dtype_name(dts[d]));
 			jnum(j, key, att_median(s, ATT_ROUNDS) * 1e3, 4);
 		}
-		att_case_free(&c[0]), att_case_free(&c[1]);
+		for (int d = 0; d < ATT_DTYPES; d++)
+			att_case_free(&c[d]);
 		if (rc)
 			return rc;
 	}

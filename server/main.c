@@ -138,12 +138,12 @@ struct common_opts {
 	const char *numa;   /* auto, off, interleave */
 	const char *device; /* which GPU, on a device backend (a number) */
 	bool exact;         /* kernels keep fp32 activations */
-	bool dense_int8;    /* attention projections and lm_head requantized to int8 */
+	const char *dense;  /* dense weights: auto, bf16, int8 */
 	const char *kv_dtype; /* the KV cache's dtype: auto, f32, bf16 */
 };
 
 enum { OPT_KERNELS = 1000, OPT_BACKEND, OPT_THREADS, OPT_LOGITS, OPT_IGNORE_EOS, OPT_PROMPT, OPT_PROMPT_FILE, OPT_NUMA, OPT_EXACT,
-       OPT_DENSE_INT8, OPT_DEVICE, OPT_KV_DTYPE };
+       OPT_DENSE_INT8, OPT_DEVICE, OPT_KV_DTYPE, OPT_DENSE };
 
 static int load(const struct common_opts *o, struct ms_backend **be, struct ms_model *m)
 {
@@ -151,8 +151,16 @@ static int load(const struct common_opts *o, struct ms_backend **be, struct ms_m
 	/* --exact, or MOESERVE_EXACT=1 (tests that compare logits with the
 	 * float64 reference set it for every subcommand). */
 	const char *ex = getenv("MOESERVE_EXACT");
-	/* --dense-int8, or MOESERVE_DENSE_INT8=1 */
+	/* --dense, or MOESERVE_DENSE (MOESERVE_DENSE_INT8=1: int8) */
 	const char *d8 = getenv("MOESERVE_DENSE_INT8");
+	const char *dn = o->dense ? o->dense : getenv("MOESERVE_DENSE");
+	if (!dn && d8 && *d8 && strcmp(d8, "0") && strcmp(d8, "false"))
+		dn = "int8";
+	enum ms_dense_mode dense = MS_DENSE_AUTO;
+	if (dn && ms_dense_mode_parse(dn, &dense)) {
+		fprintf(stderr, "moeserve: error: --dense \"%s\" (use auto, bf16 or int8)\n", dn);
+		return EX_USAGE;
+	}
 	const char *numa = o->numa ? o->numa : getenv("MOESERVE_NUMA");
 	if (numa && strcmp(numa, "auto") && strcmp(numa, "off") && strcmp(numa, "interleave")) {
 		fprintf(stderr, "moeserve: error: --numa \"%s\" (use auto, off or interleave)\n", numa);
@@ -170,7 +178,7 @@ static int load(const struct common_opts *o, struct ms_backend **be, struct ms_m
 		.kernels = o->kernels ? o->kernels : getenv("MOESERVE_KERNELS"),
 		.threads = (int)o->threads,
 		.exact = o->exact || (ex && *ex && strcmp(ex, "0") && strcmp(ex, "false")),
-		.dense_int8 = o->dense_int8 || (d8 && *d8 && strcmp(d8, "0") && strcmp(d8, "false")),
+		.dense = dense,
 		.numa = !numa || !strcmp(numa, "auto") ? MS_NUMA_AUTO
 			: !strcmp(numa, "off")         ? MS_NUMA_OFF
 						       : MS_NUMA_INTERLEAVE,
@@ -178,7 +186,7 @@ static int load(const struct common_opts *o, struct ms_backend **be, struct ms_m
 	const char *kvt = o->kv_dtype ? o->kv_dtype : getenv("MOESERVE_KV_DTYPE");
 	enum ms_kv_dtype kv_dtype = ms_kv_dtype_auto(bo.exact);
 	if (kvt && strcmp(kvt, "auto") && ms_kv_dtype_parse(kvt, &kv_dtype)) {
-		fprintf(stderr, "moeserve: error: --kv-dtype \"%s\" (use auto, bf16 or f32)\n", kvt);
+		fprintf(stderr, "moeserve: error: --kv-dtype \"%s\" (use auto, bf16, f32 or fp8)\n", kvt);
 		return EX_USAGE;
 	}
 	int rc = ms_backend_open(&bo, be, &err);
@@ -230,11 +238,14 @@ static void generate_help(void)
 	       "                     or $MOESERVE_KERNELS)\n"
 	       "  --exact            only kernels that keep fp32 activations: logits match\n"
 	       "                     the reference to fp32 rounding (or $MOESERVE_EXACT=1)\n"
-	       "  --dense-int8       requantize attention projections and lm_head to int8\n"
-	       "                     per output channel at load (or $MOESERVE_DENSE_INT8=1)\n"
-	       "  --kv-dtype TYPE    the KV cache's values: bf16 (attention in fp32 on them)\n"
-	       "                     or f32 (twice the bytes); default auto: bf16, f32 with\n"
-	       "                     --exact (or $MOESERVE_KV_DTYPE)\n"
+	       "  --dense TYPE       attention projections and lm_head: int8 (a scale per\n"
+	       "                     32 columns, requantized at load) or bf16 (as stored);\n"
+	       "                     default auto: int8 on the CPU unless --exact (or\n"
+	       "                     $MOESERVE_DENSE; --dense-int8 is --dense int8)\n"
+	       "  --kv-dtype TYPE    the KV cache's values: bf16 (attention in fp32 on them),\n"
+	       "                     f32 (twice the bytes) or fp8 (e4m3, a scale per position\n"
+	       "                     and kv head); default auto: bf16, f32 with --exact\n"
+	       "                     (or $MOESERVE_KV_DTYPE)\n"
 	       "  --numa MODE        auto (interleave weights when there are several NUMA\n"
 	       "                     nodes), off, interleave (default auto, or $MOESERVE_NUMA)\n"
 	       "  -h, --help         this help\n",
@@ -285,6 +296,7 @@ static int generate_args(int argc, char **argv, struct gen_args *a)
 		{"numa", required_argument, NULL, OPT_NUMA},
 		{"exact", no_argument, NULL, OPT_EXACT},
 		{"dense-int8", no_argument, NULL, OPT_DENSE_INT8},
+		{"dense", required_argument, NULL, OPT_DENSE},
 		{"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
 		{"help", no_argument, NULL, 'h'},
 		{0},
@@ -311,7 +323,8 @@ static int generate_args(int argc, char **argv, struct gen_args *a)
 		case OPT_KERNELS: a->co.kernels = optarg; break;
 		case OPT_NUMA: a->co.numa = optarg; break;
 		case OPT_EXACT: a->co.exact = true; break;
-		case OPT_DENSE_INT8: a->co.dense_int8 = true; break;
+		case OPT_DENSE_INT8: a->co.dense = "int8"; break;
+		case OPT_DENSE: a->co.dense = optarg; break;
 		case OPT_KV_DTYPE: a->co.kv_dtype = optarg; break;
 		case OPT_PROMPT: a->text = optarg; break;
 		case OPT_PROMPT_FILE: a->text_file = optarg; break;
@@ -500,7 +513,7 @@ static int cmd_generate(int argc, char **argv)
 static void inspect_help(void)
 {
 	printf("Usage: moeserve inspect [--model DIR] [--backend NAME] [--device N] [--kernels SET]\n"
-	       "                        [--threads N] [--exact] [--dense-int8]\n"
+	       "                        [--threads N] [--exact] [--dense TYPE]\n"
 	       "Load a checkpoint and describe it: architecture and sizes, the quantization\n"
 	       "scheme of each tensor group, the kernel chosen for each, and the weight bytes.\n");
 }
@@ -546,6 +559,7 @@ static int cmd_inspect(int argc, char **argv)
 		{"numa", required_argument, NULL, OPT_NUMA},
 		{"exact", no_argument, NULL, OPT_EXACT},
 		{"dense-int8", no_argument, NULL, OPT_DENSE_INT8},
+		{"dense", required_argument, NULL, OPT_DENSE},
 		{"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
 		{"help", no_argument, NULL, 'h'},
 		{0},
@@ -558,7 +572,8 @@ static int cmd_inspect(int argc, char **argv)
 		case 'm': co.model = optarg; break;
 		case OPT_NUMA: co.numa = optarg; break;
 		case OPT_EXACT: co.exact = true; break;
-		case OPT_DENSE_INT8: co.dense_int8 = true; break;
+		case OPT_DENSE_INT8: co.dense = "int8"; break;
+		case OPT_DENSE: co.dense = optarg; break;
 		case OPT_KV_DTYPE: co.kv_dtype = optarg; break;
 		case OPT_THREADS:
 			if (!parse_long(optarg, 1, 1024, &co.threads))
@@ -1136,6 +1151,21 @@ static bool parse_contexts(const char *s, struct ms_bench_opts *o)
 	}
 }
 
+/* The bench options that do not go together. */
+static int bench_opts_check(const struct ms_bench_opts *bo)
+{
+	if (bo->tokenizer && !bo->structured)
+		return usage_error("bench", "%s", "--tokenizer goes with --structured");
+	if (bo->structured && bo->baseline)
+		return usage_error("bench", "%s", "--baseline does not go with --structured");
+	if (bo->structured && bo->n_contexts)
+		return usage_error("bench", "%s", "--context does not go with --structured");
+	if (bo->attention && (!bo->n_contexts || bo->structured || bo->baseline))
+		return usage_error("bench", "%s", "--attention needs --context and goes with neither "
+				   "--structured nor --baseline");
+	return 0;
+}
+
 static int cmd_bench(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -1148,6 +1178,7 @@ static int cmd_bench(int argc, char **argv)
 		{"numa", required_argument, NULL, OPT_NUMA},
 		{"exact", no_argument, NULL, OPT_EXACT},
 		{"dense-int8", no_argument, NULL, OPT_DENSE_INT8},
+		{"dense", required_argument, NULL, OPT_DENSE},
 		{"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
 		{"decode-tokens", required_argument, NULL, 'n'},
 		{"json", no_argument, NULL, 'j'},
@@ -1164,7 +1195,7 @@ static int cmd_bench(int argc, char **argv)
 	/* 0: the backend's default, chosen once it is open */
 	struct ms_bench_opts bo = {0};
 	long v;
-	int c;
+	int c, rc;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
 		switch (c) {
@@ -1203,7 +1234,8 @@ static int cmd_bench(int argc, char **argv)
 			break;
 		case OPT_NUMA: co.numa = optarg; break;
 		case OPT_EXACT: co.exact = true; break;
-		case OPT_DENSE_INT8: co.dense_int8 = true; break;
+		case OPT_DENSE_INT8: co.dense = "int8"; break;
+		case OPT_DENSE: co.dense = optarg; break;
 		case OPT_KV_DTYPE: co.kv_dtype = optarg; break;
 		case 'h':
 			bench_help();
@@ -1213,20 +1245,13 @@ static int cmd_bench(int argc, char **argv)
 	}
 	if (optind < argc)
 		return usage_error("bench", "unexpected argument \"%s\"", argv[optind]);
-	if (bo.tokenizer && !bo.structured)
-		return usage_error("bench", "%s", "--tokenizer goes with --structured");
-	if (bo.structured && bo.baseline)
-		return usage_error("bench", "%s", "--baseline does not go with --structured");
-	if (bo.structured && bo.n_contexts)
-		return usage_error("bench", "%s", "--context does not go with --structured");
-	if (bo.attention && (!bo.n_contexts || bo.structured || bo.baseline))
-		return usage_error("bench", "%s", "--attention needs --context and goes with neither "
-				   "--structured nor --baseline");
+	if ((rc = bench_opts_check(&bo)))
+		return rc;
 	struct ms_backend *be;
 	struct ms_model m;
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	int rc = load(&co, &be, &m);
+	rc = load(&co, &be, &m);
 	if (rc)
 		return rc;
 	clock_gettime(CLOCK_MONOTONIC, &t1);

@@ -52,7 +52,8 @@ struct opt_def {
 static const char *const log_formats[] = {"text", "json", NULL};
 static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL};
 static const char *const numa_modes[] = {"auto", "off", "interleave", NULL};
-static const char *const kv_dtypes[] = {"auto", "f32", "bf16", NULL};
+static const char *const kv_dtypes[] = {"auto", "f32", "bf16", "fp8", NULL};
+static const char *const dense_modes[] = {"auto", "bf16", "int8", NULL};
 
 _Static_assert(sizeof(enum ms_log_format) == sizeof(int), "enums are stored through int *");
 _Static_assert(sizeof(enum ms_log_level) == sizeof(int), "enums are stored through int *");
@@ -60,7 +61,11 @@ _Static_assert(sizeof(enum ms_numa_mode) == sizeof(int), "enums are stored throu
 _Static_assert(MS_NUMA_AUTO == 0 && MS_NUMA_OFF == 1 && MS_NUMA_INTERLEAVE == 2,
 	       "numa_modes[] follows enum ms_numa_mode");
 _Static_assert(sizeof(enum ms_serve_kv) == sizeof(int), "enums are stored through int *");
-_Static_assert(MS_SERVE_KV_AUTO == 0 && MS_SERVE_KV_F32 == 1 && MS_SERVE_KV_BF16 == 2,
+_Static_assert(sizeof(enum ms_dense_mode) == sizeof(int), "enums are stored through int *");
+_Static_assert(MS_DENSE_AUTO == 0 && MS_DENSE_KEEP == 1 && MS_DENSE_INT8 == 2,
+	       "dense_modes[] follows enum ms_dense_mode");
+_Static_assert(MS_SERVE_KV_AUTO == 0 && MS_SERVE_KV_F32 == 1 && MS_SERVE_KV_BF16 == 2 &&
+	       MS_SERVE_KV_FP8 == 3,
 	       "kv_dtypes[] follows enum ms_serve_kv");
 
 #define F(field) offsetof(struct ms_serve_options, field)
@@ -120,12 +125,14 @@ static const struct opt_def serve_opts[] = {
 	{"kernels", 0, T_STR, F(kernels), 0, 0, NULL, "auto", NULL, "SET", "kernel set (see below)"},
 	{"exact", 0, T_BOOL, F(exact), 0, 0, NULL, "false", NULL, NULL,
 	 "only kernels that keep fp32 activations\n(no int8/bf16 rounding of activations)"},
+	{"dense", 0, T_ENUM, F(dense), 0, 0, dense_modes, "auto", NULL, "TYPE",
+	 "attention projections and lm_head: int8 (a\nscale per 32 columns, requantized at load)\nor bf16 (as stored); auto: int8 on the CPU\nunless --exact"},
 	{"dense-int8", 0, T_BOOL, F(dense_int8), 0, 0, NULL, "false", NULL, NULL,
-	 "requantize attention projections and lm_head\nto int8 per output channel at load"},
+	 "the same as --dense int8"},
 	{"numa", 0, T_ENUM, F(numa), 0, 0, numa_modes, "auto", NULL, "MODE",
 	 "auto (interleave weights over several NUMA\nnodes), off or interleave"},
 	{"kv-dtype", 0, T_ENUM, F(kv_dtype), 0, 0, kv_dtypes, "auto", NULL, "TYPE",
-	 "how the KV cache stores keys and values: bf16\n(attention in fp32 on them), f32 (twice the\nbytes), auto: bf16, f32 with --exact"},
+	 "how the KV cache stores keys and values: bf16\n(attention in fp32 on them), f32 (twice the\nbytes), fp8 (e4m3, a scale per position and\nkv head: about half bf16's bytes), auto: bf16,\nf32 with --exact"},
 	{"kv-cache-bytes", 0, T_SIZE, F(kv_cache_bytes), 0, 1024 * 1024 * GIB, NULL, "0",
 	 "0 (four full contexts)", "SIZE", "KV-cache size, e.g. 8G"},
 	{"max-queue", 0, T_INT, F(max_queue), 1, 1000000, NULL, "256", NULL, "N",
@@ -823,6 +830,7 @@ enum ms_kv_dtype ms_serve_kv_dtype(const struct ms_serve_options *o)
 	switch (o->kv_dtype) {
 	case MS_SERVE_KV_F32: return MS_KV_F32;
 	case MS_SERVE_KV_BF16: return MS_KV_BF16;
+	case MS_SERVE_KV_FP8: return MS_KV_FP8;
 	default: return ms_kv_dtype_auto(o->exact);
 	}
 }

@@ -46,6 +46,7 @@ enum ms_serve_kv {
 	MS_SERVE_KV_AUTO,
 	MS_SERVE_KV_F32,
 	MS_SERVE_KV_BF16,
+	MS_SERVE_KV_FP8,
 };
 
 struct ms_serve_options {
@@ -86,7 +87,8 @@ struct ms_serve_options {
 	enum ms_numa_mode numa;    /* auto */
 	enum ms_serve_kv kv_dtype; /* auto (ms_serve_kv_dtype resolves it) */
 	bool exact;                /* false: kernels may round activations */
-	bool dense_int8;           /* attention projections and lm_head to int8 at load */
+	enum ms_dense_mode dense;  /* auto: the backend's choice (int8 on the CPU unless exact) */
+	bool dense_int8;           /* --dense-int8: --dense int8 */
 	/* engine (0: the engine's default, see ms_engine_config_defaults) */
 	uint64_t kv_cache_bytes;   /* KV-cache pool size */
 	int max_queue;             /* waiting requests beyond which submit is refused (429); 256 */

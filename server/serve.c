@@ -39,7 +39,7 @@ static int serve_backend(const struct ms_serve_options *o, struct served *sv, st
 {
 	struct ms_backend_opts bo = {.backend = o->backend, .kernels = o->kernels,
 				     .threads = o->threads, .exact = o->exact,
-				     .dense_int8 = o->dense_int8, .numa = o->numa,
+				     .dense = o->dense_int8 ? MS_DENSE_INT8 : o->dense, .numa = o->numa,
 				     .device = o->device};
 	return ms_backend_open(&bo, &sv->be, err);
 }

@@ -351,10 +351,10 @@ def main():
     r = run(b, "bench", "--model", base, "--context", "40", "--attention")
     try:
         j = json.loads(r.stdout.strip().splitlines()[-1])
-        keys = [f"attn_ctx40_batch{b_}_{t}_ms" for b_ in (1, 8) for t in ("f32", "bf16")]
+        keys = [f"attn_ctx40_batch{b_}_{t}_ms" for b_ in (1, 8) for t in ("f32", "bf16", "fp8")]
         bad = [k for k in keys if not (isinstance(j.get(k), (int, float)) and j[k] > 0)]
         rows = [ln for ln in r.stdout.splitlines() if "GB/s of KV" in ln and "roofline share" in ln]
-        ok = r.returncode == 0 and not bad and len(rows) == 4 and bool(j.get("attention_kernel"))
+        ok = r.returncode == 0 and not bad and len(rows) == 6 and bool(j.get("attention_kernel"))
     except (ValueError, IndexError, KeyError, TypeError):
         ok, bad = False, []
     case("bench --context --attention times one layer's attention at each depth", ok,
@@ -466,12 +466,19 @@ def main():
     rxb = run(b, "inspect", "--model", mx, "--exact", "--kv-dtype", "bf16")
     case("inspect --exact --kv-dtype bf16: the flag wins", kv_line("bf16", layer // 2) in rxb.stdout,
          rxb.stdout + rxb.stderr)
-    expect("--kv-dtype fp8 is refused", run(b, "inspect", "--model", mx, "--kv-dtype", "fp8"), EX_USAGE,
-           "--kv-dtype", "fp8")
-    g32, g16 = (run(b, "generate", "--model", mx, "--backend", "rocm-sim", "--tokens", "1,2,3",
-                    "--max-tokens", "2", "--ignore-eos", "--kv-dtype", t) for t in ("f32", "bf16"))
-    case("--kv-dtype bf16 runs on rocm-sim too", g32.returncode == 0 and g16.returncode == 0
-         and len(g16.stdout.split()) >= 2, g16.stdout[-300:] + g16.stderr)
+    # fp8: a code per value and a scale byte per position and kv head
+    fp8 = 2 * c["num_key_value_heads"] * (c["head_dim"] + 1)
+    r8 = run(b, "inspect", "--model", mx, "--kv-dtype", "fp8")
+    case("inspect --kv-dtype fp8: a byte a value and one a head", kv_line("fp8", fp8) in r8.stdout,
+         r8.stdout + r8.stderr)
+    expect("--kv-dtype fp16 is refused, naming the choices",
+           run(b, "inspect", "--model", mx, "--kv-dtype", "fp16"), EX_USAGE, "--kv-dtype", "fp8")
+    g32, g16, g8 = (run(b, "generate", "--model", mx, "--backend", "rocm-sim", "--tokens", "1,2,3",
+                        "--max-tokens", "2", "--ignore-eos", "--kv-dtype", t)
+                    for t in ("f32", "bf16", "fp8"))
+    case("--kv-dtype bf16 and fp8 run on rocm-sim too",
+         all(g.returncode == 0 and len(g.stdout.split()) >= 2 for g in (g32, g16, g8)),
+         g16.stdout[-300:] + g16.stderr + g8.stdout[-300:] + g8.stderr)
     case("inspect names schemes, kernels and bytes",
          r.returncode == 0 and "quantization:  mxfp4" in out and "-mxfp4" in out and "unquantized" in out
          and "experts gate_up" in out and "total weight bytes" in out and "GptOssForCausalLM" in out,

@@ -44,8 +44,17 @@ import gptoss_ref  # noqa: E402
 # are stored one bf16 ulp apart, which every later query reads. Measured over
 # the presets: 5e-3 at worst (most cases ~1e-6); a reference that does not
 # round differs by 1e-2 to 1.8.
+#
+# With MOESERVE_KV_DTYPE=fp8 the same happens on e4m3's midpoints, 16 times
+# wider apart: most cases agree to ~1e-5, the few that store one value a
+# code apart differ by up to ~4e-2 (measured), where a reference that does
+# not round fp8 differs by ~1. Such a difference can also flip a greedy
+# step whose top two logits are that close: ids are compared up to the
+# first step where the reference's margin is below ID_MARGIN, which alone
+# may differ (the contexts part there).
 KV_DTYPE = os.environ.get("MOESERVE_KV_DTYPE", "f32")
-LOGIT_TOL = 1e-3 if KV_DTYPE == "f32" else 1e-2  # fp32 C vs float64 reference
+LOGIT_TOL = {"f32": 1e-3, "bf16": 1e-2, "fp8": 1e-1}[KV_DTYPE]  # fp32 C vs float64 reference
+ID_MARGIN = {"f32": 0.0, "bf16": 0.0, "fp8": 0.2}[KV_DTYPE]
 THREADS_TOL = 1e-5   # same binary, different thread counts
 MAX_TOKENS = 8
 PROMPT_LENS = (1, 13, 211)
@@ -63,6 +72,25 @@ PROMPT_TRIES = 20
 
 class CaseError(Exception):
     pass
+
+
+class Want(list):
+    """The reference's generated ids, with its top-2 margin at each step."""
+
+    def __init__(self, ids, margins):
+        super().__init__(ids)
+        self.margins = list(margins)
+
+
+def ids_agree(got, want):
+    """got == want, except that from the first step where the reference's
+    margin is below ID_MARGIN on, the ids are not compared."""
+    for i, w in enumerate(want):
+        if getattr(want, "margins", None) and want.margins[i] < ID_MARGIN:
+            return len(got) == len(want)
+        if i >= len(got) or got[i] != w:
+            return False
+    return len(got) == len(want)
 
 
 class Reference:
@@ -83,7 +111,7 @@ class Reference:
                 ids, logits = gptoss_ref.generate(model, prompt, MAX_TOKENS, stats)
                 if stats.min_router_gap >= MIN_ROUTER_GAP and stats.min_greedy_margin >= MIN_GREEDY_MARGIN:
                     break
-            return prompt, ids, logits, attempt
+            return prompt, Want(ids, stats.margins[-len(ids):] if ids else []), logits, attempt
         finally:
             self.seconds += time.perf_counter() - t0
 
@@ -138,9 +166,11 @@ class Tally:
 
 def compare(got_ids, got_logits, want_ids, want_logits):
     d = float(np.max(np.abs(got_logits.astype(np.float64) - want_logits)))
-    ok = d <= LOGIT_TOL and got_ids == want_ids
-    detail = f"max|dlogit| {d:.2e}  ids {'same' if got_ids == want_ids else 'DIFFER'}"
-    extra = None if got_ids == want_ids else f"got  {got_ids}\nwant {want_ids}"
+    agree = ids_agree(got_ids, want_ids)
+    ok = d <= LOGIT_TOL and agree
+    same = "same" if got_ids == want_ids else "agree to a near tie" if agree else "DIFFER"
+    detail = f"max|dlogit| {d:.2e}  ids {same}"
+    extra = None if agree else f"got  {got_ids}\nwant {list(want_ids)}"
     return ok, detail, extra
 
 
@@ -186,7 +216,7 @@ def run_preset(name, args, workdir, ref, tally):
     (ids_a, la), (ids_b, lb) = runs
     d = float(np.max(np.abs(la.astype(np.float64) - lb)))
     ref_d = max(float(np.max(np.abs(l.astype(np.float64) - want_logits))) for _, l in runs)
-    same = ids_a == ids_b == want_ids
+    same = ids_a == ids_b and ids_agree(ids_a, want_ids)
     ok = d <= THREADS_TOL and ref_d <= LOGIT_TOL and same
     tally.case(name, what, ok,
                f"max|dlogit| {d:.2e}  vs ref {ref_d:.2e}  ids {'same' if same else 'DIFFER'}",

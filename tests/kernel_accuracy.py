@@ -104,6 +104,7 @@ def run(cmd, env, timeout):
 
 
 KERNELS = None  # --kernels: the set the non-exact runs use (default: auto)
+KV_ONLY = None  # --kv-dtype: the second run differs in its KV cache alone
 
 
 def environ(exact):
@@ -111,13 +112,13 @@ def environ(exact):
     env.pop("MOESERVE_KERNELS", None)
     if KERNELS and not exact:
         env["MOESERVE_KERNELS"] = KERNELS
-    env["MOESERVE_EXACT"] = "1" if exact else "0"
+    env["MOESERVE_EXACT"] = "1" if exact or KV_ONLY else "0"
     # The kernels are what is measured: both runs keep K and V alike (f32,
     # the exact run's). A bf16 cache moves these KLs by ~1e-5 on most
     # presets, but on W4A4 its rounding flips 4-bit activation codes
     # downstream (mean KL 2e-2); golden-kv-bf16 holds the bf16 cache to a
     # reference that rounds alike.
-    env["MOESERVE_KV_DTYPE"] = "f32"
+    env["MOESERVE_KV_DTYPE"] = "f32" if exact or not KV_ONLY else KV_ONLY
     return env
 
 
@@ -232,9 +233,13 @@ def main(argv=None):
     ap.add_argument("--timeout", type=float, default=300, help="seconds per binary run")
     ap.add_argument("--kernels", help="kernel set of the default runs (e.g. amx-sim: the AMX "
                     "kernels on the software tile model); default: auto")
+    ap.add_argument("--kv-dtype", choices=["bf16", "fp8"],
+                    help="measure a KV cache dtype instead of the kernels: both runs exact, "
+                    "the second with its KV cache in this dtype (a measurement: its "
+                    "figures, not the kernels' bounds, are the point)")
     args = ap.parse_args(argv)
-    global KERNELS
-    KERNELS = args.kernels
+    global KERNELS, KV_ONLY
+    KERNELS, KV_ONLY = args.kernels, args.kv_dtype
     presets = args.preset or PRESETS
     passed = failed = 0
 

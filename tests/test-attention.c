@@ -59,14 +59,20 @@ struct fixture {
 	float *q, *sinks;
 };
 
-/* Value e of a stored K or V row, widened. */
-static double kv_val(const struct ms_kv_pool *pool, const void *row, int64_t e)
+/* A random K or V row: heads of magnitudes 1 to 1/8 (so fp8 heads get
+ * different scales), a value in 16 a thousand times smaller (fp8's
+ * subnormal codes). */
+static void random_row(float *x, int64_t kvd, int64_t d)
 {
-	return pool->dtype == MS_KV_BF16 ? ms_bf16_f32(((const uint16_t *)row)[e])
-					 : ((const float *)row)[e];
+	for (int64_t h = 0; h < kvd / d; h++) {
+		float f = 1.0f / (float)(1 << (rnd() % 4));
+		for (int64_t e = h * d; e < (h + 1) * d; e++)
+			x[e] = nonzero() * f * (rnd() % 16 ? 1.0f : 1e-3f);
+	}
 }
 
-/* A random batch over a cache of dtype t (bf16: random values rounded). */
+/* A random batch over a cache of dtype t (random values rounded as the
+ * pool stores them). */
 static void fixture_init(struct fixture *f, const struct case_spec *s, enum ms_kv_dtype dt)
 {
 	memset(f, 0, sizeof(*f));
@@ -76,12 +82,13 @@ static void fixture_init(struct fixture *f, const struct case_spec *s, enum ms_k
 	for (int i = 0; i < s->nseq; i++)
 		total += (s->len[i] + P - 1) / P, f->n += s->m[i];
 	int32_t n_pages = (int32_t)total + 3;
-	ck_assert_int_eq(ms_kv_pool_init(&f->pool, NULL, n_pages, P, kvd, dt, &err), 0);
-	for (int64_t i = 0; i < (int64_t)n_pages * P * kvd; i++) {
-		float k = nonzero(), v = nonzero();
-		ms_kv_store(&f->pool, (char *)f->pool.k + i * (int64_t)f->pool.esize, &k, 1);
-		ms_kv_store(&f->pool, (char *)f->pool.v + i * (int64_t)f->pool.esize, &v, 1);
+	ck_assert_int_eq(ms_kv_pool_init(&f->pool, NULL, n_pages, P, kvd, s->d, dt, &err), 0);
+	float *k = malloc((size_t)kvd * sizeof(float)), *v = malloc((size_t)kvd * sizeof(float));
+	for (int64_t i = 0; i < (int64_t)n_pages * P; i++) {
+		random_row(k, kvd, s->d), random_row(v, kvd, s->d);
+		ms_kv_put(&f->pool, (int32_t)(i / P), i % P, k, v);
 	}
+	free(k), free(v);
 	/* shuffled pages, so a sequence's positions are scattered */
 	int32_t *perm = malloc((size_t)n_pages * sizeof(int32_t));
 	for (int32_t i = 0; i < n_pages; i++)
@@ -167,10 +174,10 @@ static double *naive(const struct fixture *f)
 			const float *q = f->q + (t * nH + h) * d;
 			double mx = f->sinks[h];
 			for (int64_t p = lo; p <= pos; p++) {
-				const void *k = ms_kv_k(&f->pool, f->pages[t][p / P], p % P);
+				int32_t pg = f->pages[t][p / P];
 				double dot = 0;
 				for (int64_t e = 0; e < d; e++)
-					dot += (double)q[e] * kv_val(&f->pool, k, kvo + e);
+					dot += (double)q[e] * ms_kv_get(&f->pool, false, pg, p % P, kvo + e);
 				s[p - lo] = dot / sqrt((double)d);
 				mx = s[p - lo] > mx ? s[p - lo] : mx;
 			}
@@ -181,9 +188,9 @@ static double *naive(const struct fixture *f)
 			for (int64_t e = 0; e < d; e++)
 				o[e] = 0;
 			for (int64_t p = lo; p <= pos; p++) {
-				const void *v = ms_kv_v(&f->pool, f->pages[t][p / P], p % P);
+				int32_t pg = f->pages[t][p / P];
 				for (int64_t e = 0; e < d; e++)
-					o[e] += s[p - lo] / den * kv_val(&f->pool, v, kvo + e);
+					o[e] += s[p - lo] / den * ms_kv_get(&f->pool, true, pg, p % P, kvo + e);
 			}
 		}
 	free(s);
@@ -232,14 +239,16 @@ static const struct {
 	[K_AVX2] = {&ms_attn_avx2, "exp256", ms_attn_exp_avx2},
 };
 
-/* Both stored dtypes: each kernel reads bf16 rows widened exactly, so the
- * same tolerances hold against a reference on the same stored values. */
-static const enum ms_kv_dtype dtypes[] = {MS_KV_F32, MS_KV_BF16};
+/* Every stored dtype: each kernel reads bf16 and fp8 rows widened exactly
+ * (fp8 times its power-of-two scale), so the same tolerances hold against
+ * a reference on the same stored values. */
+static const enum ms_kv_dtype dtypes[] = {MS_KV_F32, MS_KV_BF16, MS_KV_FP8};
+#define N_DTYPES 3
 
 START_TEST(reference_matches_double)
 {
 	double worst = 0;
-	for (int c = 0; c < 2 * N_CASES; c++) {
+	for (int c = 0; c < N_DTYPES * N_CASES; c++) {
 		struct fixture f;
 		fixture_init(&f, &cases[c % N_CASES], dtypes[c / N_CASES]);
 		float *got = run(&f, &ms_attn_ref, 2, 0, 0);
@@ -253,7 +262,7 @@ START_TEST(reference_matches_double)
 		free(got), free(want);
 		fixture_free(&f);
 	}
-	printf("attention: reference vs double, %d cases, f32 and bf16 caches: max |diff| %.3g\n",
+	printf("attention: reference vs double, %d cases, f32, bf16 and fp8 caches: max |diff| %.3g\n",
 	       N_CASES, worst);
 }
 END_TEST
@@ -263,7 +272,7 @@ START_TEST(isa_kernels_match_reference)
 	const struct ms_attn_kernel *k = kernels[_i].k;
 	double worst = 0;
 	int64_t outputs = 0;
-	for (int c = 0; c < 2 * N_CASES; c++) {
+	for (int c = 0; c < N_DTYPES * N_CASES; c++) {
 		struct fixture f;
 		fixture_init(&f, &cases[c % N_CASES], dtypes[c / N_CASES]);
 		float *want = run(&f, &ms_attn_ref, 1, 0, 0);
@@ -279,7 +288,7 @@ START_TEST(isa_kernels_match_reference)
 		free(got), free(want);
 		fixture_free(&f);
 	}
-	printf("attention: %s vs reference, %d cases x f32/bf16 caches, %lld (token, head) "
+	printf("attention: %s vs reference, %d cases x f32/bf16/fp8 caches, %lld (token, head) "
 	       "outputs: max |diff| %.3g\n", k->name, N_CASES, (long long)outputs, worst);
 }
 END_TEST
@@ -323,6 +332,8 @@ START_TEST(results_do_not_depend_on_threads_split_or_batch)
 	check_invariance(k, &cases[10], MS_KV_F32); /* 2 items, 2000 keys: auto splits */
 	check_invariance(k, &cases[2], MS_KV_BF16);
 	check_invariance(k, &cases[1], MS_KV_BF16);
+	check_invariance(k, &cases[10], MS_KV_FP8);
+	check_invariance(k, &cases[1], MS_KV_FP8);
 }
 END_TEST
 
@@ -361,12 +372,16 @@ END_TEST
 
 START_TEST(selection)
 {
-	unsigned all = MS_CPU_AVX2 | MS_CPU_FMA | MS_CPU_AVX512F | MS_CPU_AVX512BW | MS_CPU_AVX512VL;
+	unsigned all = MS_CPU_AVX2 | MS_CPU_FMA | MS_CPU_F16C | MS_CPU_AVX512F | MS_CPU_AVX512BW |
+		       MS_CPU_AVX512VL;
 	ck_assert_ptr_eq(ms_attn_select("ref", all), &ms_attn_ref);
 	ck_assert_ptr_eq(ms_attn_select("avx512", all), &ms_attn_avx512);
 	ck_assert_ptr_eq(ms_attn_select("amx", all), &ms_attn_avx512);
 	ck_assert_ptr_eq(ms_attn_select("avx2", all), &ms_attn_avx2);
-	ck_assert_ptr_eq(ms_attn_select("avx512", MS_CPU_AVX2 | MS_CPU_FMA), &ms_attn_avx2);
+	ck_assert_ptr_eq(ms_attn_select("avx512", MS_CPU_AVX2 | MS_CPU_FMA | MS_CPU_F16C),
+			 &ms_attn_avx2);
+	/* the AVX2 kernel widens fp8 through F16C */
+	ck_assert_ptr_eq(ms_attn_select("avx2", MS_CPU_AVX2 | MS_CPU_FMA), &ms_attn_ref);
 	ck_assert_ptr_eq(ms_attn_select("avx512", MS_CPU_AVX2), &ms_attn_ref);
 	ck_assert_ptr_eq(ms_attn_select("avx2", 0), &ms_attn_ref);
 	ck_assert_ptr_eq(ms_attn_select(NULL, all), &ms_attn_avx512);
@@ -389,7 +404,7 @@ START_TEST(bad_shapes_are_refused)
 {
 	struct ms_kv_pool kv;
 	struct ms_err err = {0};
-	ck_assert_int_eq(ms_kv_pool_init(&kv, NULL, 2, 4, 16, MS_KV_F32, &err), 0);
+	ck_assert_int_eq(ms_kv_pool_init(&kv, NULL, 2, 4, 16, 4, MS_KV_F32, &err), 0);
 	struct ms_pool pool;
 	ck_assert_int_eq(ms_pool_init(&pool, 1, false, &err), 0);
 	struct ms_attn_ws ws = {0};

@@ -6,6 +6,7 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "backend.h"
 #include "check-run.h"
 #include "kv-cache.h"
+#include "wmat.h"
 
 static struct ms_backend *open_cpu(void)
 {
@@ -116,48 +118,127 @@ START_TEST(buffers_zeroed_small_and_large)
 }
 END_TEST
 
-static float kv_get(const struct ms_kv_pool *p, const void *row, int64_t i)
+/* Position s of a test page: K value i = s * 100 + i + 0.25, V its negative
+ * less 0.25 (heads of 8: fp8 scales them apart). */
+static void kv_fill(const struct ms_kv_pool *p, int32_t page, int64_t s, float *k, float *v)
 {
-	return p->dtype == MS_KV_BF16 ? ms_bf16_f32(((const uint16_t *)row)[i])
-				      : ((const float *)row)[i];
+	for (int64_t i = 0; i < p->kv_dim; i++)
+		k[i] = (float)(s * 100 + i) + 0.25f, v[i] = -k[i] - 0.25f;
+	ms_kv_put(p, page, s, k, v);
 }
 
-static void kv_set(const struct ms_kv_pool *p, void *row, int64_t i, float x)
-{
-	ms_kv_store(p, (char *)row + i * (int64_t)p->esize, &x, 1);
-}
-
-/* Pages of either dtype in the backend's memory; a page copy is a copy. */
+/* Pages of every dtype in the backend's memory; a page copy is a copy,
+ * fp8's scales included. */
 START_TEST(kv_pages_in_backend_memory)
 {
-	const enum ms_kv_dtype dt = _i ? MS_KV_BF16 : MS_KV_F32;
+	const enum ms_kv_dtype dt = (enum ms_kv_dtype)_i;
 	struct ms_backend *be = open_cpu();
 	struct ms_kv_pool pool;
 	struct ms_err err = {0};
-	const int64_t P = 4, kvd = 24;
-	ck_assert_int_eq(ms_kv_pool_init(&pool, be, 8, P, kvd, dt, &err), 0);
+	const int64_t P = 4, kvd = 24, hd = 8;
+	ck_assert_int_eq(ms_kv_pool_init(&pool, be, 8, P, kvd, hd, dt, &err), 0);
 	ck_assert_ptr_eq(pool.be, be);
-	ck_assert_uint_eq(pool.esize, dt == MS_KV_BF16 ? 2 : 4);
-	ck_assert_uint_eq(ms_kv_page_bytes(P, kvd, dt), 2 * P * kvd * pool.esize);
+	ck_assert_uint_eq(pool.esize, dt == MS_KV_FP8 ? 1 : dt == MS_KV_BF16 ? 2 : 4);
+	/* fp8: a scale byte per position and head beside the codes */
+	uint64_t row = (uint64_t)kvd * pool.esize + (dt == MS_KV_FP8 ? kvd / hd : 0);
+	ck_assert_uint_eq(ms_kv_page_bytes(P, kvd, hd, dt), 2 * P * row);
 	int32_t a = ms_kv_page_alloc(&pool), b = ms_kv_page_alloc(&pool);
 	ck_assert_int_ge(a, 0);
 	ck_assert_int_ge(b, 0);
+	float k[24], v[24];
 	for (int64_t s = 0; s < P; s++)
-		for (int64_t i = 0; i < kvd; i++) {
-			kv_set(&pool, ms_kv_k(&pool, a, s), i, (float)(s * 100 + i) + 0.25f);
-			kv_set(&pool, ms_kv_v(&pool, a, s), i, -(float)(s * 100 + i) - 0.5f);
-		}
-	size_t bytes = (size_t)(P * kvd) * pool.esize;
+		kv_fill(&pool, a, s, k, v);
+	size_t bytes = (size_t)(P * row);
 	ms_kv_page_copy(&pool, b, a);
 	ck_assert_mem_eq(ms_kv_k(&pool, b, 0), ms_kv_k(&pool, a, 0), bytes);
 	ck_assert_mem_eq(ms_kv_v(&pool, b, 0), ms_kv_v(&pool, a, 0), bytes);
+	for (int64_t i = 0; i < kvd; i++)
+		ck_assert_float_eq(ms_kv_get(&pool, true, b, 2, i), ms_kv_get(&pool, true, a, 2, i));
 	/* the copy is a copy: writing one leaves the other; a value reads back
-	 * as stored (bf16: 103.25 rounds to nearest even, 103) */
-	kv_set(&pool, ms_kv_k(&pool, b, 1), 3, 7.0f);
-	ck_assert_float_eq(kv_get(&pool, ms_kv_k(&pool, b, 1), 3), 7.0f);
-	ck_assert_float_eq(kv_get(&pool, ms_kv_k(&pool, a, 1), 3), dt == MS_KV_BF16 ? 103.0f : 103.25f);
+	 * as stored: 103.25 is 103 in bf16 (a tie, to even), 104 in fp8 (its
+	 * head's largest value 107.25 gives a scale of 1/4: 413 -> 416) */
+	kv_fill(&pool, b, 1, k, v);
+	k[3] = 7.0f;
+	ms_kv_put(&pool, b, 1, k, v);
+	ck_assert_float_eq(ms_kv_get(&pool, false, b, 1, 3), 7.0f);
+	ck_assert_float_eq(ms_kv_get(&pool, false, a, 1, 3),
+			   dt == MS_KV_FP8 ? 104.0f : dt == MS_KV_BF16 ? 103.0f : 103.25f);
 	ms_kv_pool_free(&pool);
 	ms_backend_close(be);
+}
+END_TEST
+
+/* fp8.h's codec against wmat.c's (an independent definition): every code
+ * decodes alike; floats of every class (zeros, subnormal codes, ties,
+ * saturation, NaN) encode alike. */
+START_TEST(kv_fp8_codec)
+{
+	for (int c = 0; c < 256; c++) {
+		float a = ms_fp8_e4m3_f32((uint8_t)c), b = ms_fp8_e4m3_to_f32((uint8_t)c);
+		ck_assert_msg((isnan(a) && isnan(b)) || (a == b && signbit(a) == signbit(b)),
+			      "code %#x: %g vs %g", c, a, b);
+	}
+	uint32_t s = 99;
+	for (int i = 0; i < 300000; i++) {
+		s = s * 1664525u + 1013904223u;
+		float x;
+		if (i < 254) /* every finite code's value, both signs */
+			x = ((i & 1) ? -1.0f : 1.0f) * ms_fp8_e4m3_f32((uint8_t)(i / 2));
+		else {
+			uint32_t e = 100 + (s >> 24) % 45; /* 2^-27 .. 2^17 */
+			uint32_t u = (s & 0x807FFFFFu) | (e << 23);
+			memcpy(&x, &u, 4);
+		}
+		ck_assert_uint_eq(ms_fp8_e4m3_rne(x), ms_f32_to_fp8_e4m3(x));
+	}
+	for (int c = 0; c < 0x7E; c++) { /* midpoints go to the even code */
+		float mid = (ms_fp8_e4m3_f32((uint8_t)c) + ms_fp8_e4m3_f32((uint8_t)(c + 1))) / 2;
+		ck_assert_uint_eq(ms_fp8_e4m3_rne(mid), ms_f32_to_fp8_e4m3(mid));
+		ck_assert_uint_eq(ms_fp8_e4m3_rne(mid), (uint8_t)(c % 2 ? c + 1 : c));
+	}
+	const float sp[] = {0.0f, -0.0f, 448.0f, 464.0f, -500.0f, INFINITY, -INFINITY, 1e-30f};
+	for (size_t i = 0; i < sizeof(sp) / sizeof(sp[0]); i++)
+		ck_assert_uint_eq(ms_fp8_e4m3_rne(sp[i]), ms_f32_to_fp8_e4m3(sp[i]));
+	ck_assert_uint_eq(ms_fp8_e4m3_rne(NAN), 0x7F);
+}
+END_TEST
+
+/* A head's scale is the least power of two that fits its largest value
+ * in 448; a NaN makes the whole head NaN; zeros and infinities stay
+ * finite. */
+START_TEST(kv_fp8_head_scale)
+{
+	uint32_t s = 7;
+	for (int i = 0; i < 20000; i++) {
+		float x[16];
+		float mag = ldexpf(1.0f, (int)((s >> 8) % 60) - 30);
+		for (int e = 0; e < 16; e++) {
+			s = s * 1664525u + 1013904223u;
+			x[e] = mag * ((float)(s >> 8) / 16777216.0f * 2.0f - 1.0f);
+		}
+		if (i % 7 == 0)
+			x[i % 16] = 448.0f * mag; /* a largest value exactly on a boundary */
+		uint8_t q[16], b = ms_fp8_kv_head(x, 16, q);
+		float amax = 0;
+		for (int e = 0; e < 16; e++)
+			amax = fmaxf(amax, fabsf(x[e]));
+		float sc = ms_e8m0_f32(b);
+		ck_assert_msg(amax <= 448.0f * sc && amax > 224.0f * sc, "amax %g scale %g", amax, sc);
+		for (int e = 0; e < 16; e++) {
+			float got = ms_fp8_e4m3_f32(q[e]) * sc;
+			ck_assert_msg(fabsf(got - x[e]) <= fmaxf(fabsf(x[e]) / 16, sc * 0x1p-10f),
+				      "%g -> %g", x[e], got);
+		}
+	}
+	float z[4] = {0}, nan4[4] = {1, NAN, 2, 3}, inf4[4] = {1, INFINITY, -2, 3};
+	uint8_t q[4];
+	ck_assert_uint_eq(ms_fp8_kv_head(z, 4, q), 127);
+	ck_assert_float_eq(ms_fp8_e4m3_f32(q[0]), 0.0f);
+	ck_assert_uint_eq(ms_fp8_kv_head(nan4, 4, q), MS_E8M0_NAN);
+	ck_assert(isnan(ms_e8m0_f32(MS_E8M0_NAN) * ms_fp8_e4m3_f32(q[0])));
+	uint8_t bi = ms_fp8_kv_head(inf4, 4, q);
+	ck_assert_uint_eq(bi, 127 + MS_FP8_KMAX);
+	ck_assert(isfinite(ms_fp8_e4m3_f32(q[1]) * ms_e8m0_f32(bi)));
 }
 END_TEST
 
@@ -179,7 +260,9 @@ START_TEST(kv_bf16_rounding)
 	ck_assert_int_eq(d, MS_KV_BF16);
 	ck_assert_int_eq(ms_kv_dtype_parse("f32", &d), 0);
 	ck_assert_int_eq(d, MS_KV_F32);
-	ck_assert_int_eq(ms_kv_dtype_parse("fp8", &d), -EINVAL);
+	ck_assert_int_eq(ms_kv_dtype_parse("fp8", &d), 0);
+	ck_assert_int_eq(d, MS_KV_FP8);
+	ck_assert_int_eq(ms_kv_dtype_parse("fp16", &d), -EINVAL);
 	/* a backend whose attention reads f32 only refuses a bf16 pool */
 	struct ms_backend only32 = {.name = "f32-only", .kv_dtypes = 1u << MS_KV_F32};
 	struct ms_err err = {0};
@@ -196,8 +279,10 @@ int main(void)
 	tcase_add_test(tc, registry_names_backends);
 	tcase_add_test(tc, arena_grows_never_shrinks);
 	tcase_add_test(tc, buffers_zeroed_small_and_large);
-	tcase_add_loop_test(tc, kv_pages_in_backend_memory, 0, 2);
+	tcase_add_loop_test(tc, kv_pages_in_backend_memory, MS_KV_F32, MS_KV_FP8 + 1);
 	tcase_add_test(tc, kv_bf16_rounding);
+	tcase_add_test(tc, kv_fp8_codec);
+	tcase_add_test(tc, kv_fp8_head_scale);
 	suite_add_tcase(s, tc);
 	return ms_check_run(s);
 }

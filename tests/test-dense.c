@@ -12,11 +12,12 @@
  *   the same bits from call to call, for 1 and 3 pool threads, and for any
  *   split of the rows into panel-aligned tasks (moe.c's).
  * - --exact never offers the kernel.
- * - --dense-int8 (quant/unquant.c): on the bf16 fixture, attention
- *   projections and lm_head become 8-bit INTQ, one group per row, zero
- *   point 128, fp16-exact scales within an fp16 step of amax / 127, every
- *   weight within half a scale of the bf16 one; the router stays bf16;
- *   inspect's reason says where the matrix came from.
+ * - --dense int8 (quant/unquant.c): on the bf16 fixture, attention
+ *   projections and lm_head become 8-bit INTQ, a group per 32 columns of a
+ *   row (the last one shorter where the row is ragged), zero point 128,
+ *   fp16-exact scales within an fp16 step of the group's amax / 127, every
+ *   weight within half its group's scale of the bf16 one; the router stays
+ *   bf16; inspect's reason says where the matrix came from.
  *
  * MS_DENSE_BENCH=1 prints the measurements for the GPT-OSS-20B shapes and
  * whole-matrix times on the pool (the table in README.md).
@@ -396,26 +397,30 @@ START_TEST(dense_int8_requantizes_attention_and_lm_head)
 			}
 			ck_assert_msg(q->lin.w.fmt == MS_WFMT_INTQ, "%s not requantized", name);
 			ck_assert_int_eq(q->lin.w.bits, 8);
-			ck_assert_int_eq(q->lin.w.n_groups, 1);
-			ck_assert_int_eq(q->lin.w.group_size, q->lin.w.cols);
+			int64_t K = a->lin.w.cols, G = (K + 31) / 32;
+			ck_assert_int_eq(q->lin.w.n_groups, G);
+			ck_assert_int_eq(q->lin.w.group_size, 32);
 			ck_assert_ptr_nonnull(strstr(q->why, "requantized from bf16"));
-			int64_t K = a->lin.w.cols;
 			float *ra = malloc((size_t)K * sizeof(float)), *rq = malloc((size_t)K * sizeof(float));
 			for (int64_t r = 0; r < a->lin.w.rows; r++) {
 				ms_wmat_row_f32(&a->lin.w, r, ra);
 				ms_wmat_row_f32(&q->lin.w, r, rq);
-				float amax = 0, s = q->lin.w.fscale[r];
-				for (int64_t k = 0; k < K; k++)
-					amax = fmaxf(amax, fabsf(ra[k]));
-				ck_assert_float_eq(q->lin.w.fzero[r], 128.0f);
-				ck_assert_msg(is_f16_value(s), "%s row %lld: scale %.9g is not an fp16 value",
-					      name, (long long)r, (double)s);
-				ck_assert(fabsf(s - amax / 127.0f) <= ldexpf(amax / 127.0f, -11));
-				for (int64_t k = 0; k < K; k++)
-					ck_assert_msg(fabsf(rq[k] - ra[k]) <= 0.5f * s * (1.0f + 0x1p-10f),
-						      "%s [%lld, %lld]: %g from %g (scale %g)", name,
-						      (long long)r, (long long)k, (double)rq[k], (double)ra[k],
+				for (int64_t g = 0; g < G; g++) {
+					float amax = 0, s = q->lin.w.fscale[r * G + g];
+					int64_t k1 = (g + 1) * 32 < K ? (g + 1) * 32 : K;
+					for (int64_t k = g * 32; k < k1; k++)
+						amax = fmaxf(amax, fabsf(ra[k]));
+					ck_assert_float_eq(q->lin.w.fzero[r * G + g], 128.0f);
+					ck_assert_msg(is_f16_value(s), "%s row %lld group %lld: scale %.9g is "
+						      "not an fp16 value", name, (long long)r, (long long)g,
 						      (double)s);
+					ck_assert(fabsf(s - amax / 127.0f) <= ldexpf(amax / 127.0f, -11));
+					for (int64_t k = g * 32; k < k1; k++)
+						ck_assert_msg(fabsf(rq[k] - ra[k]) <= 0.5f * s * (1.0f + 0x1p-10f),
+							      "%s [%lld, %lld]: %g from %g (scale %g)", name,
+							      (long long)r, (long long)k, (double)rq[k],
+							      (double)ra[k], (double)s);
+				}
 			}
 			free(ra), free(rq);
 			checked++;

@@ -322,7 +322,7 @@ START_TEST(eviction)
 	struct ms_err err = {0};
 	int64_t kvd = f.m.cfg.n_kv_heads * f.m.cfg.head_dim;
 	/* room for about two requests of 80 positions */
-	struct ms_engine_config cfg = {.kv_cache_bytes = ms_kv_page_bytes(16, kvd, MS_KV_F32) * 48,
+	struct ms_engine_config cfg = {.kv_cache_bytes = ms_kv_page_bytes(16, kvd, kvd, MS_KV_F32) * 48,
 				       .max_context = 128};
 	struct ms_engine *e;
 	ck_assert_int_eq(ms_engine_init(&e, &f.m.lm, NULL, &cfg, &err), 0);
@@ -363,7 +363,7 @@ START_TEST(refusals)
 	struct ms_err err = {0};
 	int64_t kvd = f.m.cfg.n_kv_heads * f.m.cfg.head_dim;
 	struct ms_engine_config cfg = {.max_queue = 2, .max_context = 256,
-				       .kv_cache_bytes = ms_kv_page_bytes(16, kvd, MS_KV_F32) * 40};
+				       .kv_cache_bytes = ms_kv_page_bytes(16, kvd, kvd, MS_KV_F32) * 40};
 	struct ms_engine *e;
 	ck_assert_int_eq(ms_engine_init(&e, &f.m.lm, NULL, &cfg, &err), 0);
 	int32_t prompt[300];
@@ -407,7 +407,7 @@ START_TEST(scheduler_property)
 	int64_t kvd = f.m.cfg.n_kv_heads * f.m.cfg.head_dim;
 	struct ms_engine_config cfg = {.max_queue = 12, .max_running = 6, .max_batch_tokens = 40,
 				       .max_context = 160,
-				       .kv_cache_bytes = ms_kv_page_bytes(16, kvd, MS_KV_F32) * 90};
+				       .kv_cache_bytes = ms_kv_page_bytes(16, kvd, kvd, MS_KV_F32) * 90};
 	struct ms_engine *e;
 	ck_assert_int_eq(ms_engine_init(&e, &f.m.lm, NULL, &cfg, &err), 0);
 	enum { N = 300 };

@@ -626,18 +626,25 @@ struct kv_world {
 	struct ms_kv_seq *seqs[N_SEQ];
 };
 
-static void world_init(struct kv_world *w, struct ms_backend *be, int layers, int64_t kvd,
-		       const int64_t *lens)
+static void world_init_kv(struct kv_world *w, struct ms_backend *be, int layers, int64_t kvd,
+			  int64_t head_dim, enum ms_kv_dtype dt, const int64_t *lens)
 {
 	struct ms_err err = {0};
 	w->be = be;
-	ck_assert_int_eq(ms_kv_pool_init(&w->pool, be, 256, MS_KV_PAGE_TOKENS, kvd, MS_KV_F32, &err), 0);
+	ck_assert_int_eq(ms_kv_pool_init(&w->pool, be, 256, MS_KV_PAGE_TOKENS, kvd, head_dim, dt,
+					 &err), 0);
 	for (int s = 0; s < N_SEQ; s++) {
 		ck_assert_int_eq(ms_kv_seq_init(&w->seq[s], layers, 4096, MS_KV_PAGE_TOKENS, &err), 0);
 		ck_assert_int_eq(ms_kv_seq_reserve(&w->seq[s], &w->pool, lens[s]), 0);
 		w->seq[s].len = lens[s];
 		w->seqs[s] = &w->seq[s];
 	}
+}
+
+static void world_init(struct kv_world *w, struct ms_backend *be, int layers, int64_t kvd,
+		       const int64_t *lens)
+{
+	world_init_kv(w, be, layers, kvd, kvd, MS_KV_F32, lens);
 }
 
 static void world_free(struct kv_world *w)
@@ -840,25 +847,63 @@ static float *attn_run(struct kv_world *w, const struct attn_shape *a, const flo
 	return out;
 }
 
-static void check_attention(int wave, const struct attn_shape *a)
+/* The device's pages hold the bytes the host's ms_kv_put stores (fp8: codes
+ * and scales), page for page: both pools hand out pages in one order. */
+static void check_kv_bytes(const struct kv_world *wc, const struct kv_world *wr,
+			   const int64_t *lens)
+{
+	const struct ms_kv_pool *pc = &wc->pool, *pr = &wr->pool;
+	int64_t words = pc->page_stride / 4;
+	for (int s = 0; s < N_SEQ; s++)
+		for (int64_t b = 0; b * pc->page_tokens < lens[s]; b++) {
+			int32_t page = wc->seq[s].pages[0][b];
+			ck_assert_int_eq(page, wr->seq[s].pages[0][b]);
+			int64_t used = (lens[s] - b * pc->page_tokens < pc->page_tokens
+						? lens[s] - b * pc->page_tokens : pc->page_tokens);
+			float *gk = down(wr->be, ms_kv_k(pr, page, 0), words);
+			float *gv = down(wr->be, ms_kv_v(pr, page, 0), words);
+			for (int64_t slot = 0; slot < used; slot++) {
+				ck_assert_mem_eq((char *)gk + slot * pc->kv_dim * (int64_t)pc->esize,
+						 ms_kv_k(pc, page, slot), (size_t)pc->kv_dim * pc->esize);
+				ck_assert_mem_eq((char *)gv + slot * pc->kv_dim * (int64_t)pc->esize,
+						 ms_kv_v(pc, page, slot), (size_t)pc->kv_dim * pc->esize);
+				if (pc->dtype == MS_KV_FP8) {
+					int64_t nkv = pc->kv_dim / pc->head_dim;
+					ck_assert_mem_eq((uint8_t *)gk + (ms_kv_ks(pc, page, slot) -
+									  (uint8_t *)ms_kv_k(pc, page, 0)),
+							 ms_kv_ks(pc, page, slot), (size_t)nkv);
+					ck_assert_mem_eq((uint8_t *)gv + (ms_kv_vs(pc, page, slot) -
+									  (uint8_t *)ms_kv_v(pc, page, 0)),
+							 ms_kv_vs(pc, page, slot), (size_t)nkv);
+				}
+			}
+			free(gk), free(gv);
+		}
+}
+
+static void check_attention(int wave, const struct attn_shape *a, enum ms_kv_dtype dt)
 {
 	const int64_t lens[N_SEQ] = {600, 40};
 	int64_t kvd = a->kv_heads * a->d, qd = a->heads * a->d, nq = 6;
 	float *kk = rand_vec((lens[0] + lens[1]) * kvd, 1.0f);
 	float *vv = rand_vec((lens[0] + lens[1]) * kvd, 1.0f);
+	for (int64_t i = 0; i < (lens[0] + lens[1]) * kvd; i += 7) /* heads of other scales */
+		kk[i] *= 8.0f, vv[i] *= 0.01f;
 	float *q = rand_vec(16 * qd, 1.0f), *sinks = rand_vec(a->heads, 2.0f);
 	const int64_t qpos[6] = {0, 255, 256, 599, 17, 39};
 	const int32_t qseq[6] = {0, 0, 0, 0, 1, 1};
 	struct kv_world wc, wr;
-	world_init(&wc, open_be("cpu", 64), 1, kvd, lens);
-	world_init(&wr, open_be(dev_name(), wave), 1, kvd, lens);
+	world_init_kv(&wc, open_be("cpu", 64), 1, kvd, a->d, dt, lens);
+	world_init_kv(&wr, open_be(dev_name(), wave), 1, kvd, a->d, dt, lens);
 	float *want = attn_run(&wc, a, kk, vv, lens, q, nq, qpos, qseq, a->sinks ? sinks : NULL);
 	float *got = attn_run(&wr, a, kk, vv, lens, q, nq, qpos, qseq, a->sinks ? sinks : NULL);
+	check_kv_bytes(&wc, &wr, lens);
 	for (int64_t i = 0; i < nq * qd; i++)
 		ck_assert_msg(fabsf(got[i] - want[i]) <= 1e-4f * (1.0f + fabsf(want[i])),
-			      "wave %d heads %lld/%lld d %lld window %lld: [%lld] %.9g vs cpu %.9g",
-			      wave, (long long)a->heads, (long long)a->kv_heads, (long long)a->d,
-			      (long long)a->window, (long long)i, got[i], want[i]);
+			      "wave %d kv %s heads %lld/%lld d %lld window %lld: [%lld] %.9g vs cpu "
+			      "%.9g", wave, ms_kv_dtype_name(dt), (long long)a->heads,
+			      (long long)a->kv_heads, (long long)a->d, (long long)a->window,
+			      (long long)i, got[i], want[i]);
 	/* batch invariance: the query at 599 alone */
 	float *one = attn_run(&wr, a, kk, vv, lens, q + 3 * qd, 1, qpos + 3, qseq + 3,
 			      a->sinks ? sinks : NULL);
@@ -876,7 +921,8 @@ START_TEST(attention_matches_cpu)
 		{3, 1, 10, 0, false},   /* no sinks */
 	};
 	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
-		check_attention(wave_of(_i), &shapes[i]);
+		for (int dt = MS_KV_F32; dt <= MS_KV_FP8; dt++)
+			check_attention(wave_of(_i), &shapes[i], (enum ms_kv_dtype)dt);
 }
 END_TEST
 
@@ -928,9 +974,9 @@ START_TEST(rocm_without_device_says_so)
 	ck_assert_ptr_nonnull(strstr(err.msg, "no ROCm/HIP device"));
 	ck_assert_ptr_null(be);
 	o.backend = "rocm-sim";
-	o.dense_int8 = true;
+	o.dense = MS_DENSE_INT8;
 	ck_assert_int_eq(ms_backend_open(&o, &be, &err), -ENOTSUP);
-	ck_assert_ptr_nonnull(strstr(err.msg, "--dense-int8"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "--dense int8"));
 }
 END_TEST
 

@@ -675,6 +675,9 @@ START_TEST(options_defaults)
 	o.exact = false;
 	o.kv_dtype = MS_SERVE_KV_F32;
 	ck_assert_int_eq(ms_serve_kv_dtype(&o), MS_KV_F32);
+	o.kv_dtype = MS_SERVE_KV_FP8;
+	ck_assert_int_eq(ms_serve_kv_dtype(&o), MS_KV_FP8);
+	o.kv_dtype = MS_SERVE_KV_AUTO;
 	ck_assert_uint_eq(o.kv_cache_bytes, 0);
 	ck_assert_int_eq(o.max_queue, 256);
 	ck_assert_int_eq(o.max_running, 64);

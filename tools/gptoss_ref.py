@@ -902,14 +902,37 @@ def rope_tables(cfg, n_pos):
     return np.cos(ang) * scale, np.sin(ang) * scale
 
 
+def kv_fp8_round(x):
+    """fp8 KV (engine/fp8.h): per position and kv head (x's last axis), the
+    fp32 values divided by 2^k, k the least integer with max|x| <= 448 * 2^k
+    (0 for a head of zeros; kept in [-100, 100]), rounded to e4m3fn (ties
+    to even), times 2^k again; a NaN in a head makes the whole head NaN."""
+    x32 = np.asarray(x, dtype=np.float32).astype(np.float64)
+    nan = np.isnan(x32).any(axis=-1, keepdims=True)
+    amax = np.nanmax(np.where(np.isnan(x32), 0.0, np.abs(x32)), axis=-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        k = np.ceil(np.log2(np.where(amax > 0, amax, 448.0) / 448.0))
+    k = np.where(np.isfinite(k), k, 100.0)
+    # log2 may land one off either way: settle k by exact comparisons
+    k = np.where(448.0 * np.exp2(k) < amax, k + 1, k)
+    k = np.where((amax > 0) & (448.0 * np.exp2(k - 1) >= amax), k - 1, k)
+    k = np.clip(k, -100, 100)
+    s = np.exp2(k)
+    with np.errstate(invalid="ignore"):
+        q = e4m3_rne(np.clip(np.nan_to_num(x32 / s, nan=0.0), -448.0, 448.0)) * s
+    return np.where(nan, np.nan, q)
+
+
 def kv_round(x, kv_dtype):
     """K or V as the engine's KV cache stores it (engine/kv-cache.h): f32
     as computed, bf16 = the fp32 value rounded to nearest even (NaN kept a
-    NaN), read back widened."""
+    NaN), fp8 as kv_fp8_round; read back widened."""
     if kv_dtype == "f32":
         return x
+    if kv_dtype == "fp8":
+        return kv_fp8_round(x)
     if kv_dtype != "bf16":
-        raise ValueError(f"kv dtype {kv_dtype!r}: f32 or bf16")
+        raise ValueError(f"kv dtype {kv_dtype!r}: f32, bf16 or fp8")
     u = np.asarray(x, dtype=np.float32).view(np.uint32)
     r = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16))
     r = np.where((u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000),
@@ -1269,6 +1292,12 @@ def self_test():
     over = np.array([448.5, 450.0, 463.99, 500.0, -460.0])
     got = e4m3_rne(np.clip(over, -448, 448))
     flag("e4m3 (448, 464) and beyond clamp to 448", got.tolist() == [448.0] * 4 + [-448.0])
+    h = np.array([[[100.25, 103.25, 107.25, -1.0], [0.0, 0.0, 0.0, 0.0],
+                   [56.0, 1.5, -3.0, 0.1], [1.0, np.nan, 2.0, 3.0]]])
+    r = kv_fp8_round(h)
+    flag("fp8 KV: a scale per head (1/4: 103.25 -> 104; 56 fits 448/8 exactly)",
+         r[0, 0].tolist() == [104.0, 104.0, 104.0, -1.0] and r[0, 1].tolist() == [0.0] * 4 and
+         r[0, 2].tolist() == [56.0, 1.5, -3.0, 0.1015625] and np.isnan(r[0, 3]).all(), f"{r.tolist()}")
     x = np.array([[-900.0, 1.0, 2.0 ** -12]])
     xq, post = ActQuant("fp8_static", 2.0).apply(x)
     flag("fp8 static: clip then round", xq.tolist() == [[-448.0, 0.5, 0.0]] and post == 2.0, f"{xq.tolist()}")
@@ -1329,7 +1358,7 @@ def main(argv=None):
                     help="ignored: the reference never stops at eos")
     ap.add_argument("--module", help="dequant: module name")
     ap.add_argument("--out", help="dequant: output file (f32 LE, [rows x cols])")
-    ap.add_argument("--kv-dtype", choices=["f32", "bf16"], default="f32",
+    ap.add_argument("--kv-dtype", choices=["f32", "bf16", "fp8"], default="f32",
                     help="how K and V are stored (moeserve --kv-dtype)")
     ap.add_argument("--self-test", action="store_true")
     a = ap.parse_args(argv)

@@ -95,34 +95,44 @@ static inline float hsum8v(__m256 v)
 	return _mm_cvtss_f32(m);
 }
 
-/* 8 stored values from row + e widened to fp32 (bf16: exactly), and the
- * lanes of m only (the others 0, never read: AVX2 has no 16-bit masked
- * load, so a bf16 tail is copied value by value). */
-static inline __attribute__((always_inline)) __m256 kv_load(const void *row, int64_t e, bool bf16)
+/* fp8 codes (sign-extended to 16 bits) as fp16 bits: sign, a 0, the
+ * exponent and mantissa (attention-chunk.h's fp8_key_scale). */
+static inline __m256 fp8_widen(__m128i b)
 {
-	if (!bf16)
+	__m128i h = _mm_slli_epi16(_mm_cvtepi8_epi16(b), 7);
+	return _mm256_cvtph_ps(_mm_and_si128(h, _mm_set1_epi16((short)0xBFFF)));
+}
+
+/* 8 stored values from row + e, es bytes each, widened to fp32 (bf16:
+ * exactly; fp8: exactly, times 2^-8), and the lanes of m only (the others
+ * 0, never read: AVX2 has no 8- or 16-bit masked load, so such a tail is
+ * copied value by value). */
+static inline __attribute__((always_inline)) __m256 kv_load(const void *row, int64_t e, int es)
+{
+	if (es == 1)
+		return fp8_widen(_mm_loadl_epi64((const __m128i *)((const uint8_t *)row + e)));
+	if (es == 4)
 		return _mm256_loadu_ps((const float *)row + e);
 	__m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + e));
 	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
 static inline __attribute__((always_inline)) __m256 kv_maskload(const void *row, int64_t e,
-								 __m256i m, bool bf16)
+								 __m256i m, int es)
 {
-	if (!bf16)
+	if (es == 4)
 		return _mm256_maskload_ps((const float *)row + e, m);
 	int n = __builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(m)));
 	if (n == 8)
-		return kv_load(row, e, true);
+		return kv_load(row, e, es);
 	uint16_t h[8] = {0};
-	memcpy(h, (const uint16_t *)row + e, (size_t)n * sizeof(uint16_t));
-	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(
-		_mm_loadu_si128((const __m128i *)h)), 16));
+	memcpy(h, (const char *)row + e * es, (size_t)n * (size_t)es);
+	return kv_load(h, 0, es);
 }
 
 static inline __attribute__((always_inline)) void pv_kv(float *acc, const float *p,
 							const void *const *v, int ja, int jb,
-							int nb, __m256i tail, bool bf16)
+							int nb, __m256i tail, int es)
 {
 	const __m256i all = _mm256_set1_epi32(-1);
 	int b = 0;
@@ -133,10 +143,10 @@ static inline __attribute__((always_inline)) void pv_kv(float *acc, const float 
 		for (int j = ja; j < jb; j++) {
 			__m256 pj = _mm256_broadcast_ss(p + j);
 			int64_t e = 8 * b;
-			a0 = _mm256_fmadd_ps(pj, kv_load(v[j], e, bf16), a0);
-			a1 = _mm256_fmadd_ps(pj, kv_load(v[j], e + 8, bf16), a1);
-			a2 = _mm256_fmadd_ps(pj, kv_load(v[j], e + 16, bf16), a2);
-			a3 = _mm256_fmadd_ps(pj, kv_maskload(v[j], e + 24, m3, bf16), a3);
+			a0 = _mm256_fmadd_ps(pj, kv_load(v[j], e, es), a0);
+			a1 = _mm256_fmadd_ps(pj, kv_load(v[j], e + 8, es), a1);
+			a2 = _mm256_fmadd_ps(pj, kv_load(v[j], e + 16, es), a2);
+			a3 = _mm256_fmadd_ps(pj, kv_maskload(v[j], e + 24, m3, es), a3);
 		}
 		_mm256_store_ps(acc + 8 * b, a0);
 		_mm256_store_ps(acc + 8 * b + 8, a1);
@@ -147,7 +157,7 @@ static inline __attribute__((always_inline)) void pv_kv(float *acc, const float 
 		__m256 a0 = _mm256_load_ps(acc + 8 * b);
 		__m256i m = b + 1 == nb ? tail : all;
 		for (int j = ja; j < jb; j++)
-			a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p + j), kv_maskload(v[j], 8 * b, m, bf16),
+			a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p + j), kv_maskload(v[j], 8 * b, m, es),
 					     a0);
 		_mm256_store_ps(acc + 8 * b, a0);
 	}
@@ -155,7 +165,7 @@ static inline __attribute__((always_inline)) void pv_kv(float *acc, const float 
 
 static inline __attribute__((always_inline)) __m256 scores_kv(const float *q,
 							      const void *const *kp, int64_t d,
-							      float scale, bool bf16)
+							      float scale, int es)
 {
 	__m256 dot[TILE];
 #pragma GCC unroll 8
@@ -166,14 +176,14 @@ static inline __attribute__((always_inline)) __m256 scores_kv(const float *q,
 		__m256 qv = _mm256_loadu_ps(q + e);
 #pragma GCC unroll 8
 		for (int j = 0; j < TILE; j++)
-			dot[j] = _mm256_fmadd_ps(qv, kv_load(kp[j], e, bf16), dot[j]);
+			dot[j] = _mm256_fmadd_ps(qv, kv_load(kp[j], e, es), dot[j]);
 	}
 	if (e < d) {
 		__m256i m = lanes_below(d - e);
 		__m256 qv = _mm256_maskload_ps(q + e, m);
 #pragma GCC unroll 8
 		for (int j = 0; j < TILE; j++)
-			dot[j] = _mm256_fmadd_ps(qv, kv_maskload(kp[j], e, m, bf16), dot[j]);
+			dot[j] = _mm256_fmadd_ps(qv, kv_maskload(kp[j], e, m, es), dot[j]);
 	}
 	return _mm256_mul_ps(hsum8(dot), _mm256_set1_ps(scale));
 }
@@ -206,16 +216,23 @@ static inline float masked_max(vkmask m, vf s)
 }
 static inline vf mask_zero(vkmask m, vf x) { return _mm256_and_ps(m, x); }
 #define KV_ES 4
-#define K_SCORES(q, kh, d, s) scores_kv(q, kh, d, s, false)
-#define K_PV(acc, p, vh, ja, jb, nb, t) pv_kv(acc, p, vh, ja, jb, nb, t, false)
+#define K_SCORES(q, kh, d, s) scores_kv(q, kh, d, s, 4)
+#define K_PV(acc, p, vh, ja, jb, nb, t) pv_kv(acc, p, vh, ja, jb, nb, t, 4)
 #define CHUNK_FN chunk_avx2
 #include "attention-chunk.h"
 #define KV_ES 2
-#define K_SCORES(q, kh, d, s) scores_kv(q, kh, d, s, true)
-#define K_PV(acc, p, vh, ja, jb, nb, t) pv_kv(acc, p, vh, ja, jb, nb, t, true)
+#define K_SCORES(q, kh, d, s) scores_kv(q, kh, d, s, 2)
+#define K_PV(acc, p, vh, ja, jb, nb, t) pv_kv(acc, p, vh, ja, jb, nb, t, 2)
 #define CHUNK_FN chunk_avx2_bf16
+#include "attention-chunk.h"
+#define KV_ES 1
+#define KV_FP8 1
+#define K_SCORES(q, kh, d, s) scores_kv(q, kh, d, s, 1)
+#define K_PV(acc, p, vh, ja, jb, nb, t) pv_kv(acc, p, vh, ja, jb, nb, t, 1)
+#define CHUNK_FN chunk_avx2_fp8
 #include "attention-chunk.h"
 
 const struct ms_attn_kernel ms_attn_avx2 = {
-	"avx2-attn", "avx2", MS_CPU_AVX2 | MS_CPU_FMA, chunk_avx2, chunk_avx2_bf16,
+	"avx2-attn", "avx2", MS_CPU_AVX2 | MS_CPU_FMA | MS_CPU_F16C, chunk_avx2, chunk_avx2_bf16,
+	chunk_avx2_fp8,
 };

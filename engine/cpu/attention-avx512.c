@@ -73,20 +73,33 @@ static inline __m512 hsum16(const __m512 v[16])
 			     _mm512_shuffle_f32x4(z[0], z[1], 0xDD));
 }
 
-/* 16 stored values from row + e, widened to fp32 (bf16: exactly), and the
- * same under a mask (masked lanes are not read). */
-static inline __attribute__((always_inline)) __m512 kv_load(const void *row, int64_t e, bool bf16)
+/* fp8 codes (sign-extended to 16 bits) as fp16 bits: sign, a 0, the
+ * exponent and mantissa (attention-chunk.h's fp8_key_scale). */
+static inline __m512 fp8_widen(__m128i b)
 {
-	if (!bf16)
+	__m256i h = _mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7);
+	return _mm512_cvtph_ps(_mm256_and_si256(h, _mm256_set1_epi16((short)0xBFFF)));
+}
+
+/* 16 stored values from row + e, es bytes each, widened to fp32 (bf16:
+ * exactly; fp8: exactly, times 2^-8), and the same under a mask (masked
+ * lanes are not read). */
+static inline __attribute__((always_inline)) __m512 kv_load(const void *row, int64_t e, int es)
+{
+	if (es == 1)
+		return fp8_widen(_mm_loadu_si128((const __m128i *)((const uint8_t *)row + e)));
+	if (es == 4)
 		return _mm512_loadu_ps((const float *)row + e);
 	__m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + e));
 	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
 static inline __attribute__((always_inline)) __m512 kv_maskz_load(__mmask16 m, const void *row,
-								   int64_t e, bool bf16)
+								   int64_t e, int es)
 {
-	if (!bf16)
+	if (es == 1)
+		return fp8_widen(_mm_maskz_loadu_epi8(m, (const uint8_t *)row + e));
+	if (es == 4)
 		return _mm512_maskz_loadu_ps(m, (const float *)row + e);
 	__m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)row + e);
 	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
@@ -96,7 +109,7 @@ static inline __attribute__((always_inline)) __m512 kv_maskz_load(__mmask16 m, c
  * time where head_dim allows; each lane adds its terms in key order. */
 static inline __attribute__((always_inline)) void pv_kv(float *acc, const float *p,
 							const void *const *v, int ja, int jb,
-							int nb, __mmask16 tail, bool bf16)
+							int nb, __mmask16 tail, int es)
 {
 	int b = 0;
 	for (; b + 4 <= nb; b += 4) {
@@ -106,10 +119,10 @@ static inline __attribute__((always_inline)) void pv_kv(float *acc, const float 
 		for (int j = ja; j < jb; j++) {
 			__m512 pj = _mm512_set1_ps(p[j]);
 			int64_t e = 16 * b;
-			a0 = _mm512_fmadd_ps(pj, kv_load(v[j], e, bf16), a0);
-			a1 = _mm512_fmadd_ps(pj, kv_load(v[j], e + 16, bf16), a1);
-			a2 = _mm512_fmadd_ps(pj, kv_load(v[j], e + 32, bf16), a2);
-			a3 = _mm512_fmadd_ps(pj, kv_maskz_load(m3, v[j], e + 48, bf16), a3);
+			a0 = _mm512_fmadd_ps(pj, kv_load(v[j], e, es), a0);
+			a1 = _mm512_fmadd_ps(pj, kv_load(v[j], e + 16, es), a1);
+			a2 = _mm512_fmadd_ps(pj, kv_load(v[j], e + 32, es), a2);
+			a3 = _mm512_fmadd_ps(pj, kv_maskz_load(m3, v[j], e + 48, es), a3);
 		}
 		_mm512_store_ps(acc + 16 * b, a0);
 		_mm512_store_ps(acc + 16 * b + 16, a1);
@@ -120,7 +133,7 @@ static inline __attribute__((always_inline)) void pv_kv(float *acc, const float 
 		__m512 a0 = _mm512_load_ps(acc + 16 * b);
 		__mmask16 m = b + 1 == nb ? tail : 0xFFFF;
 		for (int j = ja; j < jb; j++)
-			a0 = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), kv_maskz_load(m, v[j], 16 * b, bf16),
+			a0 = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), kv_maskz_load(m, v[j], 16 * b, es),
 					     a0);
 		_mm512_store_ps(acc + 16 * b, a0);
 	}
@@ -129,7 +142,7 @@ static inline __attribute__((always_inline)) void pv_kv(float *acc, const float 
 /* Scores of one query row against the 16 keys kp[0..16), scaled. */
 static inline __attribute__((always_inline)) __m512 scores_kv(const float *q,
 							      const void *const *kp, int64_t d,
-							      float scale, bool bf16)
+							      float scale, int es)
 {
 	__m512 dot[TILE];
 #pragma GCC unroll 16
@@ -140,14 +153,14 @@ static inline __attribute__((always_inline)) __m512 scores_kv(const float *q,
 		__m512 qv = _mm512_loadu_ps(q + e);
 #pragma GCC unroll 16
 		for (int j = 0; j < TILE; j++)
-			dot[j] = _mm512_fmadd_ps(qv, kv_load(kp[j], e, bf16), dot[j]);
+			dot[j] = _mm512_fmadd_ps(qv, kv_load(kp[j], e, es), dot[j]);
 	}
 	if (e < d) {
 		__mmask16 m = (__mmask16)((1u << (d - e)) - 1);
 		__m512 qv = _mm512_maskz_loadu_ps(m, q + e);
 #pragma GCC unroll 16
 		for (int j = 0; j < TILE; j++)
-			dot[j] = _mm512_fmadd_ps(qv, kv_maskz_load(m, kp[j], e, bf16), dot[j]);
+			dot[j] = _mm512_fmadd_ps(qv, kv_maskz_load(m, kp[j], e, es), dot[j]);
 	}
 	return _mm512_mul_ps(hsum16(dot), _mm512_set1_ps(scale));
 }
@@ -166,7 +179,7 @@ static inline __mmask16 dim_mask(int b, int nb, __mmask16 tail)
  * order and the same reduction tree as scores_kv: the same bits. */
 static inline __attribute__((always_inline)) void scores4_kv(const float *q, int G,
 							      const void *const *kp, int64_t d,
-							      float scale, bool bf16, float *out)
+							      float scale, int es, float *out)
 {
 	const int nb = (int)((d + 15) / 16);
 	const __mmask16 tail = d % 16 ? (__mmask16)((1u << (d % 16)) - 1) : 0xFFFF;
@@ -184,7 +197,7 @@ static inline __attribute__((always_inline)) void scores4_kv(const float *q, int
 					qv[gg] = _mm512_maskz_loadu_ps(m, q + (g0 + gg) * d + 16 * b);
 #pragma GCC unroll 4
 				for (int jj = 0; jj < 4; jj++) {
-					__m512 kv = kv_maskz_load(m, kp[jq + jj], 16 * b, bf16);
+					__m512 kv = kv_maskz_load(m, kp[jq + jj], 16 * b, es);
 #pragma GCC unroll 4
 					for (int gg = 0; gg < 4; gg++)
 						acc[4 * gg + jj] = _mm512_fmadd_ps(qv[gg], kv, acc[4 * gg + jj]);
@@ -202,12 +215,12 @@ static inline __attribute__((always_inline)) void scores4_kv(const float *q, int
 
 static inline __attribute__((always_inline)) void scores_g_kv(const float *q, int G,
 							       const void *const *kp, int64_t d,
-							       float scale, bool bf16, float *out)
+							       float scale, int es, float *out)
 {
 	int G4 = G - G % 4;
-	scores4_kv(q, G4, kp, d, scale, bf16, out);
+	scores4_kv(q, G4, kp, d, scale, es, out);
 	for (int g = G4; g < G; g++)
-		_mm512_store_ps(out + 16 * g, scores_kv(q + g * d, kp, d, scale, bf16));
+		_mm512_store_ps(out + 16 * g, scores_kv(q + g * d, kp, d, scale, es));
 }
 
 /* acc[g * ld ..] += sum_{j in [ja, jb)} p[16 * g + j] * v[j][.] for the G
@@ -217,7 +230,7 @@ static inline __attribute__((always_inline)) void scores_g_kv(const float *q, in
 static inline __attribute__((always_inline)) void pv4_kv(float *acc, int64_t ld, int G,
 							  const float *p, const void *const *v,
 							  int ja, int jb, int nb, __mmask16 tail,
-							  bool bf16)
+							  int es)
 {
 	for (int g0 = 0; g0 < G; g0 += 4) {
 		for (int b = 0; b < nb; b += 4) {
@@ -234,7 +247,7 @@ static inline __attribute__((always_inline)) void pv4_kv(float *acc, int64_t ld,
 				__m512 vv[4];
 #pragma GCC unroll 4
 				for (int bb = 0; bb < 4; bb++)
-					vv[bb] = kv_maskz_load(m[bb], v[j], 16 * (b + bb), bf16);
+					vv[bb] = kv_maskz_load(m[bb], v[j], 16 * (b + bb), es);
 #pragma GCC unroll 4
 				for (int gg = 0; gg < 4; gg++) {
 					__m512 pj = _mm512_set1_ps(p[16 * (g0 + gg) + j]);
@@ -256,12 +269,12 @@ static inline __attribute__((always_inline)) void pv4_kv(float *acc, int64_t ld,
 static inline __attribute__((always_inline)) void pv_g_kv(float *acc, int64_t ld, int G,
 							   const float *p, const void *const *v,
 							   int ja, int jb, int nb, __mmask16 tail,
-							   bool bf16)
+							   int es)
 {
 	int G4 = G - G % 4;
-	pv4_kv(acc, ld, G4, p, v, ja, jb, nb, tail, bf16);
+	pv4_kv(acc, ld, G4, p, v, ja, jb, nb, tail, es);
 	for (int g = G4; g < G; g++)
-		pv_kv(acc + g * ld, p + 16 * g, v, ja, jb, nb, tail, bf16);
+		pv_kv(acc + g * ld, p + 16 * g, v, ja, jb, nb, tail, es);
 }
 
 /* The shared chunk walk (attention-chunk.h) on 16 lanes. */
@@ -288,19 +301,25 @@ static inline vtail head_tail(int64_t d)
 static inline float masked_max(vkmask m, vf s) { return _mm512_mask_reduce_max_ps(m, s); }
 static inline vf mask_zero(vkmask m, vf x) { return _mm512_maskz_mov_ps(m, x); }
 #define KV_ES 4
-#define K_SCORES_G(q, G, kh, d, s, out) scores_g_kv(q, G, kh, d, s, false, out)
-#define K_PV_G(acc, ld, G, p, vh, ja, jb, nb, t) pv_g_kv(acc, ld, G, p, vh, ja, jb, nb, t, false)
+#define K_SCORES_G(q, G, kh, d, s, out) scores_g_kv(q, G, kh, d, s, 4, out)
+#define K_PV_G(acc, ld, G, p, vh, ja, jb, nb, t) pv_g_kv(acc, ld, G, p, vh, ja, jb, nb, t, 4)
 #define CHUNK_FN chunk_avx512
 #include "attention-chunk.h"
 #define KV_ES 2
-#define K_SCORES_G(q, G, kh, d, s, out) scores_g_kv(q, G, kh, d, s, true, out)
-#define K_PV_G(acc, ld, G, p, vh, ja, jb, nb, t) pv_g_kv(acc, ld, G, p, vh, ja, jb, nb, t, true)
+#define K_SCORES_G(q, G, kh, d, s, out) scores_g_kv(q, G, kh, d, s, 2, out)
+#define K_PV_G(acc, ld, G, p, vh, ja, jb, nb, t) pv_g_kv(acc, ld, G, p, vh, ja, jb, nb, t, 2)
 #define CHUNK_FN chunk_avx512_bf16
+#include "attention-chunk.h"
+#define KV_ES 1
+#define KV_FP8 1
+#define K_SCORES_G(q, G, kh, d, s, out) scores_g_kv(q, G, kh, d, s, 1, out)
+#define K_PV_G(acc, ld, G, p, vh, ja, jb, nb, t) pv_g_kv(acc, ld, G, p, vh, ja, jb, nb, t, 1)
+#define CHUNK_FN chunk_avx512_fp8
 #include "attention-chunk.h"
 
 const struct ms_attn_kernel ms_attn_avx512 = {
 	/* every flag of its library (meson.build): the compiler may use BW and
 	 * VL instructions anywhere in this file */
 	"avx512-attn", "avx512", MS_CPU_AVX512F | MS_CPU_AVX512BW | MS_CPU_AVX512VL | MS_CPU_FMA,
-	chunk_avx512, chunk_avx512_bf16,
+	chunk_avx512, chunk_avx512_bf16, chunk_avx512_fp8,
 };

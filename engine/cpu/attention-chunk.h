@@ -10,7 +10,12 @@
  *   head_tail(d)      the lanes of head_dim's last vector
  *   masked_max(m, s)  the max of s over the keys in m
  *   mask_zero(m, x)   x on the keys in m, 0 elsewhere
- *   KV_ES             bytes of a stored K/V value (4: f32, 2: bf16)
+ *   KV_ES             bytes of a stored K/V value (4: f32, 2: bf16, 1: fp8)
+ *   KV_FP8            (optional) the values are fp8 codes that the kernels
+ *                     widen through fp16 (fp8_f16_bits): value * 2^-8; the
+ *                     walk multiplies each key's scores, and each key's
+ *                     probabilities before they weight its values, by its
+ *                     head's scale times 2^8 (fp8_key_scale)
  *   K_SCORES(q, kh, d, scale), K_PV(acc, p, vh, ja, jb, nb, tail)
  *                     the dot products and the weighted values of one query
  *                     row on K and V rows of that dtype (kh, vh: const void
@@ -34,6 +39,18 @@
  * other rows of its block.
  */
 
+#ifndef MS_ATTN_FP8_WIDEN
+#define MS_ATTN_FP8_WIDEN
+/* What a scale byte multiplies fp8 codes widened through fp16 by: the
+ * e4m3 code's bits shifted into an fp16 (sign, 0, exponent, mantissa) read
+ * as value * 2^-8 exactly, subnormals included (both formats' subnormals
+ * are their smallest exponent's), so 2^(k + 8); NaN for the NaN byte. */
+static inline float fp8_key_scale(uint8_t b)
+{
+	return ms_e8m0_f32(b) * 256.0f;
+}
+#endif
+
 #ifndef K_SCORES_G
 #define K_SCORES_G(q, G, kh, d, s, out)                                         \
 	for (int g_ = 0; g_ < (G); g_++)                                         \
@@ -52,6 +69,11 @@ static void CHUNK_FN(const struct ms_attn_chunk *c)
 	float *pr = c->tmp + 16 * R;   /* [G][16] a token's scores, then probabilities */
 	float *al = c->tmp + 32 * R;   /* [G][16] rescale factors (1: none) */
 	const void *kp[TILE], *vp[TILE];
+#ifdef KV_FP8
+	const uint8_t *ksp[TILE], *vsp[TILE];
+	float *sk = c->tmp + 32 * R + 16 * G; /* [16] this tile's K scales */
+	float *sv = sk + 16;                  /* [16] and V scales, of one kv head */
+#endif
 	for (int r = 0; r < R; r++) {
 		c->m[r] = -INFINITY;
 		v_store(lsum + 16 * r, v_zero());
@@ -63,6 +85,10 @@ static void CHUNK_FN(const struct ms_attn_chunk *c)
 			bool in = p >= k0 && p < k1;
 			kp[j] = in ? c->k[p - k0] : (const void *)c->zero;
 			vp[j] = in ? c->v[p - k0] : (const void *)c->zero;
+#ifdef KV_FP8
+			ksp[j] = in ? c->ks[p - k0] : (const uint8_t *)c->zero;
+			vsp[j] = in ? c->vs[p - k0] : (const uint8_t *)c->zero;
+#endif
 		}
 		for (int i = 0; i < c->nq; i++) {
 			int64_t a = c->lo[i] > t0 ? c->lo[i] : t0;
@@ -103,8 +129,17 @@ static void CHUNK_FN(const struct ms_attn_chunk *c)
 				int r0 = (i * c->nkv + hh) * G;
 				float *m = c->m + r0, *ls = lsum + 16 * r0;
 				K_SCORES_G(qi, G, kh, d, c->scale, pr);
+#ifdef KV_FP8
+				for (int j = 0; j < TILE; j++) {
+					sk[j] = fp8_key_scale(ksp[j][hh]);
+					sv[j] = fp8_key_scale(vsp[j][hh]);
+				}
+#endif
 				for (int g = 0; g < G; g++) {
 					vf s = v_load(pr + 16 * g);
+#ifdef KV_FP8
+					s = v_mul(s, v_load(sk));
+#endif
 					float mt = masked_max(mask, s), mo = m[g];
 					float mn = mt > mo ? mt : mo;
 					/* Rescale only when the max grows (and not from the
@@ -115,6 +150,9 @@ static void CHUNK_FN(const struct ms_attn_chunk *c)
 					vf l = v_load(ls + 16 * g);
 					l = grow ? v_fmadd(l, alpha, p) : v_add(l, p);
 					v_store(ls + 16 * g, l);
+#ifdef KV_FP8
+					p = v_mul(p, v_load(sv));
+#endif
 					v_store(pr + 16 * g, p);
 					v_store(al + 16 * g, alpha);
 					m[g] = mn;
@@ -137,6 +175,7 @@ static void CHUNK_FN(const struct ms_attn_chunk *c)
 			c->l[r] = v_hsum(v_load(lsum + 16 * r));
 }
 #undef KV_ES
+#undef KV_FP8
 #undef K_SCORES
 #undef K_PV
 #undef K_SCORES_G

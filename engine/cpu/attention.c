@@ -14,26 +14,31 @@
 
 /* ---- the reference kernel ---- */
 
-/* Value e of a stored row (f32, or bf16 widened). */
-static inline float kv_at(const void *row, int64_t e, bool bf16)
+/* Value e of a stored row, widened; fp8: times its head's scale byte. */
+static inline float kv_at(const void *row, int64_t e, enum ms_kv_dtype t, uint8_t sc)
 {
-	return bf16 ? ms_bf16_f32(((const uint16_t *)row)[e]) : ((const float *)row)[e];
+	switch (t) {
+	case MS_KV_BF16: return ms_bf16_f32(((const uint16_t *)row)[e]);
+	case MS_KV_FP8: return ms_fp8_e4m3_f32(((const uint8_t *)row)[e]) * ms_e8m0_f32(sc);
+	default: return ((const float *)row)[e];
+	}
 }
 
 /* Per row and chunk, the old two-pass softmax: scores, their maximum, the
  * exponentials and their sum, then the weighted values, all in order of
  * position. A chunk holds at most MS_ATTN_CHUNK keys, so the score buffer
- * is bounded whatever the context. bf16: K and V stored as bf16. */
-static void chunk_ref_kv(const struct ms_attn_chunk *c, bool bf16)
+ * is bounded whatever the context. t: how K and V are stored. */
+static void chunk_ref_kv(const struct ms_attn_chunk *c, enum ms_kv_dtype t)
 {
-	size_t es = bf16 ? 2 : 4;
+	size_t es = ms_kv_dtype_size(t);
+	bool fp8 = t == MS_KV_FP8;
 	float s[MS_ATTN_CHUNK];
 	int64_t d = c->d, U = (int64_t)c->nkv * c->G;
 	for (int i = 0; i < c->nq; i++) {
 		int64_t a = c->lo[i] > c->k0 ? c->lo[i] : c->k0;
 		int64_t b = c->hi[i] + 1 < c->k1 ? c->hi[i] + 1 : c->k1;
 		for (int64_t u = 0; u < U; u++) {
-			int64_t r = i * U + u, kvo = (u / c->G) * d * (int64_t)es;
+			int64_t r = i * U + u, h = u / c->G, kvo = h * d * (int64_t)es;
 			if (a >= b) {
 				c->m[r] = -INFINITY;
 				continue;
@@ -42,9 +47,10 @@ static void chunk_ref_kv(const struct ms_attn_chunk *c, bool bf16)
 			float mx = -INFINITY;
 			for (int64_t p = a; p < b; p++) {
 				const char *k = (const char *)c->k[p - c->k0] + kvo;
+				uint8_t sc = fp8 ? c->ks[p - c->k0][h] : 0;
 				float dot = 0;
 				for (int64_t e = 0; e < d; e++)
-					dot += q[e] * kv_at(k, e, bf16);
+					dot += q[e] * kv_at(k, e, t, sc);
 				s[p - a] = dot * c->scale;
 				mx = s[p - a] > mx ? s[p - a] : mx;
 			}
@@ -55,9 +61,10 @@ static void chunk_ref_kv(const struct ms_attn_chunk *c, bool bf16)
 			memset(acc, 0, (size_t)d * sizeof(float));
 			for (int64_t p = a; p < b; p++) {
 				const char *v = (const char *)c->v[p - c->k0] + kvo;
+				uint8_t sc = fp8 ? c->vs[p - c->k0][h] : 0;
 				float pr = s[p - a];
 				for (int64_t e = 0; e < d; e++)
-					acc[e] += pr * kv_at(v, e, bf16);
+					acc[e] += pr * kv_at(v, e, t, sc);
 			}
 			c->m[r] = mx;
 			c->l[r] = sum;
@@ -67,15 +74,21 @@ static void chunk_ref_kv(const struct ms_attn_chunk *c, bool bf16)
 
 static void chunk_ref(const struct ms_attn_chunk *c)
 {
-	chunk_ref_kv(c, false);
+	chunk_ref_kv(c, MS_KV_F32);
 }
 
 static void chunk_ref_bf16(const struct ms_attn_chunk *c)
 {
-	chunk_ref_kv(c, true);
+	chunk_ref_kv(c, MS_KV_BF16);
 }
 
-const struct ms_attn_kernel ms_attn_ref = {"ref-attn", "ref", 0, chunk_ref, chunk_ref_bf16};
+static void chunk_ref_fp8(const struct ms_attn_chunk *c)
+{
+	chunk_ref_kv(c, MS_KV_FP8);
+}
+
+const struct ms_attn_kernel ms_attn_ref = {"ref-attn", "ref", 0, chunk_ref, chunk_ref_bf16,
+					    chunk_ref_fp8};
 
 void ms_sink_softmax(float *s, int64_t n, float sink)
 {
@@ -139,6 +152,7 @@ static inline int64_t slot_floats(int64_t R, int64_t ld)
  * state and the kernel's tmp. */
 struct wscratch {
 	const void **kp, **vp;
+	const uint8_t **ksp, **vsp; /* fp8: each key's scale bytes */
 	float *pm, *pl, *pacc;   /* chunk partial */
 	float *rm, *rl, *racc;   /* running fold */
 	float *tmp;
@@ -149,11 +163,13 @@ static size_t wscratch_layout(int64_t rmax, int64_t ld, char *base, struct wscra
 	size_t off = 0, ptrs = up64(MS_ATTN_CHUNK * sizeof(float *));
 	size_t acc = up64((size_t)(rmax * ld) * sizeof(float));
 	size_t vec = up64((size_t)rmax * sizeof(float));
-	size_t tmp = up64((size_t)(rmax * 48) * sizeof(float));
+	size_t tmp = up64((size_t)(rmax * 48 + 32) * sizeof(float));
 	if (base) {
 		w->kp = (const void **)(base + off);
 		w->vp = (const void **)(base + off + ptrs);
-		off += 2 * ptrs;
+		w->ksp = (const uint8_t **)(base + off + 2 * ptrs);
+		w->vsp = (const uint8_t **)(base + off + 3 * ptrs);
+		off += 4 * ptrs;
 		w->pacc = (float *)(base + off), off += acc;
 		w->pm = (float *)(base + off), off += vec;
 		w->pl = (float *)(base + off), off += vec;
@@ -163,7 +179,7 @@ static size_t wscratch_layout(int64_t rmax, int64_t ld, char *base, struct wscra
 		w->tmp = (float *)(base + off), off += tmp;
 		return off;
 	}
-	return 2 * ptrs + 2 * acc + 4 * vec + tmp;
+	return 4 * ptrs + 2 * acc + 4 * vec + tmp;
 }
 
 static inline int64_t item_rows(const struct job *j, const struct item *it)
@@ -185,8 +201,10 @@ static void run_chunk(const struct job *j, const struct item *it, int64_t c,
 	/* bytes: a position's row, and the item's first kv head in it */
 	int64_t P = pool->page_tokens, row = pool->kv_dim * (int64_t)pool->esize;
 	int64_t kvo = it->kvh * j->d * (int64_t)pool->esize;
-	int64_t blk = k0 / P, slot = k0 % P;
+	int64_t blk = k0 / P, slot = k0 % P, nkv = pool->kv_dim / pool->head_dim;
+	bool fp8 = pool->dtype == MS_KV_FP8;
 	const char *kb = NULL, *vb = NULL;
+	const uint8_t *ksb = NULL, *vsb = NULL;
 	/* Walk the pages once per chunk; never touch a page-table entry past
 	 * the last key (it may not exist). */
 	for (int64_t p = k0; p < k1; p++, slot++) {
@@ -195,17 +213,27 @@ static void run_chunk(const struct job *j, const struct item *it, int64_t c,
 				blk++, slot = 0;
 			kb = (const char *)ms_kv_k(pool, pages[blk], 0) + kvo;
 			vb = (const char *)ms_kv_v(pool, pages[blk], 0) + kvo;
+			if (fp8) {
+				ksb = ms_kv_ks(pool, pages[blk], 0) + it->kvh;
+				vsb = ms_kv_vs(pool, pages[blk], 0) + it->kvh;
+			}
 		}
 		w->kp[p - k0] = kb + slot * row;
 		w->vp[p - k0] = vb + slot * row;
+		if (fp8) {
+			w->ksp[p - k0] = ksb + slot * nkv;
+			w->vsp[p - k0] = vsb + slot * nkv;
+		}
 	}
 	struct ms_attn_chunk ch = {
 		.d = j->d, .ld = j->ld, .scale = j->scale, .nq = it->nq, .nkv = it->nkv,
 		.G = (int)j->G, .q = a->q + t0 * a->n_heads * j->d + it->kvh * j->G * j->d,
 		.ldq = a->n_heads * j->d, .lo = j->lo + t0, .hi = j->hi + t0, .k0 = k0, .k1 = k1,
-		.k = w->kp, .v = w->vp, .zero = j->zero, .m = m, .l = l, .acc = acc, .tmp = w->tmp,
+		.k = w->kp, .v = w->vp, .ks = w->ksp, .vs = w->vsp, .zero = j->zero, .m = m, .l = l,
+		.acc = acc, .tmp = w->tmp,
 	};
-	(pool->dtype == MS_KV_BF16 ? j->kern->chunk_bf16 : j->kern->chunk)(&ch);
+	(fp8 ? j->kern->chunk_fp8 : pool->dtype == MS_KV_BF16 ? j->kern->chunk_bf16
+							    : j->kern->chunk)(&ch);
 }
 
 /* Fold a chunk partial into the running state, row by row; rows without

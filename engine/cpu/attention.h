@@ -57,16 +57,21 @@ struct ms_attn_chunk {
 	int64_t k0, k1;          /* this chunk's keys [k0, k1): the union of the
 				  * rows' keys within one aligned chunk */
 	/* key p, kv head u / G: value e at (const T *)k[p - k0] + (u / G) * d + e,
-	 * T the pool's dtype (float for chunk, uint16_t bf16 for chunk_bf16) */
+	 * T the pool's dtype (float for chunk, uint16_t bf16 for chunk_bf16,
+	 * uint8_t e4m3 codes for chunk_fp8) */
 	const void *const *k;
 	const void *const *v;
+	/* fp8: the scale byte (e8m0) of key p, kv head u / G at ks[p - k0][u / G]
+	 * (and vs): the value is code * 2^(byte - 127) */
+	const uint8_t *const *ks;
+	const uint8_t *const *vs;
 	const float *zero;       /* nkv * d zeros (and more), read for a missing key
-				  * (zero bits are 0 in either dtype) */
+				  * (zero bits are 0 in every dtype, scales too) */
 	/* out, per row: m[r] (-INFINITY when the row has no key here: then l and
 	 * acc are left alone), l[r], acc[r * ld + 0 .. d) (padding lanes may be
 	 * written, with zeros) */
 	float *m, *l, *acc;
-	float *tmp;              /* R * 48 floats of scratch, 64-byte aligned */
+	float *tmp;              /* R * 48 + 32 floats of scratch, 64-byte aligned */
 };
 
 typedef void (*ms_attn_chunk_fn)(const struct ms_attn_chunk *c);
@@ -77,6 +82,7 @@ struct ms_attn_kernel {
 	unsigned cpu_flags;      /* MS_CPU_* it needs, all of them */
 	ms_attn_chunk_fn chunk;       /* K and V stored as f32 */
 	ms_attn_chunk_fn chunk_bf16;  /* as bf16 (widened exactly; the same fp32 math) */
+	ms_attn_chunk_fn chunk_fp8;   /* as fp8 codes and scales (fp8.h; widened exactly) */
 };
 
 /* Portable reference: scalar, expf, two passes within a chunk. The

@@ -49,8 +49,8 @@ const char ms_cpu_kernel_sets[] = "auto, amx, amx-sim, avx512, avx2, ref";
 #define F_BF16 (F_AVX512_FMA | MS_CPU_AVX512BF16)  /* ms-bf16-avx512 */
 #define F_AMX (F_VNNI | MS_CPU_AVX512BF16 | MS_CPU_AMX_TILE | MS_CPU_AMX_INT8 | MS_CPU_AMX_BF16)
 #define F_AVX2 MS_CPU_AVX2                            /* ms-rowops_avx2 */
-#define F_AVX2_FMA (MS_CPU_AVX2 | MS_CPU_FMA)         /* ms-attn-avx2 */
-#define F_AVX2_ALL (F_AVX2_FMA | MS_CPU_F16C)         /* ms-avx2, ms-q8-avx2 */
+#define F_AVX2_FMA (MS_CPU_AVX2 | MS_CPU_FMA)
+#define F_AVX2_ALL (F_AVX2_FMA | MS_CPU_F16C) /* ms-avx2, ms-q8-avx2, ms-attn-avx2 */
 
 #define GEMM(FMT, SET, FLAGS, K)                                                               \
 	{.kind = MS_CHOICE_GEMM, .fmt = MS_WFMT_##FMT, .set = MS_KSET_##SET,                 \
@@ -127,7 +127,7 @@ const struct ms_choice ms_kernel_table[] = {
 	SWIGLU(REF, 0, "generic-swiglu", ms_swiglu_row),
 
 	ATTN(AVX512, F_AVX512_FMA, ms_attn_avx512),
-	ATTN(AVX2, F_AVX2_FMA, ms_attn_avx2),
+	ATTN(AVX2, F_AVX2_ALL, ms_attn_avx2),
 	ATTN(REF, 0, ms_attn_ref),
 };
 const size_t ms_kernel_table_len = sizeof(ms_kernel_table) / sizeof(ms_kernel_table[0]);

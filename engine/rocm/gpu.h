@@ -140,8 +140,13 @@ struct ms_gpu_attn {
 	const int32_t *pages;        /* [n_seq][n_layers][n_blocks] */
 	int64_t n_layers, n_blocks, layer;
 	int64_t page_tokens;
-	const void *k, *v;           /* the pool: f32 values, or bf16 with kv_bf16 */
-	int kv_bf16;
+	/* the pool (kv-cache.h's layout): pages of page_stride bytes, each
+	 * page_tokens rows of n_kv_heads * head_dim values of kv_dtype (enum
+	 * ms_kv_dtype: f32, bf16, fp8), then for fp8 a scale byte per row
+	 * and kv head */
+	const void *k, *v;
+	int kv_dtype;
+	int64_t page_stride;
 	const float *sinks;
 	const float *q;
 	float *out;
@@ -159,7 +164,8 @@ struct ms_gpu_kern {
 	int (*rope)(const struct ms_gpu_ctx *c, const float *table, float *x, int64_t n,
 		    int64_t n_heads, int64_t d);
 	int (*add)(const struct ms_gpu_ctx *c, float *y, const float *x, int64_t count);
-	/* k and v rows of the staged tokens into their pages. */
+	/* k and v rows of the staged tokens into their pages, rounded as
+	 * kv-cache.h's ms_kv_put rounds them. */
 	int (*kv_write)(const struct ms_gpu_ctx *c, const struct ms_gpu_attn *a, void *pk,
 			void *pv, const float *k, const float *v);
 	int (*attention)(const struct ms_gpu_ctx *c, const struct ms_gpu_attn *a);

@@ -11,6 +11,7 @@
  * a token's output is the same in any batch.
  */
 #include "bf16.h"
+#include "fp8.h"
 #include "gpu-compat.h"
 #include "gpu-formats.h"
 #include "kern.h"
@@ -18,28 +19,50 @@
 #define NT 64          /* threads per attention block */
 #define MAX_D 256      /* head_dim the blocks hold (rocm.c refuses more) */
 
-/* Where position p of token t's sequence sits in the pool (values). */
-GPU_DEV int64_t kv_off(const struct ms_gpu_attn *a, int64_t t, int64_t p)
+#define KV_F32 0 /* enum ms_kv_dtype's values */
+#define KV_BF16 1
+#define KV_FP8 2
+
+GPU_DEV int64_t kv_es(const struct ms_gpu_attn *a)
+{
+	return a->kv_dtype == KV_FP8 ? 1 : a->kv_dtype == KV_BF16 ? 2 : 4;
+}
+
+/* The page and slot of position p of token t's sequence. */
+GPU_DEV int64_t kv_page(const struct ms_gpu_attn *a, int64_t t, int64_t p)
 {
 	int64_t blk = p / a->page_tokens;
-	int32_t page = a->pages[((int64_t)a->tok_seq[t] * a->n_layers + a->layer) * a->n_blocks + blk];
+	return a->pages[((int64_t)a->tok_seq[t] * a->n_layers + a->layer) * a->n_blocks + blk];
+}
+
+/* Bytes from the pool's start to that position's row of values, and to
+ * its scale bytes (fp8: one per kv head, after the page's rows). */
+GPU_DEV int64_t kv_row(const struct ms_gpu_attn *a, int64_t t, int64_t p)
+{
 	int64_t kvd = a->n_kv_heads * a->head_dim;
-	return ((int64_t)page * a->page_tokens + p % a->page_tokens) * kvd;
+	return kv_page(a, t, p) * a->page_stride + (p % a->page_tokens) * kvd * kv_es(a);
 }
 
-/* Value i of a stored row at off: f32, or bf16 widened exactly. */
-GPU_DEV float kv_val(const struct ms_gpu_attn *a, const void *base, int64_t off)
+GPU_DEV int64_t kv_srow(const struct ms_gpu_attn *a, int64_t t, int64_t p)
 {
-	return a->kv_bf16 ? gpu_bf16(((const uint16_t *)base)[off]) : ((const float *)base)[off];
+	int64_t kvd = a->n_kv_heads * a->head_dim;
+	return kv_page(a, t, p) * a->page_stride + a->page_tokens * kvd +
+	       (p % a->page_tokens) * a->n_kv_heads;
 }
 
-/* x as the pool stores it (the host's rounding, bf16.h) */
-GPU_DEV void kv_put(const struct ms_gpu_attn *a, void *base, int64_t off, float x)
+/* Value i of kv head h of a stored row (bytes row, scales srow), widened
+ * as the host's ms_kv_get widens it. */
+GPU_DEV float kv_val(const struct ms_gpu_attn *a, const void *base, int64_t row, int64_t srow,
+		     int64_t h, int64_t i)
 {
-	if (a->kv_bf16)
-		((uint16_t *)base)[off] = ms_bf16_rne(x);
-	else
-		((float *)base)[off] = x;
+	const char *b = (const char *)base;
+	int64_t e = h * a->head_dim + i;
+	if (a->kv_dtype == KV_FP8)
+		return ms_fp8_e4m3_f32(((const uint8_t *)(b + row))[e]) *
+		       ms_e8m0_f32(((const uint8_t *)(b + srow))[h]);
+	if (a->kv_dtype == KV_BF16)
+		return gpu_bf16(((const uint16_t *)(b + row))[e]);
+	return ((const float *)(b + row))[e];
 }
 
 struct kvw_args {
@@ -48,15 +71,30 @@ struct kvw_args {
 	const float *k, *v;
 };
 
+/* f32 and bf16: a thread per value; fp8: a thread per (token, kv head),
+ * which needs the head's largest value (fp8.h, the host's function). */
 GPU_KERNEL(k_kv_write, struct kvw_args)
 {
-	int64_t kvd = a.a.n_kv_heads * a.a.head_dim, total = a.a.n * kvd;
+	int64_t d = a.a.head_dim, kvd = a.a.n_kv_heads * d;
+	int fp8 = a.a.kv_dtype == KV_FP8;
+	int64_t per = fp8 ? a.a.n_kv_heads : kvd, total = a.a.n * per;
 	for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
 	     e += (int64_t)gridDim.x * blockDim.x) {
-		int64_t t = e / kvd, i = e % kvd;
-		int64_t off = kv_off(&a.a, t, a.a.pos[t]);
-		kv_put(&a.a, a.pk, off + i, a.k[t * kvd + i]);
-		kv_put(&a.a, a.pv, off + i, a.v[t * kvd + i]);
+		int64_t t = e / per, i = e % per, p = a.a.pos[t];
+		char *pk = (char *)a.pk + kv_row(&a.a, t, p), *pv = (char *)a.pv + kv_row(&a.a, t, p);
+		if (fp8) {
+			int64_t s = kv_srow(&a.a, t, p) + i;
+			((uint8_t *)a.pk)[s] = ms_fp8_kv_head(a.k + t * kvd + i * d, d,
+							      (uint8_t *)pk + i * d);
+			((uint8_t *)a.pv)[s] = ms_fp8_kv_head(a.v + t * kvd + i * d, d,
+							      (uint8_t *)pv + i * d);
+		} else if (a.a.kv_dtype == KV_BF16) {
+			((uint16_t *)pk)[i] = ms_bf16_rne(a.k[t * kvd + i]);
+			((uint16_t *)pv)[i] = ms_bf16_rne(a.v[t * kvd + i]);
+		} else {
+			((float *)pk)[i] = a.k[t * kvd + i];
+			((float *)pv)[i] = a.v[t * kvd + i];
+		}
 	}
 }
 
@@ -64,7 +102,7 @@ GPU_API int GPU_NS(kv_write)(const struct ms_gpu_ctx *c, const struct ms_gpu_att
 			     void *pv, const float *k, const float *v)
 {
 	struct kvw_args w = {*a, pk, pv, k, v};
-	int64_t items = a->n * a->n_kv_heads * a->head_dim;
+	int64_t items = a->n * a->n_kv_heads * (a->kv_dtype == KV_FP8 ? 1 : a->head_dim);
 	return GPU_LAUNCH(c, k_kv_write, GPU_DIM(kern_blocks(items, KB), 1, 1), GPU_DIM(KB, 1, 1), 0,
 			  w);
 }
@@ -116,10 +154,10 @@ GPU_KERNEL(k_attn_part, struct ms_gpu_attn)
 	__syncthreads();
 	float mx = -INFINITY;
 	for (int64_t p = p0 + tid; p <= p1; p += NT) {
-		int64_t k = kv_off(&a, t, p) + kvh * d;
+		int64_t row = kv_row(&a, t, p), srow = kv_srow(&a, t, p);
 		float s = 0;
 		for (int64_t i = 0; i < d; i++)
-			s += qs[i] * kv_val(&a, a.k, k + i);
+			s += qs[i] * kv_val(&a, a.k, row, srow, kvh, i);
 		sc[p - p0] = s * scale;
 		mx = fmaxf(mx, sc[p - p0]);
 	}
@@ -131,7 +169,7 @@ GPU_KERNEL(k_attn_part, struct ms_gpu_attn)
 	for (int64_t i = tid; i < d; i += NT) {
 		float acc = 0;
 		for (int64_t p = p0; p <= p1; p++)
-			acc += sc[p - p0] * kv_val(&a, a.v, kv_off(&a, t, p) + kvh * d + i);
+			acc += sc[p - p0] * kv_val(&a, a.v, kv_row(&a, t, p), kv_srow(&a, t, p), kvh, i);
 		part[2 + i] = acc;
 	}
 	if (tid == 0)

@@ -141,6 +141,9 @@ void ms_rocm_add(struct ms_backend *b, float *y, const float *x, int64_t count)
 
 /* ---- attention ---- */
 
+_Static_assert(MS_KV_F32 == 0 && MS_KV_BF16 == 1 && MS_KV_FP8 == 2,
+	       "kern-attn.cu's KV_F32, KV_BF16, KV_FP8");
+
 static struct ms_gpu_attn attn_base(struct ms_rocm *be, int layer)
 {
 	const struct ms_step *s = be->step;
@@ -148,7 +151,7 @@ static struct ms_gpu_attn attn_base(struct ms_rocm *be, int layer)
 		.n = s->n, .pos = be->buf[RB_POS].p, .tok_seq = be->buf[RB_SEQ].p,
 		.pages = be->buf[RB_PAGES].p, .n_layers = be->n_layers, .n_blocks = be->n_blocks,
 		.layer = layer, .page_tokens = s->pool->page_tokens, .k = s->pool->k, .v = s->pool->v,
-		.kv_bf16 = s->pool->dtype == MS_KV_BF16,
+		.kv_dtype = (int)s->pool->dtype, .page_stride = s->pool->page_stride,
 	};
 }
 
@@ -157,8 +160,8 @@ void ms_rocm_kv_write(struct ms_backend *b, int layer, const float *k, const flo
 	struct ms_rocm *be = ms_rocm_of(b);
 	const struct ms_kv_pool *pool = be->step->pool;
 	struct ms_gpu_attn a = attn_base(be, layer);
-	a.head_dim = pool->kv_dim;
-	a.n_kv_heads = 1;
+	a.head_dim = pool->head_dim;
+	a.n_kv_heads = pool->kv_dim / pool->head_dim;
 	ms_rocm_fail(be, be->k->kv_write(ctx(be), &a, pool->k, pool->v, k, v));
 }
 

@@ -272,8 +272,8 @@ static int rocm_open_with(const struct ms_backend_opts *o, const struct ms_backe
 			  const struct ms_gpu_rt *rt, const struct ms_gpu_kern *k,
 			  struct ms_backend **out, struct ms_err *err)
 {
-	if (o->dense_int8)
-		return ms_err_set(err, -ENOTSUP, "--dense-int8: not on the %s backend (its kernels "
+	if (o->dense == MS_DENSE_INT8)
+		return ms_err_set(err, -ENOTSUP, "--dense int8: not on the %s backend (its kernels "
 				  "keep fp32 activations)", ops->name);
 	if (o->kernels && *o->kernels && strcmp(o->kernels, "auto"))
 		return ms_err_set(err, -EINVAL, "--kernels %s: the %s backend has one kernel set "
@@ -307,7 +307,7 @@ static int rocm_open_with(const struct ms_backend_opts *o, const struct ms_backe
 	*b = (struct ms_backend){.ops = ops, .name = ops->name, .kernels = be->kernels,
 				 .device = be->info.name,
 				 .host = false, .exact = be->exact || !be->ctx.mma,
-				 .kv_dtypes = 1u << MS_KV_F32 | 1u << MS_KV_BF16,
+				 .kv_dtypes = 1u << MS_KV_F32 | 1u << MS_KV_BF16 | 1u << MS_KV_FP8,
 				 .threads = be->pool.n_threads,
 				 .pool = &be->pool};
 	*out = b;
