@@ -2,7 +2,10 @@
  * bench-attention.c: `bench --attention --context N[,N...]`: one full
  * layer's attention alone, as a decode step at depth N calls it (one query
  * token per sequence, batch 1 and 8, each sequence its own pages), on the
- * backend's kernel and threads, with the KV cache in f32, bf16 and fp8.
+ * backend's kernel and threads, with the KV cache in f32, bf16 and fp8;
+ * then a prefill chunk at that depth (the last 256 positions of one
+ * sequence querying it all), bf16 cache: compute-bound where decode is
+ * memory-bound, so its figure is GFLOP/s.
  *
  * Decode at depth reads every sequence's whole cache each step; whether
  * the kernel streams it at the memory's pace is what this isolates from
@@ -42,7 +45,8 @@ static double att_median(double *v, int n)
 }
 
 /* One dtype's cache: batch sequences of ctx positions, pages shuffled (a
- * pool's free list scatters them), and the step's queries. */
+ * pool's free list scatters them), and the step's queries: the last nq
+ * positions of each sequence. */
 struct att_case {
 	struct ms_kv_pool pool;
 	int32_t *pages;      /* [batch][pages per sequence] */
@@ -70,9 +74,10 @@ static void att_case_free(struct att_case *c)
 }
 
 static int att_case_init(struct att_case *c, struct ms_backend *b, const struct ms_model_config *cf,
-			 int64_t ctx, int batch, enum ms_kv_dtype dt, struct ms_err *err)
+			 int64_t ctx, int batch, int nq, enum ms_kv_dtype dt, struct ms_err *err)
 {
 	memset(c, 0, sizeof(*c));
+	int64_t nt = (int64_t)batch * nq;
 	int64_t P = MS_KV_PAGE_TOKENS, per = (ctx + 1 + P - 1) / P, kvd = cf->n_kv_heads * cf->head_dim;
 	int64_t n_pages = per * batch, qd = cf->n_heads * cf->head_dim;
 	if (kvd > 1024)
@@ -83,10 +88,10 @@ static int att_case_init(struct att_case *c, struct ms_backend *b, const struct 
 	if (rc)
 		return rc;
 	c->pages = malloc((size_t)n_pages * sizeof(int32_t));
-	c->rows = malloc((size_t)batch * sizeof(*c->rows));
-	c->pos = malloc((size_t)batch * sizeof(int64_t));
-	c->q = malloc((size_t)(batch * qd) * sizeof(float));
-	c->out = malloc((size_t)(batch * qd) * sizeof(float));
+	c->rows = malloc((size_t)nt * sizeof(*c->rows));
+	c->pos = malloc((size_t)nt * sizeof(int64_t));
+	c->q = malloc((size_t)(nt * qd) * sizeof(float));
+	c->out = malloc((size_t)(nt * qd) * sizeof(float));
 	c->sinks = malloc((size_t)cf->n_heads * sizeof(float));
 	if (!c->pages || !c->rows || !c->pos || !c->q || !c->out || !c->sinks) {
 		att_case_free(c);
@@ -106,9 +111,9 @@ static int att_case_init(struct att_case *c, struct ms_backend *b, const struct 
 		int32_t t = c->pages[i];
 		c->pages[i] = c->pages[j], c->pages[j] = t;
 	}
-	for (int b = 0; b < batch; b++)
-		c->rows[b] = c->pages + b * per, c->pos[b] = ctx;
-	for (int64_t i = 0; i < batch * qd; i++)
+	for (int64_t t = 0; t < nt; t++)
+		c->rows[t] = c->pages + t / nq * per, c->pos[t] = ctx - nq + 1 + t % nq;
+	for (int64_t i = 0; i < nt * qd; i++)
 		c->q[i] = att_value(&s);
 	for (int64_t h = 0; h < cf->n_heads; h++)
 		c->sinks[h] = att_value(&s);
@@ -119,11 +124,11 @@ static int att_case_init(struct att_case *c, struct ms_backend *b, const struct 
  * bandwidth buffer: in a decode step the weights stream between two calls
  * of a layer, so its KV comes from memory, not from the last call's cache. */
 static double att_time(struct ms_cpu *be, const struct ms_model_config *cf, struct att_case *c,
-		       int batch, struct bw_job *bwj, struct ms_err *err)
+		       int64_t n, struct bw_job *bwj, struct ms_err *err)
 {
 	struct ms_attn_args a = {
 		.n_heads = cf->n_heads, .n_kv_heads = cf->n_kv_heads, .head_dim = cf->head_dim,
-		.sinks = c->sinks, .pool = &c->pool, .n = batch, .pos = c->pos, .pages = c->rows,
+		.sinks = c->sinks, .pool = &c->pool, .n = n, .pos = c->pos, .pages = c->rows,
 		.q = c->q, .out = c->out,
 	};
 	double t[ATT_CALLS];
@@ -164,7 +169,7 @@ static int att_depth(struct ms_backend *b, struct ms_cpu *be, const struct ms_mo
 		struct att_case c[ATT_DTYPES];
 		struct att_fig f[ATT_DTYPES];
 		for (int d = 0; d < ATT_DTYPES; d++)
-			if (att_case_init(&c[d], b, cf, ctx, batch, dts[d], err)) {
+			if (att_case_init(&c[d], b, cf, ctx, batch, 1, dts[d], err)) {
 				while (d--)
 					att_case_free(&c[d]);
 				return -1;
@@ -196,6 +201,37 @@ static int att_depth(struct ms_backend *b, struct ms_cpu *be, const struct ms_mo
 	return 0;
 }
 
+#define ATT_PREFILL 256 /* query tokens of a prefill chunk (the engine's batch) */
+
+/* A prefill chunk at depth ctx, bf16 cache: the median call, and its
+ * arithmetic (4 flops per query head, key and head_dim value) as GFLOP/s. */
+static int att_prefill(struct ms_backend *b, struct ms_cpu *be, const struct ms_model_config *cf,
+		       int64_t ctx, struct bw_job *bwj, struct ms_strbuf *j, struct ms_err *err)
+{
+	int nq = ctx + 1 < ATT_PREFILL ? (int)ctx + 1 : ATT_PREFILL;
+	struct att_case c;
+	if (att_case_init(&c, b, cf, ctx, 1, nq, MS_KV_BF16, err))
+		return -1;
+	double s[ATT_ROUNDS], keys = 0;
+	for (int t = 0; t < nq; t++)
+		keys += (double)(ctx - nq + 2 + t);
+	double flop = 4.0 * keys * (double)(cf->n_heads * cf->head_dim);
+	int rc = 0;
+	for (int r = 0; r < ATT_ROUNDS && !rc; r++)
+		if ((s[r] = att_time(be, cf, &c, nq, bwj, err)) < 0)
+			rc = -1;
+	if (!rc) {
+		double ms = att_median(s, ATT_ROUNDS) * 1e3;
+		printf("  context %6lld, prefill %d tokens, bf16     %9.3f ms  %7.1f GFLOP/s\n",
+		       (long long)ctx, nq, ms, flop / ms / 1e6);
+		char key[64];
+		snprintf(key, sizeof(key), "attn_ctx%lld_prefill_bf16_ms", (long long)ctx);
+		jnum(j, key, ms, 4);
+	}
+	att_case_free(&c);
+	return rc;
+}
+
 int bench_attention(struct ms_model *m, struct ms_backend *b, const struct ms_bench_opts *o)
 {
 	struct ms_cpu *be = ms_cpu_from(b);
@@ -207,15 +243,18 @@ int bench_attention(struct ms_model *m, struct ms_backend *b, const struct ms_be
 	}
 	if (!o->json_only)
 		printf("moeserve bench --attention: %lld heads, %lld kv heads, head_dim %lld (%s, %d "
-		       "threads), one full layer, decode\n", (long long)m->cfg.n_heads,
+		       "threads), one full layer: decode, then a prefill chunk\n", (long long)m->cfg.n_heads,
 		       (long long)m->cfg.n_kv_heads, (long long)m->cfg.head_dim, be->attn->name,
 		       be->pool.n_threads);
 	struct ms_strbuf j = {0};
 	ms_strbuf_str(&j, "{");
 	jstr(&j, "attention_kernel", be->attn->name);
 	int rc = 0;
-	for (int i = 0; i < o->n_contexts && !rc; i++)
+	for (int i = 0; i < o->n_contexts && !rc; i++) {
 		rc = att_depth(b, be, &m->cfg, o->contexts[i], &bwj, &j, &err);
+		if (!rc)
+			rc = att_prefill(b, be, &m->cfg, o->contexts[i], &bwj, &j, &err);
+	}
 	free(bwj.buf);
 	if (rc) {
 		ms_strbuf_free(&j);

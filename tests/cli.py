@@ -352,6 +352,7 @@ def main():
     try:
         j = json.loads(r.stdout.strip().splitlines()[-1])
         keys = [f"attn_ctx40_batch{b_}_{t}_ms" for b_ in (1, 8) for t in ("f32", "bf16", "fp8")]
+        keys.append("attn_ctx40_prefill_bf16_ms")
         bad = [k for k in keys if not (isinstance(j.get(k), (int, float)) and j[k] > 0)]
         rows = [ln for ln in r.stdout.splitlines() if "GB/s of KV" in ln and "roofline share" in ln]
         ok = r.returncode == 0 and not bad and len(rows) == 6 and bool(j.get("attention_kernel"))

@@ -272,6 +272,35 @@ START_TEST(kv_bf16_rounding)
 }
 END_TEST
 
+/* Issue 24's memory case: gpt-oss-20b's KV geometry (24 layers, every
+ * other one sliding over 128 positions, 8 kv heads of 64) holds a context
+ * of 131,072 tokens in about 3 GiB of bf16 (the sliding layers keep their
+ * windows only): beside the 13.75 GB of weights, within a 24 GiB machine.
+ * The pages a sequence reserves add up to the same bytes, give or take a
+ * page a layer and the sliding layers' chunk. fp8 takes about half. */
+START_TEST(kv_context_20b)
+{
+	bool sliding[24];
+	for (int l = 0; l < 24; l++)
+		sliding[l] = l % 2 == 0;
+	struct ms_kv_geom g = {.n_layers = 24, .kv_dim = 512, .head_dim = 64, .dtype = MS_KV_BF16,
+			       .sliding_window = 128, .layer_sliding = sliding};
+	const int64_t ctx = 131072;
+	double bytes = ms_kv_geom_bytes(&g, ctx);
+	double want = 12.0 * ctx * 2 * 512 * 2 + 12.0 * 128 * 2 * 512 * 2;
+	ck_assert_msg(bytes == want, "%.0f vs %.0f", bytes, want);
+	ck_assert(bytes < 3.1 * (1 << 30));
+	ck_assert(bytes + 13.75e9 < 24.0 * (1 << 30) - 4.0 * (1 << 30)); /* 4 GiB to spare */
+	int64_t pages = ms_kv_geom_seq_pages(&g, ctx, 256);
+	double paged = (double)pages * (double)ms_kv_page_bytes(MS_KV_PAGE_TOKENS, 512, 64, g.dtype);
+	ck_assert_msg(paged >= bytes && paged <= bytes * 1.01, "%.0f vs %.0f", paged, bytes);
+	ck_assert_double_eq(ms_kv_geom_bytes_per_position(&g), 12.0 * 2 * 512 * 2);
+	g.dtype = MS_KV_FP8;
+	ck_assert_double_eq(ms_kv_geom_bytes_per_position(&g), 12.0 * 2 * (512 + 8));
+	ck_assert(ms_kv_geom_bytes(&g, ctx) < 0.51 * bytes);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("backend");
@@ -283,6 +312,7 @@ int main(void)
 	tcase_add_test(tc, kv_bf16_rounding);
 	tcase_add_test(tc, kv_fp8_codec);
 	tcase_add_test(tc, kv_fp8_head_scale);
+	tcase_add_test(tc, kv_context_20b);
 	suite_add_tcase(s, tc);
 	return ms_check_run(s);
 }
