@@ -17,13 +17,27 @@
 #define MS_BF16_FN static inline
 #endif
 
+/* A float's bits and back (memcpy: no aliasing); host and device. */
+MS_BF16_FN uint32_t ms_f32_bits(float x)
+{
+	uint32_t u;
+	memcpy(&u, &x, 4);
+	return u;
+}
+
+MS_BF16_FN float ms_bits_f32(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
 /* Round to nearest even by an integer add: infinities pass, a NaN stays a
  * (quiet) NaN, subnormals round like the rest. The KV cache stores this,
  * and oneDNN's bf16 inputs are this. */
 MS_BF16_FN uint16_t ms_bf16_rne(float x)
 {
-	uint32_t u;
-	memcpy(&u, &x, 4);
+	uint32_t u = ms_f32_bits(x);
 	if ((u & 0x7FFFFFFFu) > 0x7F800000u)
 		return (uint16_t)((u >> 16) | 0x0040u);
 	return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
@@ -34,8 +48,7 @@ MS_BF16_FN uint16_t ms_bf16_rne(float x)
  * code beside that instruction must match it bit for bit. */
 MS_BF16_FN uint16_t ms_bf16_rne_daz(float x)
 {
-	uint32_t u;
-	memcpy(&u, &x, 4);
+	uint32_t u = ms_f32_bits(x);
 	if ((u & 0x7F800000u) == 0)
 		return (uint16_t)((u >> 16) & 0x8000u);
 	return ms_bf16_rne(x);
@@ -43,10 +56,7 @@ MS_BF16_FN uint16_t ms_bf16_rne_daz(float x)
 
 MS_BF16_FN float ms_bf16_f32(uint16_t h)
 {
-	uint32_t u = (uint32_t)h << 16;
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
+	return ms_bits_f32((uint32_t)h << 16);
 }
 
 #endif

@@ -22,16 +22,10 @@
 #define MS_FP8_H
 
 #include <stdint.h>
-#include <string.h>
 
-#if defined(__HIPCC__)
-#include <hip/hip_runtime.h>
-#define MS_FP8_FN static inline __host__ __device__
-#elif defined(__CUDACC__)
-#define MS_FP8_FN static inline __host__ __device__
-#else
-#define MS_FP8_FN static inline
-#endif
+#include "bf16.h" /* MS_BF16_FN (host and device), ms_f32_bits */
+
+#define MS_FP8_FN MS_BF16_FN
 
 /* Scale exponents are kept in [-100, 100]: 2^k and the kernels' 2^(k + 8)
  * stay normal floats, and a head of zeros (k 0) or infinities (k 100,
@@ -40,26 +34,12 @@
 #define MS_FP8_KMAX 100
 #define MS_E8M0_NAN 0xFF
 
-MS_FP8_FN uint32_t ms_fp8_bits(float x)
-{
-	uint32_t u;
-	memcpy(&u, &x, 4);
-	return u;
-}
-
-MS_FP8_FN float ms_fp8_float(uint32_t u)
-{
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
 /* x to e4m3fn, round to nearest even, saturating at +-448 (infinities
  * too); NaN gives 0x7F. The same codes as wmat.c's ms_f32_to_fp8_e4m3
  * (tests compare them on every float class), on the bits alone. */
 MS_FP8_FN uint8_t ms_fp8_e4m3_rne(float x)
 {
-	uint32_t u = ms_fp8_bits(x), a = u & 0x7FFFFFFFu;
+	uint32_t u = ms_f32_bits(x), a = u & 0x7FFFFFFFu;
 	uint8_t s = (uint8_t)((u >> 24) & 0x80u);
 	if (a > 0x7F800000u)
 		return (uint8_t)(s | 0x7F);
@@ -67,7 +47,7 @@ MS_FP8_FN uint8_t ms_fp8_e4m3_rne(float x)
 		return (uint8_t)(s | 0x7E);
 	if (a < 0x3C800000u) { /* below 2^-6: steps of 2^-9; 2^14's ulp is 2^-9,
 				* so the add rounds to nearest even there */
-		float r = (ms_fp8_float(a) + 0x1p14f) - 0x1p14f;
+		float r = (ms_bits_f32(a) + 0x1p14f) - 0x1p14f;
 		return (uint8_t)(s | (uint8_t)(r * 512.0f));
 	}
 	uint32_t r = (a + 0x7FFFFu + ((a >> 20) & 1u)) & 0xFFF00000u;
@@ -80,18 +60,18 @@ MS_FP8_FN float ms_fp8_e4m3_f32(uint8_t c)
 	uint32_t e = (c >> 3) & 0xFu, m = c & 7u;
 	float v;
 	if (e == 0xFu && m == 7u)
-		return ms_fp8_float(0x7FC00000u);
+		return ms_bits_f32(0x7FC00000u);
 	if (e == 0)
 		v = (float)m * 0x1p-9f;
 	else
-		v = ms_fp8_float(((e + 120u) << 23) | (m << 20));
+		v = ms_bits_f32(((e + 120u) << 23) | (m << 20));
 	return (c & 0x80) ? -v : v;
 }
 
 /* 2^(b - 127) for an e8m0 byte of the KV cache (NaN for 0xFF). */
 MS_FP8_FN float ms_e8m0_f32(uint8_t b)
 {
-	return b == MS_E8M0_NAN ? ms_fp8_float(0x7FC00000u) : ms_fp8_float((uint32_t)b << 23);
+	return b == MS_E8M0_NAN ? ms_bits_f32(0x7FC00000u) : ms_bits_f32((uint32_t)b << 23);
 }
 
 /* The least k with |x| <= 448 * 2^k for a largest magnitude amax (bits of
@@ -112,12 +92,12 @@ MS_FP8_FN uint8_t ms_fp8_kv_head(const float *x, int64_t d, uint8_t *codes)
 	uint32_t amax = 0;
 	int nan = 0;
 	for (int64_t i = 0; i < d; i++) {
-		uint32_t a = ms_fp8_bits(x[i]) & 0x7FFFFFFFu;
+		uint32_t a = ms_f32_bits(x[i]) & 0x7FFFFFFFu;
 		nan |= a > 0x7F800000u;
 		amax = a > amax && a <= 0x7F800000u ? a : amax;
 	}
 	int k = ms_fp8_scale_exp(amax);
-	float inv = ms_fp8_float((uint32_t)(127 - k) << 23); /* 2^-k: exact */
+	float inv = ms_bits_f32((uint32_t)(127 - k) << 23); /* 2^-k: exact */
 	for (int64_t i = 0; i < d; i++)
 		codes[i] = ms_fp8_e4m3_rne(x[i] * inv);
 	return nan ? (uint8_t)MS_E8M0_NAN : (uint8_t)(k + 127);

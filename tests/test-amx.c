@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "cpu.h"
 #include "benchutil.h"
 #include "dense-onednn.h"
@@ -61,18 +62,6 @@ static uint32_t r32(void)
 static float frand(void) /* uniform [-1, 1) */
 {
 	return (float)(r32() >> 8) / (float)(1u << 23) - 1.0f;
-}
-static float fbits(uint32_t u)
-{
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-static uint32_t ubits(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	return u;
 }
 
 static bool cpu_has(unsigned flags)
@@ -382,10 +371,10 @@ static float f32_val(void) /* accumulators: with denormals and tiny values */
 {
 	uint32_t r = r32(), s = r32() & 0x80000000u, man = r32() & 0x7FFFFF;
 	switch (r % 6) {
-	case 0: return fbits(s | man);                                   /* denormal or 0 */
-	case 1: return fbits(s | (uint32_t)(1 + r32() % 4) << 23 | man); /* just above 2^-126 */
+	case 0: return ms_bits_f32(s | man);                                   /* denormal or 0 */
+	case 1: return ms_bits_f32(s | (uint32_t)(1 + r32() % 4) << 23 | man); /* just above 2^-126 */
 	case 2: return 0.0f;
-	default: return fbits(s | (uint32_t)(127 + (int)(r32() % 9) - 4) << 23 | man);
+	default: return ms_bits_f32(s | (uint32_t)(127 + (int)(r32() % 9) - 4) << 23 | man);
 	}
 }
 
@@ -412,7 +401,7 @@ static __attribute__((noinline)) void tdpbf16ps_oracle(const uint16_t *A, const 
 
 static bool same_or_nan(float a, float b)
 {
-	return ubits(a) == ubits(b) || (isnan(a) && isnan(b));
+	return ms_f32_bits(a) == ms_f32_bits(b) || (isnan(a) && isnan(b));
 }
 /* Equal as values (+0 == -0), or both NaN. */
 static bool same_value(float a, float b)
@@ -477,18 +466,18 @@ START_TEST(model_fma_vs_cpu_ftz_daz)
 		uint32_t s1 = r32() & 0x80000000u, s2 = r32() & 0x80000000u;
 		switch (i % 4) {
 		case 0: /* product near 2^-126, c near it too */
-			a[i] = fbits(s1 | (uint32_t)(127 - 63 + (int)(r32() % 5) - 2) << 23 | (r32() & 0x7FFFFF));
-			b[i] = fbits(s2 | (uint32_t)(127 - 63 + (int)(r32() % 5) - 2) << 23 | (r32() & 0x7FFFFF));
+			a[i] = ms_bits_f32(s1 | (uint32_t)(127 - 63 + (int)(r32() % 5) - 2) << 23 | (r32() & 0x7FFFFF));
+			b[i] = ms_bits_f32(s2 | (uint32_t)(127 - 63 + (int)(r32() % 5) - 2) << 23 | (r32() & 0x7FFFFF));
 			c[i] = f32_val();
 			break;
 		case 1: /* c = +-2^-126, a tiny product pulling it below by about an ulp */
-			c[i] = fbits(s1 | 0x00800000u);
-			a[i] = fbits((s1 ^ 0x80000000u) | (uint32_t)(127 - 24 - (int)(r32() % 3)) << 23 |
+			c[i] = ms_bits_f32(s1 | 0x00800000u);
+			a[i] = ms_bits_f32((s1 ^ 0x80000000u) | (uint32_t)(127 - 24 - (int)(r32() % 3)) << 23 |
 				     (r32() & 0x7FFFFF));
-			b[i] = fbits(0x00800000u | (r32() & 0x7FFFFF));
+			b[i] = ms_bits_f32(0x00800000u | (r32() & 0x7FFFFF));
 			break;
 		case 2: /* arbitrary values with denormal operands */
-			a[i] = fbits(s1 | (r32() & 0x7FFFFF));
+			a[i] = ms_bits_f32(s1 | (r32() & 0x7FFFFF));
 			b[i] = frand() * 1e3f;
 			c[i] = f32_val();
 			break;
@@ -675,7 +664,7 @@ static void check_q8(const struct ms_kernel *k, struct mat *b, int64_t n)
 		for (int64_t t = 0; t < n; t++)
 			for (int64_t r = 0; r < rows; r++) {
 				float got = y[t * rows + r], want = yr[t * rows + r];
-				ck_assert_msg(ubits(got) == ubits(want),
+				ck_assert_msg(ms_f32_bits(got) == ms_f32_bits(want),
 					      "%s %lldx%lld n=%lld rows [%lld,%lld): tok %lld row %lld: %a vs ref %a",
 					      k->name, (long long)rows, (long long)cols, (long long)n,
 					      (long long)r0, (long long)r1, (long long)t, (long long)r, got, want);
@@ -740,7 +729,7 @@ END_TEST
 
 static uint16_t to_bf16(float f)
 {
-	uint32_t u = ubits(f);
+	uint32_t u = ms_f32_bits(f);
 	return (uint16_t)((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
 }
 
@@ -772,7 +761,7 @@ static void check_bf16(const struct ms_kernel *k, int64_t rows, int64_t cols, in
 		for (int64_t c = 0; c < cols; c++) {
 			uint16_t h;
 			memcpy(&h, b.w + 2 * (r * cols + c), 2);
-			ck_assert(ubits(row[c]) == ubits(ms_bf16_to_f32(h)));
+			ck_assert(ms_f32_bits(row[c]) == ms_f32_bits(ms_bf16_to_f32(h)));
 		}
 	}
 	float *x = malloc((size_t)(n * cols) * sizeof(float));
@@ -806,7 +795,7 @@ static void check_bf16(const struct ms_kernel *k, int64_t rows, int64_t cols, in
 				      "%s %lldx%lld n=%lld tok %lld row %lld: %.9g want %.9g (tol %g)",
 				      k->name, (long long)rows, (long long)cols, (long long)n, (long long)t,
 				      (long long)r, got, want, tol);
-			ck_assert_msg(ubits(got) == ubits(y1[r]),
+			ck_assert_msg(ms_f32_bits(got) == ms_f32_bits(y1[r]),
 				      "%s %lldx%lld: token %lld row %lld: %a in a batch of %lld, %a alone",
 				      k->name, (long long)rows, (long long)cols, (long long)t, (long long)r,
 				      got, (long long)n, y1[r]);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "bf16.h"
 #include "ms-error.h"
 
 #define Q8_HUGE_PAGE ((size_t)2 << 20)
@@ -21,20 +22,6 @@ const uint8_t ms_q8_lut12[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 
 static int64_t up(int64_t v, int64_t a)
 {
 	return (v + a - 1) / a * a;
-}
-
-static uint32_t f32_bits(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	return u;
-}
-
-static float bits_f32(uint32_t u)
-{
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
 }
 
 /* fp16 bits of f when f is exactly an fp16 value (normal, subnormal or
@@ -59,7 +46,7 @@ static bool f32_to_f16_exact(float f, uint16_t *h)
 			return false;
 		c = (uint32_t)m;
 	} else {
-		uint32_t u = f32_bits(a), e = (u >> 23) - 127 + 15, man = u & 0x7FFFFF;
+		uint32_t u = ms_f32_bits(a), e = (u >> 23) - 127 + 15, man = u & 0x7FFFFF;
 		if (man & 0x1FFF)
 			return false; /* more than 10 mantissa bits */
 		c = (e << 10) | (man >> 13);
@@ -453,22 +440,22 @@ static void prep_block(const float *x, int act, int8_t *q, float *d, int32_t *s)
 {
 	uint32_t abits = 0;
 	for (int j = 0; j < 32; j++) {
-		uint32_t a = f32_bits(x[j]) & 0x7FFFFFFFu;
+		uint32_t a = ms_f32_bits(x[j]) & 0x7FFFFFFFu;
 		abits = a > abits ? a : abits;
 	}
 	*s = 0;
 	if (abits >= Q8_INF_BITS || abits < Q8_TINY_BITS) {
 		memset(q, 0, 32);
-		*d = abits >= Q8_INF_BITS ? bits_f32(0x7FC00000u) : 0.0f;
+		*d = abits >= Q8_INF_BITS ? ms_bits_f32(0x7FC00000u) : 0.0f;
 		return;
 	}
-	float amax = bits_f32(abits);
+	float amax = ms_bits_f32(abits);
 	int32_t qi[32], sum = 0;
 	if (act == MS_Q8_ACT_POW2) {
 		/* smallest e with 127 * 2^e >= amax: from amax = 1.m * 2^(ex-127),
 		 * 1.m <= 127/64 <=> m <= 0x7E0000 */
 		int32_t e = (int32_t)(abits >> 23) - 133 + ((abits & 0x7FFFFF) > 0x7E0000);
-		float d2 = bits_f32((uint32_t)(e + 127) << 23), inv2 = bits_f32((uint32_t)(127 - e) << 23);
+		float d2 = ms_bits_f32((uint32_t)(e + 127) << 23), inv2 = ms_bits_f32((uint32_t)(127 - e) << 23);
 		bool exact = true;
 		for (int j = 0; j < 32; j++) {
 			qi[j] = (int32_t)lrintf(x[j] * inv2);
@@ -521,7 +508,7 @@ void ms_q8_prep(const struct ms_wmat *w, const float *x, int64_t ldx, int64_t n,
 /* 2^(e - 128) exactly (e = 0, 1 give the subnormals 2^-128, 2^-127). */
 static float mx_scale(uint8_t e)
 {
-	return e >= 2 ? bits_f32((uint32_t)(e - 1) << 23) : bits_f32(0x00200000u << e);
+	return e >= 2 ? ms_bits_f32((uint32_t)(e - 1) << 23) : ms_bits_f32(0x00200000u << e);
 }
 
 void ms_q8_gemmq_ref(const struct ms_wmat *w, int64_t r0, int64_t r1, const void *xq, int64_t n,

@@ -15,16 +15,12 @@
 
 GPU_DEV uint32_t gpu_f2u(float f)
 {
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	return u;
+	return ms_f32_bits(f); /* bf16.h's, host and device alike */
 }
 
 GPU_DEV float gpu_u2f(uint32_t u)
 {
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
+	return ms_bits_f32(u);
 }
 
 GPU_DEV float gpu_bf16(uint16_t h)
