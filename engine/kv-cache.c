@@ -69,16 +69,10 @@ void ms_kv_put(const struct ms_kv_pool *p, int32_t page, int64_t slot, const flo
 float ms_kv_get(const struct ms_kv_pool *p, bool value, int32_t page, int64_t slot, int64_t i)
 {
 	const void *row = value ? ms_kv_v(p, page, slot) : ms_kv_k(p, page, slot);
-	switch (p->dtype) {
-	case MS_KV_BF16:
-		return ms_bf16_f32(((const uint16_t *)row)[i]);
-	case MS_KV_FP8: {
-		const uint8_t *sc = value ? ms_kv_vs(p, page, slot) : ms_kv_ks(p, page, slot);
-		return ms_fp8_e4m3_f32(((const uint8_t *)row)[i]) * ms_e8m0_f32(sc[i / p->head_dim]);
-	}
-	default:
-		return ((const float *)row)[i];
-	}
+	uint8_t sc = 0;
+	if (p->dtype == MS_KV_FP8)
+		sc = (value ? ms_kv_vs(p, page, slot) : ms_kv_ks(p, page, slot))[i / p->head_dim];
+	return ms_kv_widen(row, i, p->dtype, sc);
 }
 
 static uint64_t mix(uint64_t x)

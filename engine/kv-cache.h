@@ -148,6 +148,17 @@ static inline uint8_t *ms_kv_vs(const struct ms_kv_pool *p, int32_t page, int64_
 	return (uint8_t *)ms_kv_v(p, page, p->page_tokens) + slot * (p->kv_dim / p->head_dim);
 }
 
+/* Value i of a stored row of dtype t, widened as attention reads it (fp8:
+ * its code times the head's scale byte sc; sc unused otherwise). */
+static inline float ms_kv_widen(const void *row, int64_t i, enum ms_kv_dtype t, uint8_t sc)
+{
+	switch (t) {
+	case MS_KV_BF16: return ms_bf16_f32(((const uint16_t *)row)[i]);
+	case MS_KV_FP8: return ms_fp8_e4m3_f32(((const uint8_t *)row)[i]) * ms_e8m0_f32(sc);
+	default: return ((const float *)row)[i];
+	}
+}
+
 /* Position `slot` of a page (host memory) := the rows k and v (kv_dim
  * values each), rounded as the pool stores them. */
 void ms_kv_put(const struct ms_kv_pool *p, int32_t page, int64_t slot, const float *k,

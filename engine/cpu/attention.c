@@ -14,16 +14,6 @@
 
 /* ---- the reference kernel ---- */
 
-/* Value e of a stored row, widened; fp8: times its head's scale byte. */
-static inline float kv_at(const void *row, int64_t e, enum ms_kv_dtype t, uint8_t sc)
-{
-	switch (t) {
-	case MS_KV_BF16: return ms_bf16_f32(((const uint16_t *)row)[e]);
-	case MS_KV_FP8: return ms_fp8_e4m3_f32(((const uint8_t *)row)[e]) * ms_e8m0_f32(sc);
-	default: return ((const float *)row)[e];
-	}
-}
-
 /* Per row and chunk, the old two-pass softmax: scores, their maximum, the
  * exponentials and their sum, then the weighted values, all in order of
  * position. A chunk holds at most MS_ATTN_CHUNK keys, so the score buffer
@@ -50,7 +40,7 @@ static void chunk_ref_kv(const struct ms_attn_chunk *c, enum ms_kv_dtype t)
 				uint8_t sc = fp8 ? c->ks[p - c->k0][h] : 0;
 				float dot = 0;
 				for (int64_t e = 0; e < d; e++)
-					dot += q[e] * kv_at(k, e, t, sc);
+					dot += q[e] * ms_kv_widen(k, e, t, sc);
 				s[p - a] = dot * c->scale;
 				mx = s[p - a] > mx ? s[p - a] : mx;
 			}
@@ -64,7 +54,7 @@ static void chunk_ref_kv(const struct ms_attn_chunk *c, enum ms_kv_dtype t)
 				uint8_t sc = fp8 ? c->vs[p - c->k0][h] : 0;
 				float pr = s[p - a];
 				for (int64_t e = 0; e < d; e++)
-					acc[e] += pr * kv_at(v, e, t, sc);
+					acc[e] += pr * ms_kv_widen(v, e, t, sc);
 			}
 			c->m[r] = mx;
 			c->l[r] = sum;
