@@ -626,37 +626,69 @@ static ms_gx js_ref(struct js *j, const char *ref, const char *path)
 	return j->rc ? -1 : ms_gb_ref(j->b, r);
 }
 
-/* a's keywords and b's in one schema (allOf): properties and required
- * merged, b's other keywords over a's. */
-static cJSON *merge(struct js *j, const cJSON *a, const cJSON *b, const char *path)
+/* What merging keyword k of a branch into `have` needs: both the
+ * keyword's own JSON type (properties an object, required a list). */
+static bool merge_types_ok(struct js *j, const cJSON *have, const cJSON *k, const char *path)
 {
+	bool props = !strcmp(k->string, "properties");
+	if (props ? cJSON_IsObject(have) && cJSON_IsObject(k) : cJSON_IsArray(have) && cJSON_IsArray(k))
+		return true;
+	fail(j, -EINVAL, path, props ? "\"%s\" at %s must be an object of schemas"
+				     : "\"%s\" at %s must be a list of property names", k->string);
+	return false;
+}
+
+/* d (a copy) into object o under key, replacing what was there; false
+ * (d freed) when cJSON does not take it. */
+static bool put_key(cJSON *o, const char *key, cJSON *d)
+{
+	cJSON_DeleteItemFromObjectCaseSensitive(o, key);
+	if (cJSON_AddItemToObject(o, key, d))
+		return true;
+	cJSON_Delete(d);
+	return false;
+}
+
+/* a's keywords and b's in one schema (allOf): properties and required
+ * merged, b's other keywords over a's. A branch must be a schema object
+ * (true, which allows anything, adds nothing); NULL with j->rc set when
+ * it is not, or when the two disagree in a way one schema cannot say. */
+static cJSON *merge(struct js *j, const cJSON *a, const cJSON *b, const char *path,
+		    const char *kw)
+{
+	if (!cJSON_IsObject(b) && !cJSON_IsTrue(b)) {
+		fail(j, -EINVAL, path, "\"%s\" at %s: every branch must be a schema object (or true)",
+		     kw);
+		return NULL;
+	}
 	cJSON *m = cJSON_Duplicate(a, true);
 	const cJSON *k;
-	if (!m)
-		return NULL;
-	cJSON_ArrayForEach(k, b) {
+	bool ok = m != NULL;
+	cJSON_ArrayForEach(k, (cJSON_IsObject(b) ? b : NULL)) {
+		if (!ok)
+			break;
 		cJSON *have = cJSON_GetObjectItemCaseSensitive(m, k->string);
 		if (have && (!strcmp(k->string, "properties") || !strcmp(k->string, "required"))) {
+			ok = merge_types_ok(j, have, k, path);
 			const cJSON *e;
-			cJSON_ArrayForEach(e, k) {
+			cJSON_ArrayForEach(e, (ok ? k : NULL)) {
 				cJSON *d = cJSON_Duplicate(e, true);
-				if (!d)
-					continue;
-				if (cJSON_IsObject(have))
-					cJSON_DeleteItemFromObjectCaseSensitive(have, e->string),
-					cJSON_AddItemToObject(have, e->string, d);
-				else
-					cJSON_AddItemToArray(have, d);
+				ok = d && (cJSON_IsObject(have) ? put_key(have, e->string, d)
+								: cJSON_AddItemToArray(have, d));
+				if (!ok)
+					break;
 			}
 		} else if (have && !strcmp(k->string, "type") && !cJSON_Compare(have, k, true)) {
 			fail(j, -ENOTSUP, path, "\"%s\" at %s: allOf of different types is not supported", "allOf");
 		} else {
 			cJSON *d = cJSON_Duplicate(k, true);
-			if (d) {
-				cJSON_DeleteItemFromObjectCaseSensitive(m, k->string);
-				cJSON_AddItemToObject(m, k->string, d);
-			}
+			ok = d && put_key(m, k->string, d);
 		}
+	}
+	if (!ok) {
+		cJSON_Delete(m);
+		fail(j, -ENOMEM, path, "out of memory merging %s at %s", kw);
+		return NULL;
 	}
 	return m;
 }
@@ -683,7 +715,7 @@ static ms_gx js_allof(struct js *j, const cJSON *s, const cJSON *all, const char
 		const cJSON *t = deref(j, e, path);
 		if (!t || !m)
 			break;
-		cJSON *n = merge(j, m, t, path);
+		cJSON *n = merge(j, m, t, path, "allOf");
 		cJSON_Delete(m);
 		m = n;
 	}
@@ -861,7 +893,7 @@ static ms_gx js_anyof(struct js *j, const cJSON *s, const cJSON *list, const cha
 			break;
 		if (siblings) {
 			const cJSON *t = deref(j, e, sub);
-			cJSON *m = t ? merge(j, rest, t, sub) : NULL;
+			cJSON *m = t ? merge(j, rest, t, sub, kw) : NULL;
 			if (!m) {
 				alts[i++] = -1;
 				continue;

@@ -1114,6 +1114,41 @@ START_TEST(schema_refusals)
 }
 END_TEST
 
+/* allOf (and the branches of anyOf beside other keywords) merge schema
+ * objects: a branch that is not one, or properties / required of the
+ * wrong JSON type, is refused as invalid (and nothing of the merge leaks:
+ * the ASan build checks that); true adds nothing. */
+START_TEST(schema_allof_shapes)
+{
+	static const struct { const char *schema, *want; } bad[] = {
+		{"{\"allOf\":[[0]]}", "every branch must be a schema object"},
+		{"{\"allOf\":[{\"type\":\"string\"},5]}", "every branch must be a schema object"},
+		{"{\"type\":\"object\",\"anyOf\":[[0]]}", "\"anyOf\" at /anyOf/0"},
+		{"{\"allOf\":[{\"properties\":{}},{\"properties\":[0]}]}", "must be an object"},
+		{"{\"required\":{},\"allOf\":[{\"required\":[\"a\"]}]}", "list of property names"},
+		{"{\"properties\":{},\"anyOf\":[{\"properties\":[1]}]}", "must be an object"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct outcome oc;
+		struct ms_grammar *g = schema_grammar(bad[i].schema, &oc);
+		ensure_msg(!g && oc.rc == -EINVAL && strstr(oc.err.msg, bad[i].want),
+			      "%s: %d \"%s\", wanted -EINVAL with %s", bad[i].schema, oc.rc,
+			      oc.err.msg, bad[i].want);
+		ms_grammar_free(g);
+	}
+	struct outcome oc;
+	struct ms_grammar *g = schema_grammar("{\"allOf\":[true,{\"type\":\"object\","
+					      "\"properties\":{\"a\":{\"type\":\"integer\"}},"
+					      "\"required\":[\"a\"]},{\"properties\":{\"b\":"
+					      "{\"type\":\"string\"}},\"required\":[\"b\"]}]}", &oc);
+	ensure_msg(g, "allOf with true: %s", oc.err.msg);
+	expect_json(g, "allOf", "{\"a\":1,\"b\":\"x\"}", true);
+	expect_json(g, "allOf", "{\"a\":1}", false);
+	expect_json(g, "allOf", "\"x\"", false);
+	ms_grammar_free(g);
+}
+END_TEST
+
 /* ============================================================ fuzz */
 
 /* Random bytes (the pattern's own and any other) and raw mutations: the
@@ -1276,6 +1311,7 @@ static Suite *suite_main(void)
 	tcase_add_test(tj, schema_long_literals);
 	tcase_add_test(tj, schema_any_object);
 	tcase_add_test(tj, schema_refusals);
+	tcase_add_test(tj, schema_allof_shapes);
 	tcase_add_test(tj, schema_oneof_apart);
 	suite_add_tcase(s, tj);
 	TCase *tm = grammar_masks_tcase();
