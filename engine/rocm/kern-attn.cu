@@ -35,34 +35,31 @@ GPU_DEV int64_t kv_page(const struct ms_gpu_attn *a, int64_t t, int64_t p)
 	return a->pages[((int64_t)a->tok_seq[t] * a->n_layers + a->layer) * a->n_blocks + blk];
 }
 
-/* Bytes from the pool's start to that position's row of values, and to
+/* Offsets in a page (kv-cache.h's layout): slot's row of values, and
  * its scale bytes (fp8: one per kv head, after the page's rows). */
-GPU_DEV int64_t kv_row(const struct ms_gpu_attn *a, int64_t t, int64_t p)
+GPU_DEV int64_t kv_row(const struct ms_gpu_attn *a, int64_t slot)
 {
-	int64_t kvd = a->n_kv_heads * a->head_dim;
-	return kv_page(a, t, p) * a->page_stride + (p % a->page_tokens) * kvd * kv_es(a);
+	return slot * a->n_kv_heads * a->head_dim * kv_es(a);
 }
 
-GPU_DEV int64_t kv_srow(const struct ms_gpu_attn *a, int64_t t, int64_t p)
+GPU_DEV int64_t kv_srow(const struct ms_gpu_attn *a, int64_t slot)
 {
-	int64_t kvd = a->n_kv_heads * a->head_dim;
-	return kv_page(a, t, p) * a->page_stride + a->page_tokens * kvd +
-	       (p % a->page_tokens) * a->n_kv_heads;
+	return a->page_tokens * a->n_kv_heads * a->head_dim + slot * a->n_kv_heads;
 }
 
-/* Value i of kv head h of a stored row (bytes row, scales srow), widened
- * as the host's ms_kv_get widens it. */
-GPU_DEV float kv_val(const struct ms_gpu_attn *a, const void *base, int64_t row, int64_t srow,
+/* Value i of kv head h at slot `slot` of the page pb bytes into the pool,
+ * widened as the host's ms_kv_get widens it. */
+GPU_DEV float kv_val(const struct ms_gpu_attn *a, const void *base, int64_t pb, int64_t slot,
 		     int64_t h, int64_t i)
 {
-	const char *b = (const char *)base;
+	const char *b = (const char *)base + pb;
 	int64_t e = h * a->head_dim + i;
 	if (a->kv_dtype == KV_FP8)
-		return ms_fp8_e4m3_f32(((const uint8_t *)(b + row))[e]) *
-		       ms_e8m0_f32(((const uint8_t *)(b + srow))[h]);
+		return ms_fp8_e4m3_f32(((const uint8_t *)(b + kv_row(a, slot)))[e]) *
+		       ms_e8m0_f32(((const uint8_t *)(b + kv_srow(a, slot)))[h]);
 	if (a->kv_dtype == KV_BF16)
-		return gpu_bf16(((const uint16_t *)(b + row))[e]);
-	return ((const float *)(b + row))[e];
+		return gpu_bf16(((const uint16_t *)(b + kv_row(a, slot)))[e]);
+	return ((const float *)(b + kv_row(a, slot)))[e];
 }
 
 struct kvw_args {
@@ -80,10 +77,11 @@ GPU_KERNEL(k_kv_write, struct kvw_args)
 	int64_t per = fp8 ? a.a.n_kv_heads : kvd, total = a.a.n * per;
 	for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
 	     e += (int64_t)gridDim.x * blockDim.x) {
-		int64_t t = e / per, i = e % per, p = a.a.pos[t];
-		char *pk = (char *)a.pk + kv_row(&a.a, t, p), *pv = (char *)a.pv + kv_row(&a.a, t, p);
+		int64_t t = e / per, i = e % per, p = a.a.pos[t], slot = p % a.a.page_tokens;
+		int64_t pb = kv_page(&a.a, t, p) * a.a.page_stride, row = pb + kv_row(&a.a, slot);
+		char *pk = (char *)a.pk + row, *pv = (char *)a.pv + row;
 		if (fp8) {
-			int64_t s = kv_srow(&a.a, t, p) + i;
+			int64_t s = pb + kv_srow(&a.a, slot) + i;
 			((uint8_t *)a.pk)[s] = ms_fp8_kv_head(a.k + t * kvd + i * d, d,
 							      (uint8_t *)pk + i * d);
 			((uint8_t *)a.pv)[s] = ms_fp8_kv_head(a.v + t * kvd + i * d, d,
@@ -154,10 +152,10 @@ GPU_KERNEL(k_attn_part, struct ms_gpu_attn)
 	__syncthreads();
 	float mx = -INFINITY;
 	for (int64_t p = p0 + tid; p <= p1; p += NT) {
-		int64_t row = kv_row(&a, t, p), srow = kv_srow(&a, t, p);
+		int64_t pb = kv_page(&a, t, p) * a.page_stride, slot = p % a.page_tokens;
 		float s = 0;
 		for (int64_t i = 0; i < d; i++)
-			s += qs[i] * kv_val(&a, a.k, row, srow, kvh, i);
+			s += qs[i] * kv_val(&a, a.k, pb, slot, kvh, i);
 		sc[p - p0] = s * scale;
 		mx = fmaxf(mx, sc[p - p0]);
 	}
@@ -169,7 +167,8 @@ GPU_KERNEL(k_attn_part, struct ms_gpu_attn)
 	for (int64_t i = tid; i < d; i += NT) {
 		float acc = 0;
 		for (int64_t p = p0; p <= p1; p++)
-			acc += sc[p - p0] * kv_val(&a, a.v, kv_row(&a, t, p), kv_srow(&a, t, p), kvh, i);
+			acc += sc[p - p0] * kv_val(&a, a.v, kv_page(&a, t, p) * a.page_stride,
+						   p % a.page_tokens, kvh, i);
 		part[2 + i] = acc;
 	}
 	if (tid == 0)
