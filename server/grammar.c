@@ -370,7 +370,11 @@ static void expand_state(struct dfa_build *d, int32_t q, int32_t *buf, struct pa
 	uint8_t fin = 0, bytes = 0;
 	uint32_t call0 = d->n_calls;
 	pr->n = 0;
-	if (!member_edges(d, q, pr, &fin) || !grow((void **)&pr->sorted, &pr->cap_sorted, pr->n + 1, 4)) {
+	/* sorted holds the byte edges' targets, then one callee's return
+	 * points: room for the larger of the two */
+	bool ok = member_edges(d, q, pr, &fin);
+	uint32_t n_calls = d->n_calls - call0, room = pr->n > n_calls ? pr->n : n_calls;
+	if (!ok || !grow((void **)&pr->sorted, &pr->cap_sorted, room + 1, 4)) {
 		d->oom = true;
 		return;
 	}

@@ -494,6 +494,36 @@ START_TEST(gbnf_errors)
 }
 END_TEST
 
+/* A DFA state with more rule calls than byte edges: a rule repeated
+ * under nested + and * calls "item" from many NFA states at once (the
+ * grammar fuzzer's find: the compiler wrote the calls' return points past
+ * a buffer sized by the byte edges; the ASan build checks it). */
+START_TEST(gbnf_many_calls_in_one_state)
+{
+	static const char *const texts[] = {
+		"root ::= (item++++++++++++)* item\nitem ::= [6-9]+",
+		"root ::= (a+++ | b+++ | a b+ | b a+)* a\na ::= \"x\"\nb ::= a+",
+	};
+	static const struct { const char *s; bool yes[2]; } sents[] = {
+		{"6", {true, false}}, {"6789", {true, false}}, {"", {false, false}},
+		{"5", {false, false}}, {"x", {false, true}}, {"xxx", {false, true}},
+	};
+	for (int t = 0; t < 2; t++) {
+		struct outcome oc;
+		struct ms_grammar *g = gbnf_grammar(texts[t], &oc);
+		ensure_msg(g, "%s: %s", texts[t], oc.err.msg);
+		for (size_t i = 0; i < sizeof(sents) / sizeof(sents[0]); i++) {
+			struct buf b = {0};
+			buf_set(&b, sents[i].s, strlen(sents[i].s));
+			ensure_msg(accepts(g, &b) == sents[i].yes[t], "%s: \"%s\" %s", texts[t],
+				      sents[i].s, sents[i].yes[t] ? "refused" : "accepted");
+			buf_free(&b);
+		}
+		ms_grammar_free(g);
+	}
+}
+END_TEST
+
 /* ============================================================ the matcher */
 
 static struct ms_grammar *any_grammar(int kind, const char *text)
@@ -1292,6 +1322,7 @@ static Suite *suite_main(void)
 	TCase *tg = tcase_create("gbnf");
 	tcase_add_test(tg, gbnf_vs_oracles);
 	tcase_add_test(tg, gbnf_errors);
+	tcase_add_test(tg, gbnf_many_calls_in_one_state);
 	suite_add_tcase(s, tg);
 	TCase *tb = tcase_create("matcher");
 	tcase_add_test(tb, matcher_min_bytes);
