@@ -120,6 +120,26 @@ static int compile(enum ms_grammar_kind kind, const char *text, struct ms_gramma
 	return rc;
 }
 
+/* The grammar's first mask, walked now, outside the lock (a request's
+ * first step then finds it cached): a grammar whose mask costs more than
+ * MS_TMASK_MAX_WORK is refused here, as the request's 400, rather than
+ * ending an answer part way. */
+static int first_mask(struct ms_tmask *t, int64_t vocab, struct ms_err *err)
+{
+	struct ms_gmatch m;
+	uint64_t *bits = malloc((size_t)(vocab + 63) / 64 * 8);
+	int rc = bits ? ms_gmatch_init(&m, ms_tmask_grammar(t)) : -ENOMEM;
+	if (!rc) {
+		rc = ms_tmask_bits(t, &m, bits);
+		ms_gmatch_free(&m);
+	}
+	free(bits);
+	if (rc == -E2BIG)
+		return ms_err_set(err, rc, "grammar too ambiguous: its first token mask expands "
+				  "more than %d parser configurations", MS_TMASK_MAX_WORK);
+	return rc ? ms_err_set(err, rc, "out of memory") : 0;
+}
+
 int ms_grammar_cache_get(struct ms_grammar_cache *c, enum ms_grammar_kind kind, const char *text,
 			 struct ms_tmask **out, struct ms_err *err)
 {
@@ -155,9 +175,13 @@ int ms_grammar_cache_get(struct ms_grammar_cache *c, enum ms_grammar_kind kind, 
 	}
 	if (!rc)
 		rc = ms_tmask_new(g, c->trie, 0, &e->t, err);
+	if (!rc)
+		rc = first_mask(e->t, c->vocab, err);
 	if (rc) {
-		if (e)
+		if (e) {
+			ms_tmask_unref(e->t);
 			free(e->text);
+		}
 		free(e);
 		return rc;
 	}

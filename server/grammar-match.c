@@ -449,6 +449,7 @@ bool ms_gwalk_alive(const struct ms_gwalk *w)
 bool ms_gwalk_step(const struct ms_gwalk *from, uint8_t c, struct ms_gwalk *to)
 {
 	const struct ms_grammar *g = to->set.g;
+	to->work = 0;
 	if (from->single) {
 		int32_t t = g->next[(size_t)from->top * (size_t)g->n_cls + g->cls[c]];
 		if (t < 0)
@@ -479,6 +480,7 @@ bool ms_gwalk_step(const struct ms_gwalk *from, uint8_t c, struct ms_gwalk *to)
 	} else {
 		step_set(g, o->scratch, from->set.buf, from->set.len, c, o);
 	}
+	to->work = o->scratch->visits;
 	to_single(to, o);
 	return to->single || o->n > 0 || o->accept;
 }

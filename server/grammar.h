@@ -109,6 +109,7 @@ struct ms_gwalk {
 	int32_t top;
 	bool single;
 	struct ms_gmatch set;   /* when !single; its buffer kept across uses */
+	int work;               /* configurations the last step into it expanded */
 };
 
 void ms_gwalk_init(struct ms_gwalk *w, const struct ms_grammar *g);

@@ -412,6 +412,8 @@ struct ms_tmask {
 	uint32_t n_pops, cap_pops;
 	int rel_depth;            /* its deepest stack */
 	bool rel_oom;
+	int64_t work;             /* this mask's configurations expanded so far */
+	bool over;                /* past MS_TMASK_MAX_WORK: the walk stopped */
 };
 
 /* t->fc from the grammar's byte classes. */
@@ -692,7 +694,7 @@ static void walk_nodes(struct ms_tmask *t, int32_t lo, int32_t hi, uint64_t *bit
 	const struct ms_vocab_trie *v = t->v;
 	const struct ms_gview gv = t->gv;
 	struct ms_gwalk *lv = t->lv;
-	for (int32_t i = lo; i < hi;) {
+	for (int32_t i = lo; i < hi && !t->over;) {
 		const struct tnode *nd = &v->nodes[i];
 		const struct ms_gwalk *from = &lv[nd->depth - 1];
 		struct ms_gwalk *to = &lv[nd->depth];
@@ -712,7 +714,12 @@ static void walk_nodes(struct ms_tmask *t, int32_t lo, int32_t hi, uint64_t *bit
 				continue;
 			}
 		}
-		if (!ms_gwalk_step(from, nd->byte, to) || (rel && !rel_step(t, i, to))) {
+		bool live = ms_gwalk_step(from, nd->byte, to);
+		if ((t->work += to->work) > MS_TMASK_MAX_WORK) {
+			t->over = true;
+			return;
+		}
+		if (!live || (rel && !rel_step(t, i, to))) {
 			i = nd->end;
 			continue;
 		}
@@ -727,7 +734,7 @@ static void walk_slice(struct ms_tmask *t, int s, uint64_t *bits, bool rel)
 	const struct ms_vocab_trie *v = t->v;
 	const struct ms_gwalk *w = &t->lv[0];
 	const int32_t *row = w->single ? t->gv.next + (size_t)w->top * (size_t)t->gv.n_cls : NULL;
-	for (int b = 0; b < 256; b++) {
+	for (int b = 0; b < 256 && !t->over; b++) {
 		int32_t i = v->root[s][b];
 		if (i >= 0 && (!row || row[t->gv.cls[b]] >= 0))
 			walk_nodes(t, i, v->nodes[i].end, bits, rel);
@@ -783,7 +790,7 @@ static struct top *top_walk(struct ms_tmask *t, int32_t q)
 	ms_gwalk_single(&t->lv[0], q);
 	walk_slices(t, t->plain[q], t->dead[q], t->tmp, true);
 	struct top *e = calloc(1, sizeof(*e));
-	if (!e || t->rel_oom)
+	if (!e || t->rel_oom || t->over)
 		return free(e), NULL;
 	*e = (struct top){.plain = t->plain[q], .depth = (int16_t)t->rel_depth,
 			  .n_pops = (int32_t)t->n_pops, .bytes = sizeof(*e) + t->n_pops * 4};
@@ -822,7 +829,7 @@ static void below_tokens(struct ms_tmask *t, const int32_t *rec, const struct to
 	const struct ms_vocab_trie *v = t->v;
 	ms_gwalk_below(&t->ctx, rec + 1, rec[0] - 1);
 	bool alive = ms_gwalk_alive(&t->ctx), stacks = t->ctx.single || t->ctx.set.n > 0;
-	for (int32_t k = 0; k < e->n_pops; k++) {
+	for (int32_t k = 0; k < e->n_pops && !t->over; k++) {
 		int32_t p = e->pops[k];
 		const struct tnode *nd = &v->nodes[p];
 		if (alive)
@@ -870,13 +877,15 @@ static void walk(struct ms_tmask *t, const struct ms_gmatch *m, uint64_t *bits)
 		plain = t->plain[q] > plain ? t->plain[q] : plain;
 		dead = t->dead[q] > dead ? t->dead[q] : dead;
 	}
+	if (t->over)
+		return;
 	if (whole) {
 		walk_direct(t, m, plain, dead, bits);
 		return;
 	}
 	if (plain)
 		memcpy(bits, t->v->cum + (size_t)(plain - 1) * t->v->words, t->words * 8);
-	for (uint32_t at = 0; at < m->len; at += (uint32_t)m->buf[at] + 1) {
+	for (uint32_t at = 0; at < m->len && !t->over; at += (uint32_t)m->buf[at] + 1) {
 		const struct top *e = t->tops[m->buf[at + m->buf[at]]];
 		for (int32_t k = 0; k < e->n_ids; k++)
 			bits[e->ids[k] >> 6] |= 1ull << (e->ids[k] & 63);
@@ -910,8 +919,14 @@ static struct entry *lookup(struct ms_tmask *t, const struct ms_gmatch *m)
 		return NULL;
 	}
 	double t0 = ms_now_s();
+	t->work = 0;
+	t->over = false;
 	walk(t, m, e->bits);
 	t->st.walk_s += ms_now_s() - t0;
+	if (t->over) {  /* stopped part way: nothing of it is kept */
+		entry_free(e);
+		return NULL;
+	}
 	t->st.misses++;
 	e->key = key;
 	if (m->len)  /* a finished state may have no buffer */
@@ -935,8 +950,9 @@ int ms_tmask_bits(struct ms_tmask *t, const struct ms_gmatch *m, uint64_t *bits)
 	struct entry *e = lookup(t, m);
 	if (e)
 		memcpy(bits, e->bits, t->words * 8);
+	int rc = e ? 0 : t->over ? -E2BIG : -ENOMEM;
 	pthread_mutex_unlock(&t->lock);
-	return e ? 0 : -ENOMEM;
+	return rc;
 }
 
 /* -INFINITY where bits has a 0, for z[0, vocab); ids past the bitset (the
@@ -959,8 +975,9 @@ int ms_tmask_apply(struct ms_tmask *t, const struct ms_gmatch *m, float *z, int6
 	struct entry *e = lookup(t, m);
 	if (e)
 		apply_bits(t, e->bits, z, vocab);
+	int rc = e ? 0 : t->over ? -E2BIG : -ENOMEM;
 	pthread_mutex_unlock(&t->lock);
-	return e ? 0 : -ENOMEM;
+	return rc;
 }
 
 void ms_tmask_get_stats(struct ms_tmask *t, struct ms_tmask_stats *s)

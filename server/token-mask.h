@@ -61,9 +61,19 @@ void ms_tmask_unref(struct ms_tmask *t);             /* NULL is fine */
 const struct ms_grammar *ms_tmask_grammar(const struct ms_tmask *t);
 const struct ms_vocab_trie *ms_tmask_vocab(const struct ms_tmask *t);
 
+/* What one mask may cost: the configurations its walk's grammar steps
+ * expand, summed (each step expands at most a few thousand; a JSON
+ * schema's masks expand hundreds to a few thousand in all). A grammar
+ * ambiguous enough to pass it (nested repetitions of a recursive rule,
+ * which the fuzzer found at ~10^9 and minutes a mask) gets -E2BIG, not a
+ * stalled engine: the grammar cache refuses such a grammar when its first
+ * mask is, and a mask later in a generation ends the body as -ENOMEM does. */
+#define MS_TMASK_MAX_WORK (1 << 20)
+
 /* Set logits[i] = -INFINITY for every normal token m refuses and for every
- * special token (vocab entries). -ENOMEM: nothing changed (the caller
- * refuses everything but its ends). */
+ * special token (vocab entries). -ENOMEM or -E2BIG (past
+ * MS_TMASK_MAX_WORK): nothing changed (the caller refuses everything but
+ * its ends). */
 int ms_tmask_apply(struct ms_tmask *t, const struct ms_gmatch *m, float *logits, int64_t vocab);
 
 /* The writers of a mask into logits: z[i] = -INFINITY for each 0 bit of
@@ -74,7 +84,8 @@ int ms_tmask_apply(struct ms_tmask *t, const struct ms_gmatch *m, float *logits,
 typedef void ms_tmask_writer(const uint64_t *bits, int64_t words, float *z);
 ms_tmask_writer *ms_tmask_writer_by_name(const char *name);
 
-/* The allowed set as a bitset into bits[(vocab + 63) / 64] (tests, bench). */
+/* The allowed set as a bitset into bits[(vocab + 63) / 64] (tests, bench,
+ * the grammar cache's first mask); -ENOMEM, -E2BIG as ms_tmask_apply. */
 int ms_tmask_bits(struct ms_tmask *t, const struct ms_gmatch *m, uint64_t *bits);
 
 struct ms_tmask_stats {

@@ -284,6 +284,53 @@ START_TEST(masks_synthetic)
 }
 END_TEST
 
+/* A grammar ambiguous enough that one mask's walk would expand ~10^9
+ * configurations (nested repetitions of an empty rule around a recursive
+ * one; the fuzzer's find, minutes a mask): every mask either comes back
+ * or is refused with -E2BIG within MS_TMASK_MAX_WORK, and the cache
+ * refuses it when its first mask is. */
+START_TEST(masks_bounded_work)
+{
+	static const char *const texts[] = {
+		"root ::= (.item++root+++++)* item\nitem ::= ",
+		"root ::= (\"x\" item+++ root* item**)* \"x\"\nitem ::= \"\" | \"a\"?",
+	};
+	struct rng r = {6600};
+	struct ms_tokenizer *tok = synthetic_tokenizer(&r);
+	struct ms_grammar_cache *c = NULL;
+	struct ms_err err = {0};
+	ck_assert_int_eq(ms_grammar_cache_new(tok, ms_tokenizer_n_ids(tok), 0, &c, &err), 0);
+	int64_t words = (ms_tokenizer_n_ids(tok) + 63) / 64, refused = 0;
+	uint64_t *bits = malloc((size_t)words * 8);
+	for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+		struct ms_tmask *t = NULL;
+		memset(&err, 0, sizeof(err));
+		int rc = ms_grammar_cache_get(c, MS_GK_GBNF, texts[i], &t, &err);
+		if (rc) {
+			ensure_msg(rc == -E2BIG && !t && strstr(err.msg, "too ambiguous"), "%s: %d %s",
+				   texts[i], rc, err.msg);
+			refused++;
+			continue;
+		}
+		struct ms_gmatch m;
+		ck_assert_int_eq(ms_gmatch_init(&m, ms_tmask_grammar(t)), 0);
+		for (int k = 0; k < 6 && ms_gmatch_open(&m); k++) {
+			int mr = ms_tmask_bits(t, &m, bits);
+			ensure_msg(mr == 0 || mr == -E2BIG, "%s: mask %d: %d", texts[i], k, mr);
+			refused += mr != 0;
+			if (!ms_gmatch_feed(&m, "xa", 1 + (k & 1)))
+				break;
+		}
+		ms_gmatch_free(&m);
+		ms_tmask_unref(t);
+	}
+	ck_assert_int_gt(refused, 0);  /* the bound did stop a walk */
+	free(bits);
+	ms_grammar_cache_free(c);
+	ms_tokenizer_free(tok);
+}
+END_TEST
+
 /* Texts that do not compile: refused with the reason, nothing cached;
  * json_object's text does not matter. */
 START_TEST(cache_refusals)
@@ -519,6 +566,7 @@ TCase *grammar_masks_tcase(void)
 	tcase_add_test(tm, masks_eviction);
 	tcase_add_test(tm, masks_threads);
 	tcase_add_test(tm, cache_refusals);
+	tcase_add_test(tm, masks_bounded_work);
 	tcase_add_test(tm, mask_writers);
 	return tm;
 }
