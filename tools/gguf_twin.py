@@ -165,6 +165,21 @@ def all_tensors(ck, cfg, kind):
     return t
 
 
+# llama.cpp's gpt-oss hyperparameters (GGUF key under the architecture,
+# value type, the config.json field they come from)
+ARCH_KEYS = [
+    ("block_count", T_U32, "num_hidden_layers"), ("context_length", T_U32, "max_position_embeddings"),
+    ("embedding_length", T_U32, "hidden_size"), ("feed_forward_length", T_U32, "intermediate_size"),
+    ("expert_feed_forward_length", T_U32, "intermediate_size"),
+    ("attention.head_count", T_U32, "num_attention_heads"),
+    ("attention.head_count_kv", T_U32, "num_key_value_heads"),
+    ("attention.key_length", T_U32, "head_dim"), ("attention.value_length", T_U32, "head_dim"),
+    ("attention.layer_norm_rms_epsilon", T_F32, "rms_norm_eps"),
+    ("attention.sliding_window", T_U32, "sliding_window"), ("rope.freq_base", T_F32, "rope_theta"),
+    ("expert_count", T_U32, "num_local_experts"), ("expert_used_count", T_U32, "num_experts_per_tok"),
+]
+
+
 def byte_tokens():
     """GPT-2's byte-to-unicode table: the 256 byte-level token strings."""
     keep = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
@@ -184,21 +199,8 @@ def metadata(cfg, dense_kind):
             tokens[cfg[key]], types[cfg[key]] = text, 3
     rs = cfg.get("rope_scaling") or {}
     kv = [("general.architecture", T_STR, a), ("general.name", T_STR, "moeserve gguf twin"),
-          ("general.alignment", T_U32, ALIGN), ("general.file_type", T_U32, FILE_TYPE[dense_kind]),
-          (f"{a}.block_count", T_U32, cfg["num_hidden_layers"]),
-          (f"{a}.context_length", T_U32, cfg["max_position_embeddings"]),
-          (f"{a}.embedding_length", T_U32, cfg["hidden_size"]),
-          (f"{a}.feed_forward_length", T_U32, cfg["intermediate_size"]),
-          (f"{a}.expert_feed_forward_length", T_U32, cfg["intermediate_size"]),
-          (f"{a}.attention.head_count", T_U32, cfg["num_attention_heads"]),
-          (f"{a}.attention.head_count_kv", T_U32, cfg["num_key_value_heads"]),
-          (f"{a}.attention.key_length", T_U32, cfg["head_dim"]),
-          (f"{a}.attention.value_length", T_U32, cfg["head_dim"]),
-          (f"{a}.attention.layer_norm_rms_epsilon", T_F32, cfg["rms_norm_eps"]),
-          (f"{a}.attention.sliding_window", T_U32, cfg["sliding_window"]),
-          (f"{a}.rope.freq_base", T_F32, cfg["rope_theta"]),
-          (f"{a}.expert_count", T_U32, cfg["num_local_experts"]),
-          (f"{a}.expert_used_count", T_U32, cfg["num_experts_per_tok"])]
+          ("general.alignment", T_U32, ALIGN), ("general.file_type", T_U32, FILE_TYPE[dense_kind])]
+    kv += [(f"{a}.{key}", t, cfg[src]) for key, t, src in ARCH_KEYS]
     if rs.get("rope_type") == "yarn":
         kv += [(f"{a}.rope.scaling.type", T_STR, "yarn"),
                (f"{a}.rope.scaling.factor", T_F32, rs["factor"]),
