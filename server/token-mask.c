@@ -896,9 +896,11 @@ static void walk(struct ms_tmask *t, const struct ms_gmatch *m, uint64_t *bits)
 	}
 }
 
-/* The entry of m's state, found or walked (under the lock). */
-static struct entry *lookup(struct ms_tmask *t, const struct ms_gmatch *m)
+/* The entry of m's state, found or walked (under the lock): 0, -ENOMEM, or
+ * -E2BIG when the walk passed MS_TMASK_MAX_WORK. */
+static int lookup(struct ms_tmask *t, const struct ms_gmatch *m, struct entry **out)
 {
+	*out = NULL;
 	uint64_t key = ms_gmatch_key(m);
 	for (struct entry *e = t->bucket[key % N_BUCKETS]; e; e = e->hnext)
 		if (e->key == key && e->len == m->len && e->accept == m->accept &&
@@ -906,7 +908,8 @@ static struct entry *lookup(struct ms_tmask *t, const struct ms_gmatch *m)
 			t->st.hits++;
 			ms_list_unlink(&t->lru, &e->link);
 			ms_list_push_front(&t->lru, &e->link);
-			return e;
+			*out = e;
+			return 0;
 		}
 	struct entry *e = calloc(1, sizeof(*e));
 	if (e) {
@@ -916,7 +919,7 @@ static struct entry *lookup(struct ms_tmask *t, const struct ms_gmatch *m)
 	if (!e || !e->state || !e->bits) {
 		if (e)
 			entry_free(e);
-		return NULL;
+		return -ENOMEM;
 	}
 	double t0 = ms_now_s();
 	t->work = 0;
@@ -925,7 +928,7 @@ static struct entry *lookup(struct ms_tmask *t, const struct ms_gmatch *m)
 	t->st.walk_s += ms_now_s() - t0;
 	if (t->over) {  /* stopped part way: nothing of it is kept */
 		entry_free(e);
-		return NULL;
+		return -E2BIG;
 	}
 	t->st.misses++;
 	e->key = key;
@@ -939,7 +942,8 @@ static struct entry *lookup(struct ms_tmask *t, const struct ms_gmatch *m)
 	t->st.bytes += entry_bytes(t, e);
 	t->st.entries++;
 	evict(t);
-	return e;
+	*out = e;
+	return 0;
 }
 
 /* ---- the masks ---- */
@@ -947,10 +951,10 @@ static struct entry *lookup(struct ms_tmask *t, const struct ms_gmatch *m)
 int ms_tmask_bits(struct ms_tmask *t, const struct ms_gmatch *m, uint64_t *bits)
 {
 	pthread_mutex_lock(&t->lock);
-	struct entry *e = lookup(t, m);
+	struct entry *e;
+	int rc = lookup(t, m, &e);
 	if (e)
 		memcpy(bits, e->bits, t->words * 8);
-	int rc = e ? 0 : t->over ? -E2BIG : -ENOMEM;
 	pthread_mutex_unlock(&t->lock);
 	return rc;
 }
@@ -972,10 +976,10 @@ static void apply_bits(const struct ms_tmask *t, const uint64_t *bits, float *z,
 int ms_tmask_apply(struct ms_tmask *t, const struct ms_gmatch *m, float *z, int64_t vocab)
 {
 	pthread_mutex_lock(&t->lock);
-	struct entry *e = lookup(t, m);
+	struct entry *e;
+	int rc = lookup(t, m, &e);
 	if (e)
 		apply_bits(t, e->bits, z, vocab);
-	int rc = e ? 0 : t->over ? -E2BIG : -ENOMEM;
 	pthread_mutex_unlock(&t->lock);
 	return rc;
 }
