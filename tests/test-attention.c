@@ -334,6 +334,14 @@ START_TEST(results_do_not_depend_on_threads_split_or_batch)
 	check_invariance(k, &cases[1], MS_KV_BF16);
 	check_invariance(k, &cases[10], MS_KV_FP8);
 	check_invariance(k, &cases[1], MS_KV_FP8);
+	/* prefill blocks computed with query rows in lanes (avx512) against
+	 * the same tokens alone: ragged head_dim, G 1 and 6, windows */
+	check_invariance(k, &cases[7], MS_KV_BF16);
+	check_invariance(k, &cases[7], MS_KV_FP8);
+	check_invariance(k, &cases[12], MS_KV_BF16);
+	check_invariance(k, &cases[5], MS_KV_F32);
+	check_invariance(k, &cases[8], MS_KV_FP8);
+	check_invariance(k, &cases[3], MS_KV_BF16);
 }
 END_TEST
 

@@ -289,7 +289,17 @@ static inline vf v_sub(vf a, vf b) { return _mm512_sub_ps(a, b); }
 static inline vf v_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
 static inline vf v_fmadd(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 static inline vf v_exp(vf x) { return exp512(x); }
-static inline float v_hsum(vf v) { return _mm512_reduce_add_ps(v); }
+/* The sum of 16 lanes in a fixed tree (lanes l + l+8, then + l+4, + l+2,
+ * + l+1), written out rather than _mm512_reduce_add_ps, whose tree is the
+ * compiler's: lane_chunk below sums its rows' lanes in this same order. */
+static inline float v_hsum(vf v)
+{
+	__m256 a = _mm256_add_ps(_mm512_castps512_ps256(v),
+				 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+	__m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+	__m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+	return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
+}
 static inline vkmask key_mask(int ja, int jb)
 {
 	return (__mmask16)(((1u << jb) - 1) & ~((1u << ja) - 1));
@@ -317,9 +327,287 @@ static inline vf mask_zero(vkmask m, vf x) { return _mm512_maskz_mov_ps(m, x); }
 #define CHUNK_FN chunk_avx512_fp8
 #include "attention-chunk.h"
 
+/* ---- many rows a kv head: query rows in lanes ---- */
+
+/*
+ * When a kv head has 16 or more query rows in a chunk (a prefill block:
+ * tokens x the head's query heads), the walk above spends most of its time
+ * reducing each row's dot products across lanes. Here the lanes hold 16
+ * rows instead: a tile's K and V rows are widened once into scratch, each
+ * score is FMAs of a row vector of Q^T by a broadcast K value, the online
+ * softmax is lane-wise, and the values are FMAs of the probabilities by
+ * broadcast V values into O^T.
+ *
+ * Bit for bit what the walk computes for each row (a token alone is
+ * computed by the walk, in a batch by this; attention.h promises the same
+ * output): a score is the same 16 chains of FMAs over head_dim's vectors
+ * (zero-padded past d, as the walk's masked loads are) summed in
+ * hsum16's tree; the max, exp, rescale and the lane sums of l follow the
+ * walk's operations per key slot; each output value is the same chain of
+ * FMAs over the keys in order; rows and keys out of range are left
+ * untouched by masks, not added as zeros.
+ */
+
+/* hsum16's tree for one dot product whose 16 partial sums are x[0..16):
+ * lanes 4k and 4k+2, 4k+1 and 4k+3, then those two, then the four
+ * quarters in pairs (hsum16 above, traced per output lane). */
+static inline __m512 score_tree(const __m512 x[16])
+{
+	__m512 q[4];
+#pragma GCC unroll 4
+	for (int k = 0; k < 4; k++)
+		q[k] = _mm512_add_ps(_mm512_add_ps(x[4 * k], x[4 * k + 2]),
+				     _mm512_add_ps(x[4 * k + 1], x[4 * k + 3]));
+	return _mm512_add_ps(_mm512_add_ps(q[0], q[1]), _mm512_add_ps(q[2], q[3]));
+}
+
+/* v_hsum's tree over 16 vectors (lane-wise): x[l] + x[l+8], + l+4, + l+2,
+ * + l+1. */
+static inline __m512 lsum_tree(const float *x)
+{
+	__m512 a[8], b[4];
+#pragma GCC unroll 8
+	for (int l = 0; l < 8; l++)
+		a[l] = _mm512_add_ps(_mm512_load_ps(x + 16 * l), _mm512_load_ps(x + 16 * (l + 8)));
+#pragma GCC unroll 4
+	for (int l = 0; l < 4; l++)
+		b[l] = _mm512_add_ps(a[l], a[l + 4]);
+	return _mm512_add_ps(_mm512_add_ps(b[0], b[2]), _mm512_add_ps(b[1], b[3]));
+}
+
+/* Scratch of lane_chunk, in floats from c->tmp (MS_ATTN_TMP_FLOATS). */
+struct lane_ws {
+	float *qt;  /* [nb * 16][16] Q^T: dimension e, row lane */
+	float *ot;  /* [nb * 16][16] O^T */
+	float *kf;  /* [16][nb * 16] the tile's K rows of the head, widened */
+	float *vf;  /* [16][nb * 16] and V */
+	float *lj;  /* [16][16] running sum per key slot (the walk's lsum lanes) */
+	float *pj;  /* [16][16] a tile's probabilities, key slot j */
+	float *sk, *sv; /* [16] fp8: the tile's key scales */
+};
+
+static void lane_ws_init(const struct ms_attn_chunk *c, int nb, struct lane_ws *w)
+{
+	float *t = c->tmp;
+	w->qt = t, t += nb * 256;
+	w->ot = t, t += nb * 256;
+	w->kf = t, t += nb * 256;
+	w->vf = t, t += nb * 256;
+	w->lj = t, t += 256;
+	w->pj = t, t += 256;
+	w->sk = t, t += 16;
+	w->sv = t;
+}
+
+/* The rows [x0, x0 + 16) of kv head hh (x = token * G + query head):
+ * Q^T into w->qt (zeros past d and past the rows), each lane's key range
+ * relative to k0 into ra, rb. */
+static void lane_rows(const struct ms_attn_chunk *c, int hh, int x0, int nl, int nb,
+		      const struct lane_ws *w, int32_t *ra, int32_t *rb)
+{
+	memset(w->qt, 0, (size_t)nb * 256 * sizeof(float));
+	for (int x = 0; x < 16; x++) {
+		ra[x] = 1, rb[x] = 0;
+		if (x >= nl)
+			continue;
+		int i = (x0 + x) / c->G, g = (x0 + x) % c->G;
+		const float *q = c->q + i * c->ldq + ((int64_t)hh * c->G + g) * c->d;
+		for (int64_t e = 0; e < c->d; e++)
+			w->qt[e * 16 + x] = q[e];
+		int64_t a = c->lo[i] > c->k0 ? c->lo[i] : c->k0;
+		int64_t b = c->hi[i] + 1 < c->k1 ? c->hi[i] + 1 : c->k1;
+		if (a < b)
+			ra[x] = (int32_t)(a - c->k0), rb[x] = (int32_t)(b - c->k0);
+	}
+}
+
+/* Key j of the tile at t0 (absolute), kv head hh, widened as the walk's
+ * loads widen it (zeros for a key outside the chunk and past d). */
+static inline __attribute__((always_inline)) void lane_widen(const struct ms_attn_chunk *c, int hh,
+							     int64_t t0, int nb, int es,
+							     const struct lane_ws *w)
+{
+	const __mmask16 tail = c->d % 16 ? (__mmask16)((1u << (c->d % 16)) - 1) : 0xFFFF;
+	for (int j = 0; j < TILE; j++) {
+		int64_t p = t0 + j;
+		bool in = p >= c->k0 && p < c->k1;
+		const char *kr = in ? (const char *)c->k[p - c->k0] + hh * c->d * es : NULL;
+		const char *vr = in ? (const char *)c->v[p - c->k0] + hh * c->d * es : NULL;
+		for (int b = 0; b < nb; b++) {
+			__mmask16 m = in ? dim_mask(b, nb, tail) : 0;
+			_mm512_store_ps(w->kf + j * nb * 16 + 16 * b, kv_maskz_load(m, kr, 16 * b, es));
+			_mm512_store_ps(w->vf + j * nb * 16 + 16 * b, kv_maskz_load(m, vr, 16 * b, es));
+		}
+		if (es == 1) {
+			w->sk[j] = in ? fp8_key_scale(c->ks[p - c->k0][hh]) : 0.0f;
+			w->sv[j] = in ? fp8_key_scale(c->vs[p - c->k0][hh]) : 0.0f;
+		}
+		if (!in || p + TILE >= c->k1)
+			continue;
+		/* the next tile's rows of this head into L2, as the walk does */
+		const char *nk = (const char *)c->k[p + TILE - c->k0] + hh * c->d * es;
+		const char *nv = (const char *)c->v[p + TILE - c->k0] + hh * c->d * es;
+		for (int64_t o = 0; o < c->d * es; o += 64) {
+			__builtin_prefetch(nk + o, 0, 2);
+			__builtin_prefetch(nv + o, 0, 2);
+		}
+	}
+}
+
+/* Score of every lane's row against key j: hsum16's chains and tree. */
+static inline __m512 lane_score(const struct lane_ws *w, int j, int nb, float scale)
+{
+	__m512 x[16];
+#pragma GCC unroll 16
+	for (int l = 0; l < 16; l++)
+		x[l] = _mm512_setzero_ps();
+	const float *k = w->kf + j * nb * 16;
+	for (int b = 0; b < nb; b++)
+#pragma GCC unroll 16
+		for (int l = 0; l < 16; l++)
+			x[l] = _mm512_fmadd_ps(_mm512_load_ps(w->qt + (16 * b + l) * 16),
+					       _mm512_set1_ps(k[16 * b + l]), x[l]);
+	return _mm512_mul_ps(score_tree(x), _mm512_set1_ps(scale));
+}
+
+/* O^T += the tile's probabilities times its V rows, key by key in order,
+ * each key only into the lanes whose range holds it. */
+static inline void lane_pv(const struct lane_ws *w, int nb, const __mmask16 *km)
+{
+	for (int b = 0; b < nb; b++) {
+		__m512 o[16];
+#pragma GCC unroll 16
+		for (int l = 0; l < 16; l++)
+			o[l] = _mm512_load_ps(w->ot + (16 * b + l) * 16);
+		for (int j = 0; j < TILE; j++) {
+			if (!km[j])
+				continue;
+			__m512 p = _mm512_load_ps(w->pj + 16 * j);
+			const float *v = w->vf + j * nb * 16 + 16 * b;
+#pragma GCC unroll 16
+			for (int l = 0; l < 16; l++)
+				o[l] = _mm512_mask3_fmadd_ps(p, _mm512_set1_ps(v[l]), o[l], km[j]);
+		}
+#pragma GCC unroll 16
+		for (int l = 0; l < 16; l++)
+			_mm512_store_ps(w->ot + (16 * b + l) * 16, o[l]);
+	}
+}
+
+/* One tile for the 16 lanes: scores, the online softmax, the values. */
+static inline __attribute__((always_inline)) void lane_tile(const struct ms_attn_chunk *c,
+							    const struct lane_ws *w, int nb,
+							    int64_t t0, __m512i ra, __m512i rb,
+							    __m512 *m, int es)
+{
+	__mmask16 km[TILE], rows = 0;
+	for (int j = 0; j < TILE; j++) {
+		__m512i p = _mm512_set1_epi32((int32_t)(t0 + j - c->k0));
+		km[j] = _mm512_cmpge_epi32_mask(p, ra) & _mm512_cmplt_epi32_mask(p, rb);
+		rows |= km[j];
+	}
+	if (!rows)
+		return;
+	__m512 mt = _mm512_set1_ps(-INFINITY), s[TILE];
+	for (int j = 0; j < TILE; j++) {
+		if (!km[j])
+			continue;
+		s[j] = lane_score(w, j, nb, c->scale);
+		if (es == 1)
+			s[j] = _mm512_mul_ps(s[j], _mm512_set1_ps(w->sk[j]));
+		mt = _mm512_mask_max_ps(mt, km[j], mt, s[j]);
+	}
+	__m512 mo = *m, mn = _mm512_max_ps(mt, mo);
+	__mmask16 grow = _mm512_cmp_ps_mask(mt, mo, _CMP_GT_OQ) &
+			 _mm512_cmp_ps_mask(mo, _mm512_set1_ps(-INFINITY), _CMP_NEQ_UQ) & rows;
+	__m512 alpha = _mm512_mask_blend_ps(grow, _mm512_set1_ps(1.0f), exp512(_mm512_sub_ps(mo, mn)));
+	for (int j = 0; j < TILE; j++) {
+		__m512 p = km[j] ? _mm512_maskz_mov_ps(km[j], exp512(_mm512_sub_ps(s[j], mn)))
+				 : _mm512_setzero_ps();
+		__m512 l = _mm512_load_ps(w->lj + 16 * j);
+		_mm512_store_ps(w->lj + 16 * j, _mm512_mask_mov_ps(l, rows, _mm512_fmadd_ps(l, alpha, p)));
+		if (es == 1)
+			p = _mm512_mul_ps(p, _mm512_set1_ps(w->sv[j]));
+		_mm512_store_ps(w->pj + 16 * j, p);
+	}
+	if (grow)
+		for (int e = 0; e < nb * 16; e++)
+			_mm512_store_ps(w->ot + 16 * e, _mm512_mul_ps(_mm512_load_ps(w->ot + 16 * e), alpha));
+	lane_pv(w, nb, km);
+	*m = _mm512_mask_mov_ps(mo, rows, mn);
+}
+
+/* Out: each lane's (m, l, acc) into its row; rows without a key here keep
+ * m = -inf and their l and acc are not written (the contract). */
+static void lane_store(const struct ms_attn_chunk *c, const struct lane_ws *w, int hh, int x0,
+		       int nl, int nb, __m512 m)
+{
+	float mv[16] __attribute__((aligned(64))), lv[16] __attribute__((aligned(64)));
+	_mm512_store_ps(mv, m);
+	_mm512_store_ps(lv, lsum_tree(w->lj));
+	for (int x = 0; x < nl; x++) {
+		int i = (x0 + x) / c->G, g = (x0 + x) % c->G;
+		int64_t r = ((int64_t)i * c->nkv + hh) * c->G + g;
+		c->m[r] = mv[x];
+		if (mv[x] == -INFINITY)
+			continue;
+		c->l[r] = lv[x];
+		for (int64_t e = 0; e < c->ld; e++)
+			c->acc[r * c->ld + e] = e < nb * 16 ? w->ot[e * 16 + x] : 0.0f;
+	}
+}
+
+static inline __attribute__((always_inline)) void lane_chunk(const struct ms_attn_chunk *c, int es)
+{
+	const int nb = (int)((c->d + 15) / 16), rows = c->nq * c->G;
+	struct lane_ws w;
+	lane_ws_init(c, nb, &w);
+	int32_t ra[16] __attribute__((aligned(64))), rb[16] __attribute__((aligned(64)));
+	for (int hh = 0; hh < c->nkv; hh++)
+		for (int x0 = 0; x0 < rows; x0 += 16) {
+			int nl = rows - x0 < 16 ? rows - x0 : 16;
+			lane_rows(c, hh, x0, nl, nb, &w, ra, rb);
+			memset(w.ot, 0, (size_t)nb * 256 * sizeof(float));
+			memset(w.lj, 0, 256 * sizeof(float));
+			__m512 m = _mm512_set1_ps(-INFINITY);
+			__m512i va = _mm512_load_si512(ra), vb = _mm512_load_si512(rb);
+			for (int64_t t0 = c->k0 - c->k0 % TILE; t0 < c->k1; t0 += TILE) {
+				lane_widen(c, hh, t0, nb, es, &w);
+				lane_tile(c, &w, nb, t0, va, vb, &m, es);
+			}
+			lane_store(c, &w, hh, x0, nl, nb, m);
+		}
+}
+
+/* Rows in lanes where a kv head has at least 16 of them in the chunk. */
+
+static void chunk_avx512_f32_pick(const struct ms_attn_chunk *c)
+{
+	if (c->nq * c->G >= 16)
+		lane_chunk(c, 4);
+	else
+		chunk_avx512(c);
+}
+
+static void chunk_avx512_bf16_pick(const struct ms_attn_chunk *c)
+{
+	if (c->nq * c->G >= 16)
+		lane_chunk(c, 2);
+	else
+		chunk_avx512_bf16(c);
+}
+
+static void chunk_avx512_fp8_pick(const struct ms_attn_chunk *c)
+{
+	if (c->nq * c->G >= 16)
+		lane_chunk(c, 1);
+	else
+		chunk_avx512_fp8(c);
+}
+
 const struct ms_attn_kernel ms_attn_avx512 = {
 	/* every flag of its library (meson.build): the compiler may use BW and
 	 * VL instructions anywhere in this file */
 	"avx512-attn", "avx512", MS_CPU_AVX512F | MS_CPU_AVX512BW | MS_CPU_AVX512VL | MS_CPU_FMA,
-	chunk_avx512, chunk_avx512_bf16, chunk_avx512_fp8,
+	chunk_avx512_f32_pick, chunk_avx512_bf16_pick, chunk_avx512_fp8_pick,
 };

@@ -153,7 +153,7 @@ static size_t wscratch_layout(int64_t rmax, int64_t ld, char *base, struct wscra
 	size_t off = 0, ptrs = up64(MS_ATTN_CHUNK * sizeof(float *));
 	size_t acc = up64((size_t)(rmax * ld) * sizeof(float));
 	size_t vec = up64((size_t)rmax * sizeof(float));
-	size_t tmp = up64((size_t)(rmax * 48 + 32) * sizeof(float));
+	size_t tmp = up64((size_t)MS_ATTN_TMP_FLOATS(rmax, ld) * sizeof(float));
 	if (base) {
 		w->kp = (const void **)(base + off);
 		w->vp = (const void **)(base + off + ptrs);

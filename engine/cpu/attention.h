@@ -28,6 +28,9 @@
  *     memory ~2.5x faster than one head's rows strided by the position size.
  *   - With few items and many keys, an item's chunks are spread over several
  *     tasks that store their partials; a second pass folds them.
+ *   - The AVX-512 kernel computes a chunk whose kv head has 16 or more query
+ *     rows (prefill blocks) with the rows in vector lanes instead of the
+ *     keys, in the same operations per row: the same bits as the walk.
  */
 #ifndef MS_ATTENTION_H
 #define MS_ATTENTION_H
@@ -71,8 +74,14 @@ struct ms_attn_chunk {
 	 * acc are left alone), l[r], acc[r * ld + 0 .. d) (padding lanes may be
 	 * written, with zeros) */
 	float *m, *l, *acc;
-	float *tmp;              /* R * 48 + 32 floats of scratch, 64-byte aligned */
+	float *tmp;              /* MS_ATTN_TMP_FLOATS(R, ld) floats of scratch, 64-byte
+				  * aligned */
 };
+
+/* A chunk's scratch for R rows, head_dim padded to ld: the walk's running
+ * sums and scores (R * 48 + 32), and the lane kernel's Q^T, O^T and widened
+ * K and V tiles (64 * ld) with its sums and probabilities (544). */
+#define MS_ATTN_TMP_FLOATS(R, ld) ((R) * 48 + 32 + 64 * (ld) + 544)
 
 typedef void (*ms_attn_chunk_fn)(const struct ms_attn_chunk *c);
 
