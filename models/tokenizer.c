@@ -434,6 +434,9 @@ static int count_ids(const cJSON *vocab, const cJSON *added, int32_t *n_ids, siz
 		max_id = (int32_t)id->valuedouble > max_id ? (int32_t)id->valuedouble : max_id;
 		*blob_cap += strlen(c->valuestring);
 	}
+	if (max_id < 0)  /* nothing to encode into, and every id check would fail */
+		return ms_err_set(err, -EINVAL, "tokenizer.json: no tokens (model.vocab and "
+				  "added_tokens are both empty)");
 	*n_ids = max_id + 1;
 	return 0;
 }

@@ -258,6 +258,8 @@ START_TEST(refusals_name_the_part)
 		 "not in the vocab"},
 		{"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"a\"]}}", "not \"a b\""},
 		{"[1,2]", "not a JSON object"},
+		/* the tokenizer-load fuzzer's find: it loaded, with 0 ids */
+		{"{\"model\":{\"type\":\"BPE\",\"vocab\":{}},\"added_tokens\":[]}", "no tokens"},
 	};
 	for (size_t i = 0; i < sizeof(docs) / sizeof(docs[0]); i++) {
 		struct ms_tokenizer *t = load_text(docs[i][0], &err, &rc);
