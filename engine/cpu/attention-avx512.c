@@ -427,7 +427,7 @@ static inline __attribute__((always_inline)) void lane_widen(const struct ms_att
 							     int64_t t0, int nb, int es,
 							     const struct lane_ws *w)
 {
-	const __mmask16 tail = c->d % 16 ? (__mmask16)((1u << (c->d % 16)) - 1) : 0xFFFF;
+	const __mmask16 tail = head_tail(c->d);
 	for (int j = 0; j < TILE; j++) {
 		int64_t p = t0 + j;
 		bool in = p >= c->k0 && p < c->k1;
@@ -445,12 +445,8 @@ static inline __attribute__((always_inline)) void lane_widen(const struct ms_att
 		if (!in || p + TILE >= c->k1)
 			continue;
 		/* the next tile's rows of this head into L2, as the walk does */
-		const char *nk = (const char *)c->k[p + TILE - c->k0] + hh * c->d * es;
-		const char *nv = (const char *)c->v[p + TILE - c->k0] + hh * c->d * es;
-		for (int64_t o = 0; o < c->d * es; o += 64) {
-			__builtin_prefetch(nk + o, 0, 2);
-			__builtin_prefetch(nv + o, 0, 2);
-		}
+		kv_prefetch_l2((const char *)c->k[p + TILE - c->k0] + hh * c->d * es,
+			       (const char *)c->v[p + TILE - c->k0] + hh * c->d * es, c->d * es);
 	}
 }
 
@@ -540,7 +536,7 @@ static inline __attribute__((always_inline)) void lane_tile(const struct ms_attn
 /* Out: each lane's (m, l, acc) into its row; rows without a key here keep
  * m = -inf and their l and acc are not written (the contract). */
 static void lane_store(const struct ms_attn_chunk *c, const struct lane_ws *w, int hh, int x0,
-		       int nl, int nb, __m512 m)
+		       int nl, __m512 m)
 {
 	float mv[16] __attribute__((aligned(64))), lv[16] __attribute__((aligned(64)));
 	_mm512_store_ps(mv, m);
@@ -552,8 +548,8 @@ static void lane_store(const struct ms_attn_chunk *c, const struct lane_ws *w, i
 		if (mv[x] == -INFINITY)
 			continue;
 		c->l[r] = lv[x];
-		for (int64_t e = 0; e < c->ld; e++)
-			c->acc[r * c->ld + e] = e < nb * 16 ? w->ot[e * 16 + x] : 0.0f;
+		for (int64_t e = 0; e < c->ld; e++)  /* ld = nb * 16: O^T's padding is 0 */
+			c->acc[r * c->ld + e] = w->ot[e * 16 + x];
 	}
 }
 
@@ -575,34 +571,31 @@ static inline __attribute__((always_inline)) void lane_chunk(const struct ms_att
 				lane_widen(c, hh, t0, nb, es, &w);
 				lane_tile(c, &w, nb, t0, va, vb, &m, es);
 			}
-			lane_store(c, &w, hh, x0, nl, nb, m);
+			lane_store(c, &w, hh, x0, nl, m);
 		}
 }
 
-/* Rows in lanes where a kv head has at least 16 of them in the chunk. */
+/* Rows in lanes where a kv head has at least a vector of them in the
+ * chunk (a prefill block); else the walk. The same bits either way. */
+static inline void lane_or_walk(const struct ms_attn_chunk *c, int es, ms_attn_chunk_fn walk)
+{
+	if (c->nq * c->G >= 16)
+		lane_chunk(c, es);
+	else
+		walk(c);
+}
 
 static void chunk_avx512_f32_pick(const struct ms_attn_chunk *c)
 {
-	if (c->nq * c->G >= 16)
-		lane_chunk(c, 4);
-	else
-		chunk_avx512(c);
+	lane_or_walk(c, 4, chunk_avx512);
 }
-
 static void chunk_avx512_bf16_pick(const struct ms_attn_chunk *c)
 {
-	if (c->nq * c->G >= 16)
-		lane_chunk(c, 2);
-	else
-		chunk_avx512_bf16(c);
+	lane_or_walk(c, 2, chunk_avx512_bf16);
 }
-
 static void chunk_avx512_fp8_pick(const struct ms_attn_chunk *c)
 {
-	if (c->nq * c->G >= 16)
-		lane_chunk(c, 1);
-	else
-		chunk_avx512_fp8(c);
+	lane_or_walk(c, 1, chunk_avx512_fp8);
 }
 
 const struct ms_attn_kernel ms_attn_avx512 = {
