@@ -8,7 +8,7 @@
  * betas); each error names the field and the offending value.
  */
 #include "model-config.h"
-#include "ms-file.h"
+#include "ms-json.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -232,30 +232,11 @@ static int parse_eos(struct ms_model_config *c, const cJSON *root, struct ms_err
 	return 0;
 }
 
-/* Python's json keeps the last of repeated keys, cJSON the first: refuse
- * to guess. Returns the first repeated key found, or NULL. */
-static const char *duplicate_key(const cJSON *node)
-{
-	for (const cJSON *a = node ? node->child : NULL; a; a = a->next) {
-		if (cJSON_IsObject(node) && a->string)
-			for (const cJSON *b = a->next; b; b = b->next)
-				if (b->string && !strcmp(a->string, b->string))
-					return a->string;
-		const char *d = duplicate_key(a);
-		if (d)
-			return d;
-	}
-	return NULL;
-}
-
 static int parse_root(struct ms_model_config *c, const cJSON *root, struct ms_err *err)
 {
 	int rc;
 	if (!cJSON_IsObject(root))
 		return ms_err_set(err, -EINVAL, "config.json: top level is not an object");
-	const char *dup = duplicate_key(root);
-	if (dup)
-		return ms_err_set(err, -EINVAL, "config.json: key \"%s\" appears twice", dup);
 	const cJSON *arch = field(root, "architectures");
 	const cJSON *a0 = cJSON_IsArray(arch) ? cJSON_GetArrayItem(arch, 0) : NULL;
 	if (!a0 || !cJSON_IsString(a0))
@@ -335,33 +316,40 @@ static int parse_root(struct ms_model_config *c, const cJSON *root, struct ms_er
 	return 0;
 }
 
+int ms_model_config_from_json(struct ms_model_config *cfg, const cJSON *root,
+			      struct ms_err *err)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	int rc = parse_root(cfg, root, err);
+	if (rc)
+		ms_model_config_free(cfg);
+	return rc;
+}
+
 int ms_model_config_parse(struct ms_model_config *cfg, const char *json_text, struct ms_err *err)
 {
 	memset(cfg, 0, sizeof(*cfg));
-	cJSON *root = cJSON_Parse(json_text);
-	if (!root) {
-		const char *at = cJSON_GetErrorPtr();
-		return ms_err_set(err, -EINVAL, "config.json: invalid JSON near \"%.20s\"",
-				  at ? at : "");
-	}
-	int rc = parse_root(cfg, root, err);
-	cJSON_Delete(root);
+	cJSON *root;
+	char msg[sizeof(err->msg)];
+	int rc = ms_json_parse_rfc(json_text, strlen(json_text), 0, &root, msg, sizeof(msg));
 	if (rc)
-		ms_model_config_free(cfg);
+		return ms_err_set(err, rc, "config.json: %s", msg);
+	rc = ms_model_config_from_json(cfg, root, err);
+	cJSON_Delete(root);
 	return rc;
 }
 
 int ms_model_config_load(struct ms_model_config *cfg, const char *dir, struct ms_err *err)
 {
 	char path[4096];
-	char *text;
+	cJSON *root;
 	memset(cfg, 0, sizeof(*cfg));
 	snprintf(path, sizeof(path), "%s/config.json", dir);
-	int rc = ms_read_file(path, &text, NULL, err);
+	int rc = ms_json_read_file(path, &root, err);
 	if (rc)
 		return rc;
-	rc = ms_model_config_parse(cfg, text, err);
-	free(text);
+	rc = ms_model_config_from_json(cfg, root, err);
+	cJSON_Delete(root);
 	if (rc)
 		ms_err_prefix(err, "%s: ", dir);
 	return rc;

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
 #include "ms-error.h"
 
 #define MS_ARCH_NAME_MAX 64
@@ -52,11 +53,17 @@ struct ms_model_config {
 	int n_eos;
 };
 
-/* Parse the text of a config.json. On success *cfg owns layer_sliding; free
+/* Parse the text of a config.json (held to RFC 8259: config/ms-json.h). On success *cfg owns layer_sliding; free
  * it with ms_model_config_free(). On failure cfg is left zeroed and err names
  * the field and the value. */
 int ms_model_config_parse(struct ms_model_config *cfg, const char *json_text,
 			  struct ms_err *err);
+
+/* The same from config.json already parsed by ms_json_parse_rfc or
+ * ms_json_read_file, which refuse a repeated key (the loader hands the one
+ * tree to the quantization registry too). */
+int ms_model_config_from_json(struct ms_model_config *cfg, const cJSON *root,
+			      struct ms_err *err);
 
 /* Read DIR/config.json and parse it. */
 int ms_model_config_load(struct ms_model_config *cfg, const char *dir,

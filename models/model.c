@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 #include "ms-clock.h"
-#include "ms-file.h"
+#include "ms-json.h"
 
 /* The registry: one line per architecture. */
 static const struct ms_model_ops *const archs[] = {
@@ -104,20 +104,16 @@ int ms_model_load(struct ms_model *m, const char *dir, struct ms_backend *be,
 {
 	memset(m, 0, sizeof(*m));
 	double t0 = ms_now_s();
-	char path[4096], *text;
+	char path[4096];
+	cJSON *root;
 	snprintf(path, sizeof(path), "%s/config.json", dir);
-	int rc = ms_read_file(path, &text, NULL, err);
+	int rc = ms_json_read_file(path, &root, err);  /* the error names the file */
 	if (rc)
 		return rc;
-	rc = ms_model_config_parse(&m->cfg, text, err);
-	if (!rc) {
-		/* The quant registry reads the same document. */
-		cJSON *root = cJSON_Parse(text);
-		rc = root ? ms_quant_config_init(&m->qcfg, root, dir, err)
-			  : ms_err_set(err, -EINVAL, "config.json: invalid JSON");
-		cJSON_Delete(root);
-	}
-	free(text);
+	rc = ms_model_config_from_json(&m->cfg, root, err);
+	if (!rc) /* the quant registry reads the same document */
+		rc = ms_quant_config_init(&m->qcfg, root, dir, err);
+	cJSON_Delete(root);
 	if (rc) {
 		ms_err_prefix(err, "%s: ", dir);
 		ms_model_free(m);

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ms-file.h"
+#include "ms-json.h"
 #include "ms-hash.h"
 #include "ms-utf8.h"
 
@@ -698,14 +698,11 @@ static int load_json(struct ms_tokenizer *t, const cJSON *root, struct ms_err *e
 int ms_tokenizer_load(struct ms_tokenizer **out, const char *path, struct ms_err *err)
 {
 	*out = NULL;
-	char *text;
-	size_t len;
-	int rc = ms_read_file(path, &text, &len, err);
+	cJSON *root;
+	int rc = ms_json_read_file(path, &root, err);
 	if (rc)
 		return rc;
-	cJSON *root = cJSON_ParseWithLength(text, len);
-	free(text);
-	if (!root || !cJSON_IsObject(root)) {
+	if (!cJSON_IsObject(root)) {
 		cJSON_Delete(root);
 		return ms_err_set(err, -EINVAL, "%s: not a JSON object", path);
 	}

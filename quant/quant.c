@@ -14,7 +14,7 @@
 #include <unistd.h>
 #include <string.h>
 
-#include "ms-file.h"
+#include "ms-json.h"
 #include "ms-map.h"
 
 /* The registry. To add a method: one line here, one file beside this one. */
@@ -147,18 +147,17 @@ static int read_standalone(const char *dir, cJSON **out, const char **source, st
 	static const char *const names[] = {"quantize_config.json", "quant_config.json"};
 	*out = NULL;
 	for (size_t i = 0; i < 2; i++) {
-		char path[4096], *text;
+		char path[4096];
 		snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
 		FILE *f = fopen(path, "rb");
 		if (!f)
 			continue;
 		fclose(f);
-		int rc = ms_read_file(path, &text, NULL, err);
+		cJSON *j;
+		int rc = ms_json_read_file(path, &j, err);
 		if (rc)
 			return rc;
-		cJSON *j = cJSON_Parse(text);
-		free(text);
-		if (!j || !cJSON_IsObject(j)) {
+		if (!cJSON_IsObject(j)) {
 			cJSON_Delete(j);
 			return ms_err_set(err, -EINVAL, "%s: not a JSON object", path);
 		}

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "wmat.h"      /* bf16/f16 decoding */
-#include "ms-file.h"
+#include "ms-json.h"
 #include "ms-mapguard.h"
 
 /* The safetensors library refuses headers above 100 MB; so do we. */
@@ -370,17 +370,16 @@ int ms_checkpoint_open_file(struct ms_checkpoint *ck, const char *path, struct m
 
 static int open_index(struct ms_checkpoint *ck, const char *index_path, struct ms_err *err)
 {
-	char *text;
-	int rc = ms_read_file(index_path, &text, NULL, err);
+	cJSON *root;
+	int rc = ms_json_read_file(index_path, &root, err);
+	if (rc == -EINVAL) /* not JSON: a bad checkpoint, as a bad header is */
+		err->code = rc = -EBADMSG;
 	if (rc)
 		return rc;
-	cJSON *root = cJSON_Parse(text);
-	free(text);
-	const cJSON *map = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
+	const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
 	if (!cJSON_IsObject(map)) {
 		cJSON_Delete(root);
-		return ms_err_set(err, -EBADMSG, "%s: %s", index_path,
-				  root ? "no \"weight_map\" object" : "invalid JSON");
+		return ms_err_set(err, -EBADMSG, "%s: no \"weight_map\" object", index_path);
 	}
 	size_t n = (size_t)cJSON_GetArraySize(map);
 	struct wm w = {calloc(n + 1, sizeof(struct wm_entry)), 0};

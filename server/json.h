@@ -37,13 +37,10 @@ bool ms_json_push(cJSON *arr, cJSON *item);
 bool ms_json_put(cJSON *obj, const char *key, cJSON *item);
 bool ms_json_replace(cJSON *obj, const char *key, cJSON *item);
 
-/* text[0..len) as strict RFC 8259 JSON (whitespace as the RFC spells it,
- * strings valid UTF-8 with control bytes escaped and surrogates paired,
- * nothing after the value, nesting under 512, no object holding a key
- * twice). A \u0000 in a string arrives carried (ms-utf8.h), so no reader
- * cuts the string at it. 0 with *out set; -EINVAL with msg naming the
- * fault and its position (line, column, byte) or the path of a repeated
- * key; -ENOMEM. */
+/* text[0..len) as strict RFC 8259 JSON (config/ms-json.h's
+ * ms_json_parse_rfc), a \u0000 in a string carried (ms-utf8.h); the
+ * messages begin "the body is not valid JSON: " or "the body is not
+ * accepted: ". */
 int ms_json_parse_strict(const char *text, size_t len, cJSON **out, char *msg, size_t cap);
 
 /* v as compact JSON text (malloc'd; NULL when out of memory), a carried

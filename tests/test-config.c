@@ -444,6 +444,15 @@ START_TEST(test_config_load_from_folder)
 	ASSERT_MSG_HAS(err, d);
 	ASSERT_MSG_HAS(err, "hidden_size");
 	ck_assert_ptr_null(a.layer_sliding);
+	/* the file held to RFC 8259: a second document after the first (or any
+	 * text) is refused, not ignored, naming the file and the position */
+	char *two = xasprintf("%s\n{\"hidden_size\": 1}\n", gpt_oss_20b);
+	write_text(d, "config.json", two);
+	ck_assert_int_eq(ms_model_config_load(&a, d, &err), -EINVAL);
+	ASSERT_MSG_HAS(err, "config.json: not valid JSON: nothing may follow the JSON value");
+	ASSERT_MSG_HAS(err, d);
+	ck_assert_ptr_null(a.layer_sliding);
+	free(two);
 	/* no file at all */
 	char *nd = xasprintf("%s/none", d);
 	ck_assert_int_eq(ms_model_config_load(&a, nd, &err), -ENOENT);
@@ -817,6 +826,18 @@ START_TEST(test_model_load_bad_config)
 	/* no config.json */
 	ck_assert_int_eq(ms_model_load(&m, d, NULL, &err), -ENOENT);
 	ASSERT_MSG_HAS(err, "config.json");
+	/* a NUL byte after the object: the whole file is read, and refused */
+	char *text0 = variant(NULL, NULL), *p0 = xasprintf("%s/config.json", d);
+	FILE *f0 = fopen(p0, "wb");
+	ck_assert_ptr_nonnull(f0);
+	fwrite(text0, 1, strlen(text0) + 1, f0);
+	fputs("{}", f0);
+	fclose(f0);
+	ck_assert_int_eq(ms_model_load(&m, d, NULL, &err), -EINVAL);
+	ASSERT_MSG_HAS(err, p0);
+	ASSERT_MSG_HAS(err, "not the byte 0x00");
+	cJSON_free(text0);
+	free(p0);
 	/* a config error names the folder and the field */
 	char *text = variant("{\"num_attention_heads\":6,\"num_key_value_heads\":4}", NULL);
 	write_text(d, "config.json", text);

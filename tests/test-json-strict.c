@@ -13,14 +13,20 @@
  * round trip keeps it (the default model's tokenizer).
  * random: mutations of valid texts; whatever the strict parser accepts
  * cJSON also accepts, with the same tree.
+ * files: a checkpoint's JSON files (config/ms-json.c's ms_json_read_file)
+ * are held to the same rules, a \u0000 refused rather than cut, and every
+ * error names the file and the position.
  */
 #include <check.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check-run.h"
 #include "json.h"
+#include "ms-json.h"
 #include "ms-utf8.h"
 #include "tokenizer.h"
 
@@ -240,6 +246,70 @@ START_TEST(random_mutations)
 }
 END_TEST
 
+/* path holds n bytes of t; reading it as JSON fails with code, the message
+ * naming the path and holding want. */
+static void file_refused(const char *path, const char *t, size_t n, int code, const char *want)
+{
+	FILE *f = fopen(path, "wb");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_uint_eq(fwrite(t, 1, n, f), n);
+	ck_assert_int_eq(fclose(f), 0);
+	cJSON *j = (cJSON *)1;
+	struct ms_err err = {0};
+	ck_assert_msg(ms_json_read_file(path, &j, &err) == code, "%.*s: %d %s", (int)n, t, err.code,
+		      err.msg);
+	ck_assert_ptr_null(j);
+	ck_assert_int_eq(err.code, code);
+	ck_assert_msg(strstr(err.msg, path) && strstr(err.msg, want), "\"%s\" lacks \"%s\"", err.msg,
+		      want);
+}
+
+START_TEST(files)
+{
+	char dir[] = "/tmp/ms-json-XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	char path[64];
+	snprintf(path, sizeof(path), "%s/config.json", dir);
+	static const struct {
+		const char *t;
+		size_t n; /* 0: strlen */
+		const char *want;
+	} bad[] = {
+		{"{\"a\": 1}\n{\"b\": 2}\n", 0, "nothing may follow the JSON value, not '{', at line 2, column 1"},
+		{"{\"a\": 1}\0garbage", 17, "not the byte 0x00, at line 1, column 9 (byte 8)"},
+		{"{\"a\":\0 1}", 9, "expected a JSON value, not the byte 0x00"},
+		{"{\"a\": \"x\\u0000y\"}", 0, "\\u0000 (NUL) in a string is not accepted here, at line 1, column 9 (byte 8)"},
+		{"{\"a\": [1, 2", 0, "the file ends"},
+		{"{\"a\": 1, \"b\": {\"c\": 1, \"c\": 2}}", 0, "the key \"c\" appears twice in b"},
+		{"{\"a\": 1} // comment", 0, "nothing may follow"},
+		{"", 0, "the file ends where a JSON value should be"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		file_refused(path, bad[i].t, bad[i].n ? bad[i].n : strlen(bad[i].t), -EINVAL, bad[i].want);
+	/* the same text as a body: carried, and "the body" */
+	cJSON *j = NULL;
+	char msg[512];
+	ck_assert_int_eq(ms_json_parse_rfc("[1", 2, MS_JSON_BODY, &j, msg, sizeof(msg)), -EINVAL);
+	ck_assert_msg(strstr(msg, "the body ends"), "%s", msg);
+	ck_assert_int_eq(ms_json_parse_rfc("\"\\u0000\"", 8, MS_JSON_CARRY_NUL, &j, msg, sizeof(msg)), 0);
+	ck_assert_str_eq(j->valuestring, MS_NUL_CARRIER);
+	cJSON_Delete(j);
+	/* a valid file */
+	FILE *f = fopen(path, "wb");
+	fputs("{\"a\": [1, 2.5e3, \"\\u00e9\"]}\r\n", f);
+	fclose(f);
+	struct ms_err err = {0};
+	ck_assert_msg(ms_json_read_file(path, &j, &err) == 0, "%s", err.msg);
+	ck_assert_str_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "a"), 2)->valuestring, "\xc3\xa9");
+	cJSON_Delete(j);
+	remove(path);
+	ck_assert_int_eq(ms_json_read_file(path, &j, &err), -ENOENT);
+	ck_assert_ptr_null(j);
+	ck_assert(strstr(err.msg, path));
+	rmdir(dir);
+}
+END_TEST
+
 int main(void)
 {
 	ms_json_init();
@@ -251,6 +321,7 @@ int main(void)
 	tcase_add_test(tc, nul_carried);
 	tcase_add_test(tc, nul_tokenized);
 	tcase_add_test(tc, random_mutations);
+	tcase_add_test(tc, files);
 	suite_add_tcase(s, tc);
 	return ms_check_run(s);
 }

@@ -364,6 +364,14 @@ START_TEST(standalone_config_files)
 	ck_assert_int_lt(ms_quant_config_init(&qc, root, dir, &err), 0);
 	ck_assert_msg(strstr(err.msg, "quantize_config.json") && strstr(err.msg, "\"bits\" 7"), "%s",
 		      err.msg);
+	/* held to RFC 8259 (config/ms-json.h): a repeated key is refused, not
+	 * read as cJSON's first or Python's last */
+	f = fopen(path, "w");
+	fputs("{\"bits\":4,\"group_size\":128,\"bits\":8}", f);
+	fclose(f);
+	ck_assert_int_eq(ms_quant_config_init(&qc, root, dir, &err), -EINVAL);
+	ck_assert_msg(strstr(err.msg, "quantize_config.json: not accepted: the key \"bits\" appears twice"),
+		      "%s", err.msg);
 	/* config.json's own quantization_config wins over a standalone file */
 	cJSON_Delete(root);
 	root = cJSON_Parse(QC("{\"quant_method\":\"mxfp4\"}"));

@@ -260,6 +260,13 @@ START_TEST(refusals_name_the_part)
 		{"[1,2]", "not a JSON object"},
 		/* the tokenizer-load fuzzer's find: it loaded, with 0 ids */
 		{"{\"model\":{\"type\":\"BPE\",\"vocab\":{}},\"added_tokens\":[]}", "no tokens"},
+		/* held to RFC 8259 (config/ms-json.h): nothing after the object,
+		 * no key twice (Python's json and serde keep the last, cJSON the
+		 * first), no \u0000 that cJSON would cut a token at */
+		{"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0}}} x", "nothing may follow"},
+		{"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"a\":2}}}",
+		 "the key \"a\" appears twice in model.vocab"},
+		{"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\\u0000\":0}}}", "(NUL)"},
 	};
 	for (size_t i = 0; i < sizeof(docs) / sizeof(docs[0]); i++) {
 		struct ms_tokenizer *t = load_text(docs[i][0], &err, &rc);
