@@ -23,6 +23,7 @@
 #include <strings.h>
 
 #include "auth.h"
+#include "ms-json.h"
 #include "ms-strbuf.h"
 
 /* ---- the option table ---- */
@@ -491,17 +492,13 @@ static int load_config_file(struct ctx *c, const char *from, struct ms_err *err)
 	if (rc)
 		return ms_err_set(err, -ENOENT, "%s: cannot read \"%s\": %s", from, c->config_path,
 				  strerror(-rc));
-	const char *end = NULL;
-	cJSON *root = cJSON_ParseWithLengthOpts(text, len + 1, &end, true);  /* + its NUL */
-	if (!root) {
-		int line = 1;
-		for (const char *p = text; end && p < end && *p; p++)
-			line += *p == '\n';
-		free(text);
-		return ms_err_set(err, -EBADMSG, "config file %s: not valid JSON (line %d)",
-				  c->config_path, line);
-	}
+	cJSON *root;
+	char msg[sizeof(err->msg)];
+	rc = ms_json_parse_rfc(text, len, 0, &root, msg, sizeof(msg));
 	free(text);
+	if (rc) /* a repeated key too: which of the two was meant is not ours to guess */
+		return ms_err_set(err, rc == -EINVAL ? -EBADMSG : rc, "config file %s: %s",
+				  c->config_path, msg);
 	if (!cJSON_IsObject(root)) {
 		cJSON_Delete(root);
 		return ms_err_set(err, -EBADMSG, "config file %s: not a JSON object", c->config_path);
@@ -520,12 +517,6 @@ static int load_config_file(struct ctx *c, const char *from, struct ms_err *err)
 					"serve --help)", c->config_path, it->string);
 			break;
 		}
-		for (const cJSON *prev = root->child; prev != it; prev = prev->next)
-			if (!strcmp(prev->string, it->string))
-				rc = ms_err_set(err, -EINVAL, "config file %s: key \"%s\" appears twice",
-						c->config_path, it->string);
-		if (rc)
-			break;
 		rc = set_json(c->o, d, it, label(c, d, SRC_FILE, lab, sizeof(lab)), err);
 		c->src[d - serve_opts] = SRC_FILE;
 	}

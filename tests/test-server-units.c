@@ -886,8 +886,10 @@ START_TEST(options_refusals)
 	refused_file("{\"host\": null}", -EINVAL, "key \"host\"", "got null");
 	refused_file("{\"log_format\": [\"json\"]}", -EINVAL, "key \"log_format\"", "got an array");
 	refused_file("{\"max_body_bytes\": \"lots\"}", -EINVAL, "key \"max_body_bytes\"", "\"lots\"");
-	refused_file("{\"port\": 1, \"port\": 2}", -EINVAL, "key \"port\" appears twice", NULL);
-	refused_file("{\"port\": 1,\n\"host\": }", -EBADMSG, "not valid JSON", "line 2");
+	refused_file("{\"port\": 1, \"port\": 2}", -EBADMSG, "key \"port\" appears twice", NULL);
+	refused_file("{\"port\": 1,\n\"host\": }", -EBADMSG, "not valid JSON", "line 2, column 9");
+	refused_file("{\"port\":\t\v1}", -EBADMSG, "not valid JSON", "not the byte 0x0B");
+	refused_file("{\"port\": 9000} {\"port\": 1}", -EBADMSG, "nothing may follow", NULL);
 	refused_file("[1, 2]", -EBADMSG, "not a JSON object", NULL);
 	refused_file("", -EBADMSG, "not valid JSON", NULL);
 }
