@@ -1,5 +1,6 @@
-/* model-config: config.json as models/model.c reads it
- * (ms_model_config_parse, then ms_quant_config_init on the same text),
+/* model-config: config.json as models/model.c reads it (held to RFC
+ * 8259 by ms_json_parse_rfc, then ms_model_config_from_json and
+ * ms_quant_config_init on the one tree),
  * with every quantization_config form quant/ takes (mxfp4, GPTQ with
  * dynamic rules, AWQ, Quark with its layer and exclude patterns). Input:
  * config.json, then optionally FUZZ_SEP and a standalone
@@ -8,6 +9,7 @@
  * for some of them. */
 #include "fuzz.h"
 #include "model-config.h"
+#include "ms-json.h"
 #include "quant.h"
 #include "safetensors.h"
 
@@ -62,10 +64,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		fuzz_file("quantize_config.json", standalone, st_len);
 	else
 		fuzz_file("quantize_config.json", NULL, 0);
-	char *text = fuzz_dup(cfg_text, cfg_len, true); /* the file read whole: a C string */
+	/* as models/model.c reads it: the file's bytes held to RFC 8259, then
+	 * one tree for the model config and the quantization registry */
+	cJSON *root = NULL;
+	char msg[sizeof(((struct ms_err *)0)->msg)] = "";
+	int rc = ms_json_parse_rfc((const char *)cfg_text, cfg_len, 0, &root, msg, sizeof(msg));
+	if (rc) {
+		FUZZ_CHECK(!root && msg[0], "JSON refused (%d) without a message", rc);
+		return 0;
+	}
 	struct ms_model_config cfg;
 	struct ms_err err = {0};
-	int rc = ms_model_config_parse(&cfg, text, &err);
+	rc = ms_model_config_from_json(&cfg, root, &err);
 	if (!rc) {
 		FUZZ_CHECK(cfg.n_layers > 0 && cfg.layer_sliding, "parsed without layers");
 		ms_model_config_free(&cfg);
@@ -73,20 +83,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_CHECK(err.msg[0], "config refused (%d) without a message", rc);
 	}
 	/* the quantization config is read whatever the model config said */
-	cJSON *root = cJSON_Parse(text);
-	if (root) {
-		struct ms_quant_config qc;
-		memset(&err, 0, sizeof(err));
-		rc = ms_quant_config_init(&qc, root, fuzz_dir(), &err);
-		if (!rc) {
-			FUZZ_CHECK(qc.method && qc.method->scheme_for, "no method");
-			resolve_all(&qc);
-		} else {
-			FUZZ_CHECK(err.msg[0], "quant config refused (%d) without a message", rc);
-		}
-		ms_quant_config_free(&qc);
-		cJSON_Delete(root);
+	struct ms_quant_config qc;
+	memset(&err, 0, sizeof(err));
+	rc = ms_quant_config_init(&qc, root, fuzz_dir(), &err);
+	if (!rc) {
+		FUZZ_CHECK(qc.method && qc.method->scheme_for, "no method");
+		resolve_all(&qc);
+	} else {
+		FUZZ_CHECK(err.msg[0], "quant config refused (%d) without a message", rc);
 	}
-	free(text);
+	ms_quant_config_free(&qc);
+	cJSON_Delete(root);
 	return 0;
 }
