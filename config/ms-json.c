@@ -3,11 +3,13 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ms-file.h"
+#include "ms-hash.h"
 #include "ms-utf8.h"
 
 /* cJSON is lenient where a request must not be: it takes any byte up to
@@ -265,16 +267,21 @@ static void where(const char *t, size_t i, char *b, size_t n)
 	snprintf(b, n, "line %zu, column %zu (byte %zu)", line, col, i);
 }
 
-static int cmp_key(const void *a, const void *b)
+/* A key's string hashed: FNV-1a's bytes, then mixed (ms-hash.h). */
+static uint64_t key_hash(const char *k)
 {
-	return strcmp((*(const cJSON *const *)a)->string, (*(const cJSON *const *)b)->string);
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (; *k; k++)
+		h = (h ^ (uint8_t)*k) * 0x100000001b3ull;
+	return ms_mix64(h);
 }
 
 /* A key o holds twice, or NULL; -1 in *oom when the check could not
- * allocate. Small objects pairwise, large ones sorted. */
+ * allocate. Small objects pairwise, large ones (a tokenizer's 200k-entry
+ * vocab) through a hash set of their keys, a quarter full at most. */
 static const char *dup_key(const cJSON *o, int *oom)
 {
-	int n = 0;
+	size_t n = 0;
 	const cJSON *a, *b;
 	cJSON_ArrayForEach(a, o) n++;
 	if (n <= 16) {
@@ -284,17 +291,22 @@ static const char *dup_key(const cJSON *o, int *oom)
 					return a->string;
 		return NULL;
 	}
-	const cJSON **v = malloc((size_t)n * sizeof(*v));
-	if (!v)
+	size_t cap = 64;
+	while (cap < 4 * n)
+		cap <<= 1;
+	const cJSON **t = calloc(cap, sizeof(*t));
+	if (!t)
 		return *oom = -1, NULL;
-	int k = 0;
-	cJSON_ArrayForEach(a, o) v[k++] = a;
-	qsort(v, (size_t)n, sizeof(*v), cmp_key);
 	const char *d = NULL;
-	for (int i = 1; i < n && !d; i++)
-		if (!strcmp(v[i - 1]->string, v[i]->string))
-			d = v[i]->string;
-	free(v);
+	for (a = o->child; a && !d; a = a->next) {
+		size_t h = (size_t)key_hash(a->string) & (cap - 1);
+		while (t[h] && strcmp(t[h]->string, a->string))
+			h = (h + 1) & (cap - 1);
+		if (t[h])
+			d = a->string;
+		t[h] = a;
+	}
+	free(t);
 	return d;
 }
 
