@@ -12,13 +12,11 @@
 #include "ms-hash.h"
 #include "ms-utf8.h"
 
-/* cJSON is lenient where a request must not be: it takes any byte up to
- * a space as whitespace (a raw NUL between tokens passes), raw control bytes
- * inside strings, and keeps both of two equal keys (its lookups find the
- * first, other readers the last). A scan of the text first holds it to RFC
- * 8259: whitespace only as the RFC spells it, strings strictly UTF-8 with
- * control bytes escaped and surrogates paired, numbers by the RFC grammar,
- * nothing after the value, nesting bounded. */
+/* A scan of the text holds it to RFC 8259 before cJSON reads it (why:
+ * ms-json.h): whitespace only as the RFC spells it, strings strictly UTF-8
+ * with control bytes escaped and surrogates paired, numbers by the RFC
+ * grammar, nothing after the value, nesting bounded; then the tree is
+ * walked for repeated keys. */
 
 #define DEPTH_MAX 512
 
