@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """moeserve against llama.cpp on one checkpoint, side by side, alternating.
 
-    /usr/bin/python3 tools/vs_llamacpp.py --model CKPT [--context 8192[,32768]]
+    /usr/bin/python3 tools/vs_llamacpp.py --model CKPT [--context 8192[,32768] | --context ""]
         [--rounds 3] [--threads 2] [--decode-tokens 32] [--moeserve PATH] [--skip-check]
 
 CKPT is a native-MXFP4 gpt-oss checkpoint (tools/bench_ckpt.py --format
@@ -95,8 +95,9 @@ def twin_of(model):
 
 
 def run_moeserve(a, ctxs):
+    ctx = ["--context", ",".join(map(str, ctxs))] if ctxs else []
     out = sh([a.moeserve, "bench", "--model", a.model, "--threads", str(a.threads), "--decode-tokens",
-              str(a.decode_tokens), "--context", ",".join(map(str, ctxs)), "--json"])
+              str(a.decode_tokens), "--json"] + ctx)
     j = json.loads(out.decode().strip().splitlines()[-1])
     r = {("decode", 0): j["decode_tokens_per_s"], ("prefill", 512): j["prefill_tokens_per_s"]}
     for n in ctxs:
@@ -138,7 +139,7 @@ def table(rounds, ctxs):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True)
-    ap.add_argument("--context", default="8192")
+    ap.add_argument("--context", default="8192", help="depths, comma-separated; empty: short context only")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--decode-tokens", type=int, default=32)
