@@ -29,15 +29,36 @@ const char *ms_backend_names(void)
 	return names;
 }
 
+/* The index of s in names[0 .. n), or -EINVAL. */
+static int name_index(const char *s, const char *const *names, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (!strcmp(s, names[i]))
+			return i;
+	return -EINVAL;
+}
+
 int ms_dense_mode_parse(const char *s, enum ms_dense_mode *out)
 {
 	static const char *const names[] = {"auto", "bf16", "int8"};
-	for (int i = 0; i < 3; i++)
-		if (!strcmp(s, names[i])) {
-			*out = (enum ms_dense_mode)i;
-			return 0;
-		}
-	return -EINVAL;
+	int i = name_index(s, names, 3);
+	if (i >= 0)
+		*out = (enum ms_dense_mode)i;
+	return i < 0 ? i : 0;
+}
+
+int ms_attn_products_parse(const char *s, enum ms_attn_products *out)
+{
+	static const char *const names[] = {"auto", "f32", "bf16"};
+	int i = name_index(s, names, 3);
+	if (i >= 0)
+		*out = (enum ms_attn_products)i;
+	return i < 0 ? i : 0;
+}
+
+const char *ms_attn_products_name(const struct ms_backend *be, enum ms_kv_dtype dt)
+{
+	return dt == MS_KV_BF16 && be->attn_bf16_products ? "bf16" : "f32";
 }
 
 int ms_backend_open(const struct ms_backend_opts *o, struct ms_backend **out, struct ms_err *err)

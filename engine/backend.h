@@ -203,6 +203,7 @@ struct ms_backend {
 	bool host;                 /* buffers are host memory (see above) */
 	bool exact;                /* only kernels that keep fp32 activations */
 	bool dense_int8;           /* requantize dense float projections to int8 at load */
+	bool attn_bf16_products;   /* on a bf16 cache, q and p rounded to bf16 (--attn-products) */
 	unsigned kv_dtypes;        /* 1 << enum ms_kv_dtype of every KV dtype its attention reads */
 	int threads;               /* host worker threads */
 	struct ms_pool *pool;      /* those threads, for load-time work (host memory) */
@@ -226,6 +227,21 @@ enum ms_dense_mode {
 /* "auto", "bf16", "int8" -> *out; -EINVAL for anything else. */
 int ms_dense_mode_parse(const char *s, enum ms_dense_mode *out);
 
+/* How attention multiplies on a bf16 KV cache: --attn-products. */
+enum ms_attn_products {
+	MS_ATTN_PRODUCTS_AUTO, /* the backend's choice (the CPU: bf16 where it
+				* multiplies bf16 pairs in hardware, unless exact) */
+	MS_ATTN_PRODUCTS_F32,  /* q and the probabilities kept in f32 */
+	MS_ATTN_PRODUCTS_BF16, /* both rounded to bf16 before their products */
+};
+
+/* "auto", "f32", "bf16" -> *out; -EINVAL for anything else. */
+int ms_attn_products_parse(const char *s, enum ms_attn_products *out);
+
+/* What attention multiplies in on a cache of dtype dt: "bf16" (q and the
+ * probabilities rounded, attn_bf16_products) or "f32". */
+const char *ms_attn_products_name(const struct ms_backend *be, enum ms_kv_dtype dt);
+
 /* What --backend and the options next to it ask for. */
 struct ms_backend_opts {
 	const char *backend;   /* a registry name; NULL: the first ("cpu") */
@@ -233,6 +249,7 @@ struct ms_backend_opts {
 	int threads;           /* <= 0: one per available CPU */
 	bool exact;            /* skip kernels that round activations */
 	enum ms_dense_mode dense;
+	enum ms_attn_products attn_products;
 	enum ms_numa_mode numa;
 	int device;            /* which GPU, on a device backend (--device) */
 };

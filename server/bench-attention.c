@@ -124,12 +124,12 @@ static int att_case_init(struct att_case *c, struct ms_backend *b, const struct 
  * bandwidth buffer: in a decode step the weights stream between two calls
  * of a layer, so its KV comes from memory, not from the last call's cache. */
 static double att_time(struct ms_cpu *be, const struct ms_model_config *cf, struct att_case *c,
-		       int64_t n, struct bw_job *bwj, struct ms_err *err)
+		       int64_t n, bool bf16p, struct bw_job *bwj, struct ms_err *err)
 {
 	struct ms_attn_args a = {
 		.n_heads = cf->n_heads, .n_kv_heads = cf->n_kv_heads, .head_dim = cf->head_dim,
 		.sinks = c->sinks, .pool = &c->pool, .n = n, .pos = c->pos, .pages = c->rows,
-		.q = c->q, .out = c->out,
+		.q = c->q, .out = c->out, .bf16_products = bf16p,
 	};
 	double t[ATT_CALLS];
 	if (ms_attn_run(be->attn, &be->pool, &a, &be->attn_ws, err))
@@ -153,47 +153,62 @@ static void att_print(int64_t ctx, int batch, const char *dt, double bytes, cons
 	for (int r = 0; r < ATT_ROUNDS; r++)
 		s[r] = f->s[r], share[r] = bytes / f->s[r] / f->bw[r];
 	double ms = att_median(s, ATT_ROUNDS) * 1e3, sh = att_median(share, ATT_ROUNDS);
-	printf("  context %6lld, batch %d, %-4s  %9.3f ms  %8.2f GB/s of KV  roofline share %.3f\n",
+	printf("  context %6lld, batch %d, %-5s  %9.3f ms  %8.2f GB/s of KV  roofline share %.3f\n",
 	       (long long)ctx, batch, dt, ms, bytes / (ms / 1e3) / 1e9, sh);
 }
 
-#define ATT_DTYPES 3
+#define ATT_VARIANTS 4
 
-/* Depth by depth, batch by batch: the dtypes' rounds interleaved. */
+/* The variants a depth times: each KV dtype, and the bf16 cache again with
+ * bf16 products (where the kernel has them). */
+static const struct {
+	enum ms_kv_dtype dt;
+	bool bf16p;
+	const char *name;
+} att_var[ATT_VARIANTS] = {
+	{MS_KV_F32, false, "f32"}, {MS_KV_BF16, false, "bf16"}, {MS_KV_BF16, true, "bf16p"},
+	{MS_KV_FP8, false, "fp8"},
+};
+
+/* Depth by depth, batch by batch: the variants' rounds interleaved. */
 static int att_depth(struct ms_backend *b, struct ms_cpu *be, const struct ms_model_config *cf,
 		     int64_t ctx, struct bw_job *bwj, struct ms_strbuf *j, struct ms_err *err)
 {
-	static const enum ms_kv_dtype dts[ATT_DTYPES] = {MS_KV_F32, MS_KV_BF16, MS_KV_FP8};
+	int nv = be->attn->chunk_bf16_products ? ATT_VARIANTS : ATT_VARIANTS - 1;
+	int vi[ATT_VARIANTS] = {0, 1, 2, 3};
+	if (nv < ATT_VARIANTS)
+		vi[2] = 3;
 	for (int bi = 0; bi < 2; bi++) {
 		int batch = att_batch[bi];
-		struct att_case c[ATT_DTYPES];
-		struct att_fig f[ATT_DTYPES];
-		for (int d = 0; d < ATT_DTYPES; d++)
-			if (att_case_init(&c[d], b, cf, ctx, batch, 1, dts[d], err)) {
+		struct att_case c[ATT_VARIANTS];
+		struct att_fig f[ATT_VARIANTS];
+		for (int d = 0; d < nv; d++)
+			if (att_case_init(&c[d], b, cf, ctx, batch, 1, att_var[vi[d]].dt, err)) {
 				while (d--)
 					att_case_free(&c[d]);
 				return -1;
 			}
 		int rc = 0;
 		for (int r = 0; r < ATT_ROUNDS && !rc; r++)
-			for (int d = 0; d < ATT_DTYPES && !rc; d++) {
+			for (int d = 0; d < nv && !rc; d++) {
 				f[d].bw[r] = bench_bw_measure(be, bwj);
-				if ((f[d].s[r] = att_time(be, cf, &c[d], batch, bwj, err)) < 0)
+				if ((f[d].s[r] = att_time(be, cf, &c[d], batch, att_var[vi[d]].bf16p, bwj,
+							  err)) < 0)
 					rc = -1;
 			}
-		for (int d = 0; d < ATT_DTYPES && !rc; d++) {
+		for (int d = 0; d < nv && !rc; d++) {
 			double bytes = ms_kv_geom_bytes(&(struct ms_kv_geom){
 				.n_layers = 1, .kv_dim = c[d].pool.kv_dim, .head_dim = cf->head_dim,
-				.dtype = dts[d]}, ctx + 1) * batch;
-			att_print(ctx, batch, ms_kv_dtype_name(dts[d]), bytes, &f[d]);
+				.dtype = att_var[vi[d]].dt}, ctx + 1) * batch;
+			att_print(ctx, batch, att_var[vi[d]].name, bytes, &f[d]);
 			char key[64];
 			double s[ATT_ROUNDS];
 			memcpy(s, f[d].s, sizeof(s));
 			snprintf(key, sizeof(key), "attn_ctx%lld_batch%d_%s_ms", (long long)ctx, batch,
-				 ms_kv_dtype_name(dts[d]));
+				 att_var[vi[d]].name);
 			jnum(j, key, att_median(s, ATT_ROUNDS) * 1e3, 4);
 		}
-		for (int d = 0; d < ATT_DTYPES; d++)
+		for (int d = 0; d < nv; d++)
 			att_case_free(&c[d]);
 		if (rc)
 			return rc;
@@ -203,8 +218,10 @@ static int att_depth(struct ms_backend *b, struct ms_cpu *be, const struct ms_mo
 
 #define ATT_PREFILL 256 /* query tokens of a prefill chunk (the engine's batch) */
 
-/* A prefill chunk at depth ctx, bf16 cache: the median call, and its
- * arithmetic (4 flops per query head, key and head_dim value) as GFLOP/s. */
+/* A prefill chunk at depth ctx, bf16 cache, with f32 products and, where
+ * the kernel has them, bf16 products, alternating: the median call, and
+ * its arithmetic (4 flops per query head, key and head_dim value) as
+ * GFLOP/s. */
 static int att_prefill(struct ms_backend *b, struct ms_cpu *be, const struct ms_model_config *cf,
 		       int64_t ctx, struct bw_job *bwj, struct ms_strbuf *j, struct ms_err *err)
 {
@@ -212,20 +229,21 @@ static int att_prefill(struct ms_backend *b, struct ms_cpu *be, const struct ms_
 	struct att_case c;
 	if (att_case_init(&c, b, cf, ctx, 1, nq, MS_KV_BF16, err))
 		return -1;
-	double s[ATT_ROUNDS], keys = 0;
+	double s[2][ATT_ROUNDS], keys = 0;
 	for (int t = 0; t < nq; t++)
 		keys += (double)(ctx - nq + 2 + t);
 	double flop = 4.0 * keys * (double)(cf->n_heads * cf->head_dim);
-	int rc = 0;
+	int rc = 0, np = be->attn->chunk_bf16_products ? 2 : 1;
 	for (int r = 0; r < ATT_ROUNDS && !rc; r++)
-		if ((s[r] = att_time(be, cf, &c, nq, bwj, err)) < 0)
-			rc = -1;
-	if (!rc) {
-		double ms = att_median(s, ATT_ROUNDS) * 1e3;
-		printf("  context %6lld, prefill %d tokens, bf16     %9.3f ms  %7.1f GFLOP/s\n",
-		       (long long)ctx, nq, ms, flop / ms / 1e6);
+		for (int p = 0; p < np && !rc; p++)
+			if ((s[p][r] = att_time(be, cf, &c, nq, p == 1, bwj, err)) < 0)
+				rc = -1;
+	for (int p = 0; p < np && !rc; p++) {
+		double ms = att_median(s[p], ATT_ROUNDS) * 1e3;
+		printf("  context %6lld, prefill %d tokens, bf16, %s products %9.3f ms  %7.1f GFLOP/s\n",
+		       (long long)ctx, nq, p ? "bf16" : "f32", ms, flop / ms / 1e6);
 		char key[64];
-		snprintf(key, sizeof(key), "attn_ctx%lld_prefill_bf16_ms", (long long)ctx);
+		snprintf(key, sizeof(key), "attn_ctx%lld_prefill_bf16%s_ms", (long long)ctx, p ? "p" : "");
 		jnum(j, key, ms, 4);
 	}
 	att_case_free(&c);
@@ -243,9 +261,9 @@ int bench_attention(struct ms_model *m, struct ms_backend *b, const struct ms_be
 	}
 	if (!o->json_only)
 		printf("moeserve bench --attention: %lld heads, %lld kv heads, head_dim %lld (%s, %d "
-		       "threads), one full layer: decode, then a prefill chunk\n", (long long)m->cfg.n_heads,
-		       (long long)m->cfg.n_kv_heads, (long long)m->cfg.head_dim, be->attn->name,
-		       be->pool.n_threads);
+		       "threads; %s products on bf16), one full layer: decode, then a prefill chunk\n",
+		       (long long)m->cfg.n_heads, (long long)m->cfg.n_kv_heads, (long long)m->cfg.head_dim,
+		       be->attn->name, be->pool.n_threads, be->attn_bf16_products ? "bf16" : "f32");
 	struct ms_strbuf j = {0};
 	ms_strbuf_str(&j, "{");
 	jstr(&j, "attention_kernel", be->attn->name);

@@ -283,13 +283,15 @@ void bench_kv_figures(const struct ms_model *m, struct bench_kv *kv)
 {
 	double grow = ms_kv_geom_bytes_per_position(&m->lm.kv);
 	*kv = (struct bench_kv){.dtype = ms_kv_dtype_name(m->lm.kv.dtype),
+				.products = ms_attn_products_name(m->be, m->lm.kv.dtype),
 				.bytes_per_token = ms_kv_geom_bytes(&m->lm.kv, 1),
 				.tokens_per_gib = grow > 0 ? 1073741824.0 / grow : 0};
 }
 
 void bench_kv_print(const struct bench_kv *kv)
 {
-	printf("  KV bytes per token (all layers)      %10.0f  (%s)\n", kv->bytes_per_token, kv->dtype);
+	printf("  KV bytes per token (all layers)      %10.0f  (%s; %s attention products)\n",
+	       kv->bytes_per_token, kv->dtype, kv->products);
 	if (kv->tokens_per_gib > 0)
 		printf("  KV: tokens of context per GiB        %10.0f\n", kv->tokens_per_gib);
 }
@@ -299,6 +301,7 @@ void bench_kv_json(struct ms_strbuf *j, const struct bench_kv *kv)
 	jnum(j, "kv_bytes_per_token", kv->bytes_per_token, 0);
 	jstr(j, "kv_dtype", kv->dtype);
 	jnum(j, "kv_tokens_per_gib", kv->tokens_per_gib, 0);
+	jstr(j, "attn_products", kv->products);
 }
 
 bool bench_json_line(struct ms_strbuf *j)

@@ -198,12 +198,13 @@ static inline void jstr(struct ms_strbuf *j, const char *key, const char *v)
  * (bench-common.c). */
 struct bench_kv {
 	const char *dtype;       /* "bf16", "f32" */
+	const char *products;    /* attention's products on it: "bf16", "f32" */
 	double bytes_per_token;  /* a position, all layers */
 	double tokens_per_gib;   /* of a long context; 0: every layer slides */
 };
 void bench_kv_figures(const struct ms_model *m, struct bench_kv *kv);
 void bench_kv_print(const struct bench_kv *kv);
-/* kv_bytes_per_token, kv_dtype, kv_tokens_per_gib */
+/* kv_bytes_per_token, kv_dtype, kv_tokens_per_gib, attn_products */
 void bench_kv_json(struct ms_strbuf *j, const struct bench_kv *kv);
 
 /* ---- the CPU's memory bandwidth (bench.c) ---- */

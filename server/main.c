@@ -139,11 +139,12 @@ struct common_opts {
 	const char *device; /* which GPU, on a device backend (a number) */
 	bool exact;         /* kernels keep fp32 activations */
 	const char *dense;  /* dense weights: auto, bf16, int8 */
+	const char *attn_products; /* attention's products: auto, f32, bf16 */
 	const char *kv_dtype; /* the KV cache's dtype: auto, f32, bf16 */
 };
 
 enum { OPT_KERNELS = 1000, OPT_BACKEND, OPT_THREADS, OPT_LOGITS, OPT_IGNORE_EOS, OPT_PROMPT, OPT_PROMPT_FILE, OPT_NUMA, OPT_EXACT,
-       OPT_DENSE_INT8, OPT_DEVICE, OPT_KV_DTYPE, OPT_DENSE };
+       OPT_DENSE_INT8, OPT_DEVICE, OPT_KV_DTYPE, OPT_DENSE, OPT_ATTN_PRODUCTS };
 
 static int load(const struct common_opts *o, struct ms_backend **be, struct ms_model *m)
 {
@@ -159,6 +160,12 @@ static int load(const struct common_opts *o, struct ms_backend **be, struct ms_m
 	enum ms_dense_mode dense = MS_DENSE_AUTO;
 	if (dn && ms_dense_mode_parse(dn, &dense)) {
 		fprintf(stderr, "moeserve: error: --dense \"%s\" (use auto, bf16 or int8)\n", dn);
+		return EX_USAGE;
+	}
+	const char *ap = o->attn_products ? o->attn_products : getenv("MOESERVE_ATTN_PRODUCTS");
+	enum ms_attn_products products = MS_ATTN_PRODUCTS_AUTO;
+	if (ap && ms_attn_products_parse(ap, &products)) {
+		fprintf(stderr, "moeserve: error: --attn-products \"%s\" (use auto, f32 or bf16)\n", ap);
 		return EX_USAGE;
 	}
 	const char *numa = o->numa ? o->numa : getenv("MOESERVE_NUMA");
@@ -179,6 +186,7 @@ static int load(const struct common_opts *o, struct ms_backend **be, struct ms_m
 		.threads = (int)o->threads,
 		.exact = o->exact || (ex && *ex && strcmp(ex, "0") && strcmp(ex, "false")),
 		.dense = dense,
+		.attn_products = products,
 		.numa = !numa || !strcmp(numa, "auto") ? MS_NUMA_AUTO
 			: !strcmp(numa, "off")         ? MS_NUMA_OFF
 						       : MS_NUMA_INTERLEAVE,
@@ -242,10 +250,15 @@ static void generate_help(void)
 	       "                     32 columns, requantized at load) or bf16 (as stored);\n"
 	       "                     default auto: int8 on the CPU unless --exact (or\n"
 	       "                     $MOESERVE_DENSE; --dense-int8 is --dense int8)\n"
-	       "  --kv-dtype TYPE    the KV cache's values: bf16 (attention in fp32 on them),\n"
+	       "  --kv-dtype TYPE    the KV cache's values: bf16 (attention accumulates in fp32),\n"
 	       "                     f32 (twice the bytes) or fp8 (e4m3, a scale per position\n"
 	       "                     and kv head); default auto: bf16, f32 with --exact\n"
 	       "                     (or $MOESERVE_KV_DTYPE)\n"
+	       "  --attn-products P  on a bf16 cache, bf16: q and the probabilities rounded\n"
+	       "                     to bf16 before their products (as GPU flash attention;\n"
+	       "                     2x the multiply-adds with AVX512-BF16), or f32; default\n"
+	       "                     auto: bf16 where the CPU has AVX512-BF16, unless --exact\n"
+	       "                     (or $MOESERVE_ATTN_PRODUCTS)\n"
 	       "  --numa MODE        auto (interleave weights when there are several NUMA\n"
 	       "                     nodes), off, interleave (default auto, or $MOESERVE_NUMA)\n"
 	       "  -h, --help         this help\n",
@@ -297,6 +310,7 @@ static int generate_args(int argc, char **argv, struct gen_args *a)
 		{"exact", no_argument, NULL, OPT_EXACT},
 		{"dense-int8", no_argument, NULL, OPT_DENSE_INT8},
 		{"dense", required_argument, NULL, OPT_DENSE},
+		{"attn-products", required_argument, NULL, OPT_ATTN_PRODUCTS},
 		{"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
 		{"help", no_argument, NULL, 'h'},
 		{0},
@@ -325,6 +339,7 @@ static int generate_args(int argc, char **argv, struct gen_args *a)
 		case OPT_EXACT: a->co.exact = true; break;
 		case OPT_DENSE_INT8: a->co.dense = "int8"; break;
 		case OPT_DENSE: a->co.dense = optarg; break;
+		case OPT_ATTN_PRODUCTS: a->co.attn_products = optarg; break;
 		case OPT_KV_DTYPE: a->co.kv_dtype = optarg; break;
 		case OPT_PROMPT: a->text = optarg; break;
 		case OPT_PROMPT_FILE: a->text_file = optarg; break;
@@ -514,6 +529,7 @@ static void inspect_help(void)
 {
 	printf("Usage: moeserve inspect [--model DIR] [--backend NAME] [--device N] [--kernels SET]\n"
 	       "                        [--threads N] [--exact] [--dense TYPE]\n"
+	       "                        [--kv-dtype TYPE] [--attn-products P]\n"
 	       "Load a checkpoint and describe it: architecture and sizes, the quantization\n"
 	       "scheme of each tensor group, the kernel chosen for each, and the weight bytes.\n");
 }
@@ -546,6 +562,10 @@ static void print_kv(const struct ms_model *m, int64_t n_sliding)
 		printf("; %.1f MiB for the windows of %lld sliding layer%s", windows / 1048576.0,
 		       (long long)n_sliding, n_sliding == 1 ? "" : "s");
 	printf("; the whole context: %.2f GiB\n", whole / 1073741824.0);
+	const char *ap = ms_attn_products_name(m->be, g->dtype);
+	printf("attn products: %s%s\n", ap,
+	       strcmp(ap, "bf16") ? ""
+				  : " (q and the probabilities rounded to bf16; --attn-products f32 keeps f32)");
 }
 
 static int cmd_inspect(int argc, char **argv)
@@ -560,6 +580,7 @@ static int cmd_inspect(int argc, char **argv)
 		{"exact", no_argument, NULL, OPT_EXACT},
 		{"dense-int8", no_argument, NULL, OPT_DENSE_INT8},
 		{"dense", required_argument, NULL, OPT_DENSE},
+		{"attn-products", required_argument, NULL, OPT_ATTN_PRODUCTS},
 		{"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
 		{"help", no_argument, NULL, 'h'},
 		{0},
@@ -574,6 +595,7 @@ static int cmd_inspect(int argc, char **argv)
 		case OPT_EXACT: co.exact = true; break;
 		case OPT_DENSE_INT8: co.dense = "int8"; break;
 		case OPT_DENSE: co.dense = optarg; break;
+		case OPT_ATTN_PRODUCTS: co.attn_products = optarg; break;
 		case OPT_KV_DTYPE: co.kv_dtype = optarg; break;
 		case OPT_THREADS:
 			if (!parse_long(optarg, 1, 1024, &co.threads))
@@ -1120,8 +1142,10 @@ static void bench_help(void)
 	       "                       step (weights + the KV read) and the roofline share\n"
 	       "  --attention          with --context, instead: one full layer's attention\n"
 	       "                       alone as a decode step at each depth calls it (batch 1\n"
-	       "                       and 8), KV in f32 and bf16 alternating; per call its\n"
-	       "                       time, KV GB/s and share of the bandwidth beside it\n"
+	       "                       and 8), KV in f32, bf16 (with f32 and with bf16\n"
+	       "                       products) and fp8 alternating; per call its time, KV\n"
+	       "                       GB/s and share of the bandwidth beside it; then a\n"
+	       "                       prefill chunk at that depth, f32 and bf16 products\n"
 	       "  --structured         structured outputs instead: per JSON Schema of a fixed\n"
 	       "                       set, the grammar's compile time and each token's mask\n"
 	       "                       time (median, p99) in constrained generation over the\n"
@@ -1129,7 +1153,8 @@ static void bench_help(void)
 	       "                       without a grammar (--decode-tokens each) and the ratio\n"
 	       "  --tokenizer FILE     --structured: the vocabulary's tokenizer.json (default:\n"
 	       "                       the model's)\n"
-	       "  --json               only the JSON line\n");
+	       "  --json               only the JSON line\n"
+	       "--exact, --dense, --kv-dtype, --attn-products and --numa as for generate.\n");
 }
 
 /* "N[,N...]" into o->contexts. */
@@ -1179,6 +1204,7 @@ static int cmd_bench(int argc, char **argv)
 		{"exact", no_argument, NULL, OPT_EXACT},
 		{"dense-int8", no_argument, NULL, OPT_DENSE_INT8},
 		{"dense", required_argument, NULL, OPT_DENSE},
+		{"attn-products", required_argument, NULL, OPT_ATTN_PRODUCTS},
 		{"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
 		{"decode-tokens", required_argument, NULL, 'n'},
 		{"json", no_argument, NULL, 'j'},
@@ -1236,6 +1262,7 @@ static int cmd_bench(int argc, char **argv)
 		case OPT_EXACT: co.exact = true; break;
 		case OPT_DENSE_INT8: co.dense = "int8"; break;
 		case OPT_DENSE: co.dense = optarg; break;
+		case OPT_ATTN_PRODUCTS: co.attn_products = optarg; break;
 		case OPT_KV_DTYPE: co.kv_dtype = optarg; break;
 		case 'h':
 			bench_help();

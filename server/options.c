@@ -55,6 +55,7 @@ static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL}
 static const char *const numa_modes[] = {"auto", "off", "interleave", NULL};
 static const char *const kv_dtypes[] = {"auto", "f32", "bf16", "fp8", NULL};
 static const char *const dense_modes[] = {"auto", "bf16", "int8", NULL};
+static const char *const attn_products[] = {"auto", "f32", "bf16", NULL};
 
 _Static_assert(sizeof(enum ms_log_format) == sizeof(int), "enums are stored through int *");
 _Static_assert(sizeof(enum ms_log_level) == sizeof(int), "enums are stored through int *");
@@ -65,6 +66,9 @@ _Static_assert(sizeof(enum ms_serve_kv) == sizeof(int), "enums are stored throug
 _Static_assert(sizeof(enum ms_dense_mode) == sizeof(int), "enums are stored through int *");
 _Static_assert(MS_DENSE_AUTO == 0 && MS_DENSE_KEEP == 1 && MS_DENSE_INT8 == 2,
 	       "dense_modes[] follows enum ms_dense_mode");
+_Static_assert(sizeof(enum ms_attn_products) == sizeof(int), "enums are stored through int *");
+_Static_assert(MS_ATTN_PRODUCTS_AUTO == 0 && MS_ATTN_PRODUCTS_F32 == 1 && MS_ATTN_PRODUCTS_BF16 == 2,
+	       "attn_products[] follows enum ms_attn_products");
 _Static_assert(MS_SERVE_KV_AUTO == 0 && MS_SERVE_KV_F32 == 1 && MS_SERVE_KV_BF16 == 2 &&
 	       MS_SERVE_KV_FP8 == 3,
 	       "kv_dtypes[] follows enum ms_serve_kv");
@@ -133,7 +137,9 @@ static const struct opt_def serve_opts[] = {
 	{"numa", 0, T_ENUM, F(numa), 0, 0, numa_modes, "auto", NULL, "MODE",
 	 "auto (interleave weights over several NUMA\nnodes), off or interleave"},
 	{"kv-dtype", 0, T_ENUM, F(kv_dtype), 0, 0, kv_dtypes, "auto", NULL, "TYPE",
-	 "how the KV cache stores keys and values: bf16\n(attention in fp32 on them), f32 (twice the\nbytes), fp8 (e4m3, a scale per position and\nkv head: about half bf16's bytes), auto: bf16,\nf32 with --exact"},
+	 "how the KV cache stores keys and values: bf16\n(attention accumulates in fp32), f32 (twice the\nbytes), fp8 (e4m3, a scale per position and\nkv head: about half bf16's bytes), auto: bf16,\nf32 with --exact"},
+	{"attn-products", 0, T_ENUM, F(attn_products), 0, 0, attn_products, "auto", NULL, "P",
+	 "on a bf16 cache, bf16: q and the probabilities\nrounded to bf16 before their products (as GPU\nflash attention; 2x the multiply-adds with\nAVX512-BF16), or f32; auto: bf16 where the CPU\nhas AVX512-BF16, unless --exact"},
 	{"kv-cache-bytes", 0, T_SIZE, F(kv_cache_bytes), 0, 1024 * 1024 * GIB, NULL, "0",
 	 "0 (four full contexts)", "SIZE", "KV-cache size, e.g. 8G"},
 	{"max-queue", 0, T_INT, F(max_queue), 1, 1000000, NULL, "256", NULL, "N",

@@ -89,6 +89,7 @@ struct ms_serve_options {
 	bool exact;                /* false: kernels may round activations */
 	enum ms_dense_mode dense;  /* auto: the backend's choice (int8 on the CPU unless exact) */
 	bool dense_int8;           /* --dense-int8: --dense int8 */
+	enum ms_attn_products attn_products; /* auto: the backend's choice */
 	/* engine (0: the engine's default, see ms_engine_config_defaults) */
 	uint64_t kv_cache_bytes;   /* KV-cache pool size */
 	int max_queue;             /* waiting requests beyond which submit is refused (429); 256 */

@@ -40,7 +40,7 @@ static int serve_backend(const struct ms_serve_options *o, struct served *sv, st
 	struct ms_backend_opts bo = {.backend = o->backend, .kernels = o->kernels,
 				     .threads = o->threads, .exact = o->exact,
 				     .dense = o->dense_int8 ? MS_DENSE_INT8 : o->dense, .numa = o->numa,
-				     .device = o->device};
+				     .attn_products = o->attn_products, .device = o->device};
 	return ms_backend_open(&bo, &sv->be, err);
 }
 
@@ -95,9 +95,11 @@ static int serve_model(const struct ms_serve_options *o, const char *model_dir, 
 	/* the context the server advertises is the engine's */
 	srv->max_model_len = o->ctx_size && o->ctx_size < sv->m.cfg.max_pos ? o->ctx_size
 			     : (sv->m.cfg.max_pos < 8192 ? sv->m.cfg.max_pos : 8192);
-	fprintf(stderr, "moeserve: ready in %.2f s: %s (%s backend, %s kernels, %d threads; "
-		"repacked %lld of %lld matrices, %.1f MiB, in %.2f s)\n", ms_now_s() - t0, name,
-		sv->be->name, sv->be->kernels, sv->be->threads, (long long)sv->m.pack_stats.packed,
+	fprintf(stderr, "moeserve: ready in %.2f s: %s (%s backend, %s kernels, %d threads, %s KV "
+		"cache, %s attention products; repacked %lld of %lld matrices, %.1f MiB, in %.2f s)\n",
+		ms_now_s() - t0, name, sv->be->name, sv->be->kernels, sv->be->threads,
+		ms_kv_dtype_name(sv->m.lm.kv.dtype), ms_attn_products_name(sv->be, sv->m.lm.kv.dtype),
+		(long long)sv->m.pack_stats.packed,
 		(long long)sv->m.pack_stats.matrices,
 		(double)sv->m.pack_stats.packed_bytes / 1048576.0, sv->m.pack_stats.seconds);
 	return EX_OK;

@@ -351,11 +351,15 @@ def main():
     r = run(b, "bench", "--model", base, "--context", "40", "--attention")
     try:
         j = json.loads(r.stdout.strip().splitlines()[-1])
-        keys = [f"attn_ctx40_batch{b_}_{t}_ms" for b_ in (1, 8) for t in ("f32", "bf16", "fp8")]
-        keys.append("attn_ctx40_prefill_bf16_ms")
+        # bf16p (bf16 products) and its prefill chunk where the kernel has them
+        bf16p = "attn_ctx40_batch1_bf16p_ms" in j
+        dts = ("f32", "bf16", "fp8") + (("bf16p",) if bf16p else ())
+        keys = [f"attn_ctx40_batch{b_}_{t}_ms" for b_ in (1, 8) for t in dts]
+        keys += ["attn_ctx40_prefill_bf16_ms"] + (["attn_ctx40_prefill_bf16p_ms"] if bf16p else [])
         bad = [k for k in keys if not (isinstance(j.get(k), (int, float)) and j[k] > 0)]
         rows = [ln for ln in r.stdout.splitlines() if "GB/s of KV" in ln and "roofline share" in ln]
-        ok = r.returncode == 0 and not bad and len(rows) == 6 and bool(j.get("attention_kernel"))
+        ok = (r.returncode == 0 and not bad and len(rows) == 2 * len(dts) and bool(j.get("attention_kernel"))
+              and bf16p == (j["attention_kernel"] == "avx512bf16-attn"))
     except (ValueError, IndexError, KeyError, TypeError):
         ok, bad = False, []
     case("bench --context --attention times one layer's attention at each depth", ok,
@@ -474,6 +478,29 @@ def main():
          r8.stdout + r8.stderr)
     expect("--kv-dtype fp16 is refused, naming the choices",
            run(b, "inspect", "--model", mx, "--kv-dtype", "fp16"), EX_USAGE, "--kv-dtype", "fp8")
+    # --attn-products: what inspect says it computes, and the refusals
+    def products(r):
+        line = [l for l in r.stdout.splitlines() if l.startswith("attn products:")]
+        return line[0].split()[2] if line else None
+    hw = "avx512_bf16" in open("/proc/cpuinfo").read()
+    case("inspect: bf16 attention products by default where the CPU has AVX512-BF16",
+         products(r) == ("bf16" if hw else "f32"), out)
+    case("inspect --attn-products f32 / --exact / --kv-dtype f32: f32 products",
+         products(run(b, "inspect", "--model", mx, "--attn-products", "f32")) == "f32"
+         and products(rx) == "f32" and products(r32) == "f32")
+    case("inspect --kernels ref --attn-products bf16: the reference has them",
+         products(run(b, "inspect", "--model", mx, "--kernels", "ref", "--attn-products", "bf16")) == "bf16")
+    expect("--attn-products bf16 with --exact is refused, naming both",
+           run(b, "inspect", "--model", mx, "--exact", "--attn-products", "bf16"), EX_USAGE,
+           "--attn-products bf16", "--exact")
+    expect("--attn-products bf16 on a kernel without them is refused, naming it",
+           run(b, "inspect", "--model", mx, "--kernels", "avx2", "--attn-products", "bf16"), EX_USAGE,
+           "avx2-attn has no bf16 products")
+    expect("--attn-products bf16 on rocm-sim is refused",
+           run(b, "inspect", "--model", mx, "--backend", "rocm-sim", "--attn-products", "bf16"),
+           EX_UNAVAILABLE, "--attn-products bf16: not on the rocm-sim backend")
+    expect("--attn-products fp16 is refused, naming the choices",
+           run(b, "inspect", "--model", mx, "--attn-products", "fp16"), EX_USAGE, "--attn-products", "bf16")
     g32, g16, g8 = (run(b, "generate", "--model", mx, "--backend", "rocm-sim", "--tokens", "1,2,3",
                         "--max-tokens", "2", "--ignore-eos", "--kv-dtype", t)
                     for t in ("f32", "bf16", "fp8"))

@@ -22,6 +22,15 @@ the checkpoint's weights); two others:
   exact    --exact --dense int8: fp32 activations, so the difference is the
            weight requantization alone.
 
+and a third pair on a bf16 KV cache, where the default also rounds
+attention's products (--attn-products auto: bf16 where the CPU has
+AVX512-BF16):
+
+  products the default flags with --attn-products bf16 against the same
+           with --attn-products f32: q and the probabilities rounded to
+           bf16 before their products, alone (skipped where no kernel of
+           the default set has them).
+
 Why two model variants: on these random models a token's top-k experts are
 often within a hair of the next expert, and the experts are unrelated random
 functions, so any perturbation (bf16 activations alone do it) flips some
@@ -62,26 +71,34 @@ BOUNDS = {
     ("all experts", "default"): (1e-3, 1e-3, 1.0),
     ("routed", "exact"): (2e-2, 3e-3, 0.90),
     ("routed", "default"): (2e-2, 3e-3, 0.90),
+    ("all experts", "products"): (1e-3, 1e-3, 1.0),
+    ("routed", "products"): (2e-2, 3e-3, 0.90),
 }
+PAIRS = ("default", "exact", "products")
+NO_PRODUCTS = "has no bf16 products"
 PROMPT_LENS = (13, 211)
 
 
-def run(binary, model_dir, prompt, vocab, path, timeout, dense, exact):
-    """dense: "bf16", "int8" or None (the default: auto)."""
+def run(binary, model_dir, prompt, vocab, path, timeout, dense, exact, kv="f32", products=None):
+    """dense: "bf16", "int8" or None (the default: auto); kv: the KV cache's
+    dtype; products: --attn-products (None: the default, auto)."""
     if os.path.exists(path):
         os.remove(path)
     env = {k: v for k, v in os.environ.items()
            if k not in ("MOESERVE_EXACT", "MOESERVE_DENSE_INT8", "MOESERVE_DENSE",
-                        "MOESERVE_KERNELS")}
+                        "MOESERVE_KERNELS", "MOESERVE_ATTN_PRODUCTS")}
     if exact:
         env["MOESERVE_EXACT"] = "1"
-    # both sides keep K and V in f32: the dense weights and the kernels are
-    # what is measured (kernel_accuracy.py says why)
-    env["MOESERVE_KV_DTYPE"] = "f32"
+    # the default and exact pairs keep K and V in f32 on both sides: the
+    # dense weights and the kernels are what is measured (kernel_accuracy.py
+    # says why); the products pair reads a bf16 cache on both
+    env["MOESERVE_KV_DTYPE"] = kv
     cmd = [binary, "generate", "--model", model_dir, "--tokens", ",".join(map(str, prompt)),
            "--max-tokens", "0", "--logits-out", path, "--threads", "2"]
     if dense:
         cmd += ["--dense", dense]
+    if products:
+        cmd += ["--attn-products", products]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     if res.returncode != 0:
         raise RuntimeError(f"exit {res.returncode}: {' '.join(cmd)}\n{res.stderr.rstrip()}")
@@ -114,24 +131,35 @@ def compare(base, other):
 def measure(binary, model_dir, vocab, tag, workdir, timeout):
     """-> {pair: (KL per position, agreements, positions counted)}"""
     res = {}
-    for pair in ("default", "exact"):
+    for pair in PAIRS:
         kls, agree, clear = [], 0, 0
         for length in PROMPT_LENS:
             rng = np.random.default_rng([zlib.crc32(tag.encode()), length])
             prompt = rng.integers(0, vocab, length).tolist()
-            base = run(binary, model_dir, prompt, vocab, os.path.join(workdir, f"{tag}-bf16.f32"),
-                       timeout, "bf16", True)
-            if pair == "default":   # what a user gets, against --exact
-                q = run(binary, model_dir, prompt, vocab, os.path.join(workdir, f"{tag}-dflt.f32"),
-                        timeout, None, False)
-            else:                   # the requantization alone
-                q = run(binary, model_dir, prompt, vocab, os.path.join(workdir, f"{tag}-int8.f32"),
-                        timeout, "int8", True)
+            out = os.path.join(workdir, f"{tag}-{pair}.f32")
+            if pair == "products":  # the products' rounding alone, on the default kernels
+                base = run(binary, model_dir, prompt, vocab, os.path.join(workdir, f"{tag}-f32p.f32"),
+                           timeout, None, False, "bf16", "f32")
+                try:
+                    q = run(binary, model_dir, prompt, vocab, out, timeout, None, False, "bf16", "bf16")
+                except RuntimeError as e:
+                    if NO_PRODUCTS not in str(e):
+                        raise
+                    print(f"SKIP  {tag}: products ({NO_PRODUCTS} on this CPU)", flush=True)
+                    break
+            else:
+                base = run(binary, model_dir, prompt, vocab, os.path.join(workdir, f"{tag}-bf16.f32"),
+                           timeout, "bf16", True)
+                if pair == "default":   # what a user gets, against --exact
+                    q = run(binary, model_dir, prompt, vocab, out, timeout, None, False)
+                else:                   # the requantization alone
+                    q = run(binary, model_dir, prompt, vocab, out, timeout, "int8", True)
             kl, a, c = compare(base, q)
             kls.extend(kl.tolist())
             agree += a
             clear += c
-        res[pair] = (np.array(kls), agree, clear)
+        if kls:
+            res[pair] = (np.array(kls), agree, clear)
     return res
 
 
@@ -161,7 +189,9 @@ def main(argv=None):
                 print(f"FAIL  {name:<14} {variant:<11} {type(e).__name__}: {e}", flush=True)
                 failed += 1
                 continue
-            for pair in ("default", "exact"):
+            for pair in PAIRS:
+                if pair not in res:
+                    continue
                 kls, agree, clear = res[pair]
                 t = totals.setdefault((variant, pair), [[], 0, 0])
                 t[0].extend(kls.tolist())

@@ -130,6 +130,9 @@ static void fixture_free(struct fixture *f)
 	ms_kv_pool_free(&f->pool);
 }
 
+/* Every run with q and p rounded to bf16 (ms_attn_args.bf16_products) */
+static bool g_products;
+
 /* Tokens [t0, t0 + n) of the fixture's batch into out (rows of that
  * batch). */
 static void run_part(const struct fixture *f, const struct ms_attn_kernel *k, struct ms_pool *pool,
@@ -140,7 +143,7 @@ static void run_part(const struct fixture *f, const struct ms_attn_kernel *k, st
 		.n_heads = f->s.nH, .n_kv_heads = f->s.nKV, .head_dim = f->s.d,
 		.window = f->s.window, .sinks = f->sinks, .pool = &f->pool, .n = n,
 		.pos = f->pos + t0, .pages = f->pages + t0, .q = f->q + t0 * qd, .out = out + t0 * qd,
-		.split = split, .heads = heads,
+		.split = split, .heads = heads, .bf16_products = g_products,
 	};
 	struct ms_attn_ws ws = {0};
 	struct ms_err err = {0};
@@ -228,7 +231,7 @@ static const struct case_spec cases[] = {
 
 /* The kernels, the ISA ones with their vector exp: the loop tests' _i is
  * a row (the reference's in the portable run, an ISA's in its own). */
-enum { K_REF, K_AVX512, K_AVX2 };
+enum { K_REF, K_AVX512, K_AVX512BF16, K_AVX2 };
 static const struct {
 	const struct ms_attn_kernel *k;
 	const char *exp_name;
@@ -236,6 +239,7 @@ static const struct {
 } kernels[] = {
 	[K_REF] = {&ms_attn_ref, NULL, NULL},
 	[K_AVX512] = {&ms_attn_avx512, "exp512", ms_attn_exp_avx512},
+	[K_AVX512BF16] = {&ms_attn_avx512bf16, "exp512", ms_attn_exp_avx512},
 	[K_AVX2] = {&ms_attn_avx2, "exp256", ms_attn_exp_avx2},
 };
 
@@ -345,6 +349,47 @@ START_TEST(results_do_not_depend_on_threads_split_or_batch)
 }
 END_TEST
 
+/* bf16 products (q and p rounded to bf16) on a bf16 cache: a kernel
+ * against the reference kernel doing the same rounding, and the same bits
+ * whatever the threads, split and batch (a token alone goes through the
+ * walk's FMAs, a block through vdpbf16ps). The tolerance is looser than
+ * isa_kernels_match_reference's: p is rounded after exp, and the kernels'
+ * exps differ in the last bit, which moves a p to the neighbouring bf16
+ * now and then, and the kernels add in pairs. */
+START_TEST(bf16_products)
+{
+	const struct ms_attn_kernel *k = kernels[_i].k;
+	g_products = true;
+	double worst = 0, worst_rel = 0;
+	for (int c = 0; c < N_CASES; c++) {
+		struct fixture f;
+		fixture_init(&f, &cases[c], MS_KV_BF16);
+		float *want = run(&f, &ms_attn_ref, 1, 0, 0);
+		float *got = run(&f, k, 3, 0, 0);
+		double big = 0;
+		for (int64_t i = 0; i < f.n * f.s.nH * f.s.d; i++)
+			big = fabs(want[i]) > big ? fabs(want[i]) : big;
+		for (int64_t i = 0; i < f.n * f.s.nH * f.s.d; i++) {
+			double e = fabs((double)got[i] - want[i]);
+			worst = e > worst ? e : worst;
+			worst_rel = e / big > worst_rel ? e / big : worst_rel;
+			ck_assert_msg(e <= 4e-3 * big, "%s case %d elem %lld: %.9g vs ref %.9g", k->name, c,
+				      (long long)i, got[i], want[i]);
+		}
+		free(got), free(want);
+		fixture_free(&f);
+	}
+	printf("attention: %s with bf16 products vs the reference's: max |diff| %.3g (%.3g of the "
+	       "largest output)\n", k->name, worst, worst_rel);
+	check_invariance(k, &cases[2], MS_KV_BF16);
+	check_invariance(k, &cases[1], MS_KV_BF16);
+	check_invariance(k, &cases[7], MS_KV_BF16);
+	check_invariance(k, &cases[12], MS_KV_BF16);
+	check_invariance(k, &cases[3], MS_KV_BF16);
+	g_products = false;
+}
+END_TEST
+
 /* The vector exps against expf, in ulps (subnormal results: in units of
  * the smallest subnormal). */
 static void check_exp(const char *name, void (*fn)(const float *, float *, int64_t))
@@ -393,6 +438,12 @@ START_TEST(selection)
 	ck_assert_ptr_eq(ms_attn_select("avx512", MS_CPU_AVX2), &ms_attn_ref);
 	ck_assert_ptr_eq(ms_attn_select("avx2", 0), &ms_attn_ref);
 	ck_assert_ptr_eq(ms_attn_select(NULL, all), &ms_attn_avx512);
+	/* bf16 products where the CPU multiplies bf16 pairs */
+	ck_assert_ptr_eq(ms_attn_select(NULL, all | MS_CPU_AVX512BF16), &ms_attn_avx512bf16);
+	ck_assert_ptr_eq(ms_attn_select("avx2", all | MS_CPU_AVX512BF16), &ms_attn_avx2);
+	ck_assert_ptr_nonnull(ms_attn_ref.chunk_bf16_products);
+	ck_assert_ptr_null(ms_attn_avx512.chunk_bf16_products);
+	ck_assert_ptr_null(ms_attn_avx2.chunk_bf16_products);
 }
 END_TEST
 
@@ -424,6 +475,12 @@ START_TEST(bad_shapes_are_refused)
 	ck_assert_int_eq(ms_attn_run(&ms_attn_ref, &pool, &a, &ws, &err), -EINVAL);
 	a.heads = 0, a.n = 0; /* nothing to do */
 	ck_assert_int_eq(ms_attn_run(&ms_attn_ref, &pool, &a, &ws, &err), 0);
+	struct ms_kv_pool kb;
+	ck_assert_int_eq(ms_kv_pool_init(&kb, NULL, 2, 4, 16, 4, MS_KV_BF16, &err), 0);
+	a.pool = &kb, a.bf16_products = true; /* a kernel without them */
+	ck_assert_int_eq(ms_attn_run(&ms_attn_avx2, &pool, &a, &ws, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "avx2-attn has no bf16 products"));
+	ms_kv_pool_free(&kb);
 	ms_attn_ws_free(&ws);
 	ms_pool_free(&pool);
 	ms_kv_pool_free(&kv);
@@ -448,6 +505,8 @@ static void add_isa(TCase *tc, int k)
 	tcase_add_loop_test(tc, vector_exp_is_accurate, k, k + 1);
 	tcase_add_loop_test(tc, isa_kernels_match_reference, k, k + 1);
 	tcase_add_loop_test(tc, results_do_not_depend_on_threads_split_or_batch, k, k + 1);
+	if (kernels[k].k->chunk_bf16_products)
+		tcase_add_loop_test(tc, bf16_products, k, k + 1);
 }
 
 int main(int argc, char **argv)
@@ -455,6 +514,7 @@ int main(int argc, char **argv)
 	/* each ISA kernel's gate: the flags it declares */
 	const struct isa_gate gates[] = {
 		{"avx512", ms_attn_avx512.cpu_flags, NULL, add_isa, K_AVX512},
+		{"avx512bf16", ms_attn_avx512bf16.cpu_flags, NULL, add_isa, K_AVX512BF16},
 		{"avx2", ms_attn_avx2.cpu_flags, NULL, add_isa, K_AVX2},
 	};
 	return isa_run(argc, argv, "attention", add_portable, ISA_GATES(gates), 600);

@@ -116,6 +116,8 @@ START_TEST(row_builds_need_all_their_flags)
 			ck_assert_uint_eq(ms_choice_needs(e), AVX512_BASE);
 		if (e->attn == &ms_attn_avx512)
 			ck_assert_uint_eq(ms_choice_needs(e), AVX512_BASE | MS_CPU_FMA);
+		if (e->attn == &ms_attn_avx512bf16)
+			ck_assert_uint_eq(ms_choice_needs(e), AVX512_BASE | MS_CPU_FMA | MS_CPU_AVX512BF16);
 	}
 	/* AVX-512 F without BW (or without VL): the AVX2 builds */
 	unsigned knl = AVX2_ALL | MS_CPU_AVX512F;
@@ -180,7 +182,7 @@ START_TEST(zen4_choice)
 	ck_assert_str_eq(c.reasons[MS_WFMT_MXFP4], "auto: best set avx512 (rounds activations)");
 	ck_assert_ptr_eq(c.rowops, &ms_rowops_avx512);
 	ck_assert(c.swiglu_row == ms_swiglu_row_avx512);
-	ck_assert_ptr_eq(c.attn, &ms_attn_avx512);
+	ck_assert_ptr_eq(c.attn, &ms_attn_avx512bf16);
 	/* libdnnl without native bf16: no oneDNN */
 	c = choose_ok("avx512", ZEN4, false);
 	ASSERT_LIST(c, MS_WFMT_BF16, "avx512bf16-vnni2 avx512-bf16 avx2-bf16 ref-bf16");
@@ -213,7 +215,7 @@ START_TEST(amx_choice)
 	ck_assert_str_eq(c.reasons[MS_WFMT_F32], "set amx has no usable f32 kernel: avx512");
 	ck_assert(!any_isa(&c, "amx-sim"));
 	ck_assert_ptr_eq(c.rowops, &ms_rowops_avx512);
-	ck_assert_ptr_eq(c.attn, &ms_attn_avx512);
+	ck_assert_ptr_eq(c.attn, &ms_attn_avx512bf16);
 	/* one AMX flag missing: not the amx set */
 	c = choose_ok("auto", (SPR & ~MS_CPU_AMX_BF16) | MS_CPU_ONEDNN_BF16, false);
 	ck_assert_int_eq(c.set, MS_KSET_AVX512);
@@ -238,7 +240,7 @@ START_TEST(amx_sim_forced_only)
 	ck_assert_str_eq(c.reasons[MS_WFMT_FP8], "set amx-sim has no usable fp8 kernel: avx512");
 	ck_assert(!any_isa(&c, "amx"));
 	ck_assert_ptr_eq(c.rowops, &ms_rowops_avx512);
-	ck_assert_ptr_eq(c.attn, &ms_attn_avx512);
+	ck_assert_ptr_eq(c.attn, &ms_attn_avx512bf16);
 	/* --exact: nothing of the tile model keeps fp32 activations */
 	c = choose_ok("amx-sim", ZEN4, true);
 	ck_assert_int_eq(c.set, MS_KSET_AVX512);
@@ -276,8 +278,9 @@ START_TEST(forced_sets_cap_the_search)
 	ck_assert_ptr_eq(c.attn, &ms_attn_ref);
 	ck_assert_ptr_eq(ms_attn_select("ref", SPR), &ms_attn_ref);
 	ck_assert_ptr_eq(ms_attn_select("avx2", SPR), &ms_attn_avx2);
-	ck_assert_ptr_eq(ms_attn_select("amx", SPR), &ms_attn_avx512);
-	ck_assert_ptr_eq(ms_attn_select("amx-sim", SPR), &ms_attn_avx512);
+	ck_assert_ptr_eq(ms_attn_select("amx", SPR), &ms_attn_avx512bf16);
+	ck_assert_ptr_eq(ms_attn_select("amx-sim", SPR), &ms_attn_avx512bf16);
+	ck_assert_ptr_eq(ms_attn_select("amx", SPR & ~MS_CPU_AVX512BF16), &ms_attn_avx512);
 }
 END_TEST
 

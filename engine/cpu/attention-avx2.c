@@ -234,5 +234,5 @@ static inline vf mask_zero(vkmask m, vf x) { return _mm256_and_ps(m, x); }
 
 const struct ms_attn_kernel ms_attn_avx2 = {
 	"avx2-attn", "avx2", MS_CPU_AVX2 | MS_CPU_FMA | MS_CPU_F16C, chunk_avx2, chunk_avx2_bf16,
-	chunk_avx2_fp8,
+	chunk_avx2_fp8, NULL,
 };

@@ -24,6 +24,8 @@
  *                     for the G rows of a kv head at once (out, p: [G][16];
  *                     acc rows ld apart), which read each K and V vector
  *                     once for all of them
+ *   K_ROUND_P(p)      (optional) what the probabilities weighting the values
+ *                     are rounded to (l sums them unrounded)
  *   CHUNK_FN          the name of the function to define
  * and may include it again with other KV_ES, kernels and CHUNK_FN
  * (undefined after each inclusion).
@@ -156,6 +158,9 @@ static void CHUNK_FN(const struct ms_attn_chunk *c)
 #ifdef KV_FP8
 					p = v_mul(p, v_load(sv));
 #endif
+#ifdef K_ROUND_P
+					p = K_ROUND_P(p);
+#endif
 					v_store(pr + 16 * g, p);
 					v_store(al + 16 * g, alpha);
 					m[g] = mn;
@@ -183,4 +188,5 @@ static void CHUNK_FN(const struct ms_attn_chunk *c)
 #undef K_PV
 #undef K_SCORES_G
 #undef K_PV_G
+#undef K_ROUND_P
 #undef CHUNK_FN

@@ -14,11 +14,21 @@
 
 /* ---- the reference kernel ---- */
 
+#define MS_ATTN_REF_DMAX 1024 /* head_dim's bound (models/gpt-oss.c): a rounded q's copy */
+
+/* x rounded to bf16 as vcvtne2ps2bf16 does (bf16.h), back in f32. */
+static float bf16_round(float x)
+{
+	return ms_bf16_f32(ms_bf16_rne_daz(x));
+}
+
 /* Per row and chunk, the old two-pass softmax: scores, their maximum, the
  * exponentials and their sum, then the weighted values, all in order of
  * position. A chunk holds at most MS_ATTN_CHUNK keys, so the score buffer
- * is bounded whatever the context. t: how K and V are stored. */
-static void chunk_ref_kv(const struct ms_attn_chunk *c, enum ms_kv_dtype t)
+ * is bounded whatever the context. t: how K and V are stored; rnd: q and
+ * the probabilities weighting the values rounded to bf16 first
+ * (chunk_bf16_products; the fast kernels add in another order). */
+static void chunk_ref_kv(const struct ms_attn_chunk *c, enum ms_kv_dtype t, bool rnd)
 {
 	size_t es = ms_kv_dtype_size(t);
 	bool fp8 = t == MS_KV_FP8;
@@ -33,7 +43,14 @@ static void chunk_ref_kv(const struct ms_attn_chunk *c, enum ms_kv_dtype t)
 				c->m[r] = -INFINITY;
 				continue;
 			}
-			const float *q = c->q + i * c->ldq + u * d;
+			const float *q0 = c->q + i * c->ldq + u * d;
+			float qr[MS_ATTN_REF_DMAX];
+			const float *q = q0;
+			if (rnd) {
+				for (int64_t e = 0; e < d; e++)
+					qr[e] = bf16_round(q0[e]);
+				q = qr;
+			}
 			float mx = -INFINITY;
 			for (int64_t p = a; p < b; p++) {
 				const char *k = (const char *)c->k[p - c->k0] + kvo;
@@ -52,7 +69,7 @@ static void chunk_ref_kv(const struct ms_attn_chunk *c, enum ms_kv_dtype t)
 			for (int64_t p = a; p < b; p++) {
 				const char *v = (const char *)c->v[p - c->k0] + kvo;
 				uint8_t sc = fp8 ? c->vs[p - c->k0][h] : 0;
-				float pr = s[p - a];
+				float pr = rnd ? bf16_round(s[p - a]) : s[p - a];
 				for (int64_t e = 0; e < d; e++)
 					acc[e] += pr * ms_kv_widen(v, e, t, sc);
 			}
@@ -64,21 +81,26 @@ static void chunk_ref_kv(const struct ms_attn_chunk *c, enum ms_kv_dtype t)
 
 static void chunk_ref(const struct ms_attn_chunk *c)
 {
-	chunk_ref_kv(c, MS_KV_F32);
+	chunk_ref_kv(c, MS_KV_F32, false);
 }
 
 static void chunk_ref_bf16(const struct ms_attn_chunk *c)
 {
-	chunk_ref_kv(c, MS_KV_BF16);
+	chunk_ref_kv(c, MS_KV_BF16, false);
+}
+
+static void chunk_ref_bf16_products(const struct ms_attn_chunk *c)
+{
+	chunk_ref_kv(c, MS_KV_BF16, true);
 }
 
 static void chunk_ref_fp8(const struct ms_attn_chunk *c)
 {
-	chunk_ref_kv(c, MS_KV_FP8);
+	chunk_ref_kv(c, MS_KV_FP8, false);
 }
 
 const struct ms_attn_kernel ms_attn_ref = {"ref-attn", "ref", 0, chunk_ref, chunk_ref_bf16,
-					    chunk_ref_fp8};
+					    chunk_ref_fp8, chunk_ref_bf16_products};
 
 void ms_sink_softmax(float *s, int64_t n, float sink)
 {
@@ -222,8 +244,9 @@ static void run_chunk(const struct job *j, const struct item *it, int64_t c,
 		.k = w->kp, .v = w->vp, .ks = w->ksp, .vs = w->vsp, .zero = j->zero, .m = m, .l = l,
 		.acc = acc, .tmp = w->tmp,
 	};
-	(fp8 ? j->kern->chunk_fp8 : pool->dtype == MS_KV_BF16 ? j->kern->chunk_bf16
-							    : j->kern->chunk)(&ch);
+	const struct ms_attn_kernel *k = j->kern;
+	(fp8 ? k->chunk_fp8 : pool->dtype != MS_KV_BF16 ? k->chunk
+	 : a->bf16_products ? k->chunk_bf16_products : k->chunk_bf16)(&ch);
 }
 
 /* Fold a chunk partial into the running state, row by row; rows without
@@ -438,6 +461,11 @@ int ms_attn_run(const struct ms_attn_kernel *k, struct ms_pool *pool,
 	if (a->heads < 0 || (a->heads && nKV % a->heads) || a->split < 0)
 		return ms_err_set(err, -EINVAL, "attention: %d kv heads per item, split %d",
 				  a->heads, a->split);
+	if (a->bf16_products && a->pool->dtype == MS_KV_BF16 && !k->chunk_bf16_products)
+		return ms_err_set(err, -EINVAL, "attention: %s has no bf16 products", k->name);
+	if (a->bf16_products && d > MS_ATTN_REF_DMAX)
+		return ms_err_set(err, -EINVAL, "attention: bf16 products up to head_dim %d, not %lld",
+				  MS_ATTN_REF_DMAX, (long long)d);
 	if (a->n <= 0)
 		return 0;
 	int64_t G = nH / nKV, ld = (d + 15) & ~(int64_t)15, n = a->n;

@@ -81,7 +81,7 @@ struct ms_attn_chunk {
 /* A chunk's scratch for R rows, head_dim padded to ld: the walk's running
  * sums and scores (R * 48 + 32), and the lane kernel's Q^T, O^T and widened
  * K and V tiles (64 * ld) with its sums and probabilities (544). */
-#define MS_ATTN_TMP_FLOATS(R, ld) ((R) * 48 + 32 + 64 * (ld) + 544)
+#define MS_ATTN_TMP_FLOATS(R, ld) ((R) * 48 + 32 + 64 * (((ld) + 31) / 32 * 32) + 544)
 
 typedef void (*ms_attn_chunk_fn)(const struct ms_attn_chunk *c);
 
@@ -92,6 +92,11 @@ struct ms_attn_kernel {
 	ms_attn_chunk_fn chunk;       /* K and V stored as f32 */
 	ms_attn_chunk_fn chunk_bf16;  /* as bf16 (widened exactly; the same fp32 math) */
 	ms_attn_chunk_fn chunk_fp8;   /* as fp8 codes and scales (fp8.h; widened exactly) */
+	/* As bf16, with q and the probabilities that weight the values rounded
+	 * to bf16 (ties to even, subnormals to 0) before their products: the
+	 * products of bf16 pairs that AVX512-BF16 (and GPU flash attention)
+	 * multiply; l sums the f32 probabilities. NULL: not offered. */
+	ms_attn_chunk_fn chunk_bf16_products;
 };
 
 /* Portable reference: scalar, expf, two passes within a chunk. The
@@ -99,6 +104,7 @@ struct ms_attn_kernel {
 extern const struct ms_attn_kernel ms_attn_ref;
 extern const struct ms_attn_kernel ms_attn_avx2;
 extern const struct ms_attn_kernel ms_attn_avx512;
+extern const struct ms_attn_kernel ms_attn_avx512bf16;
 
 /* The kernel for a backend's kernel set (be->isa: "ref", "avx2", "avx512";
  * "amx" counts as avx512), falling back to the next one down the CPU
@@ -127,6 +133,9 @@ struct ms_attn_args {
 	/* KV heads per item: 0 picks; else a divisor of n_kv_heads (tests).
 	 * Never changes the result either. */
 	int heads;
+	/* With a bf16 cache, the kernel's chunk_bf16_products (which must be
+	 * there); f32 and fp8 caches ignore it. */
+	bool bf16_products;
 };
 
 /* Scratch that ms_attn_run grows on demand and reuses: keep one per

@@ -144,6 +144,26 @@ static int choose_kernels(struct ms_cpu *be, const char *kernels, const char *am
 	return 0;
 }
 
+/* --attn-products on the chosen attention kernel. auto: bf16 products
+ * where the CPU multiplies bf16 pairs (AVX512-BF16: twice the f32 FMA's
+ * multiply-adds, which a long prompt's attention needs; the accuracy is
+ * measured as the int8 dense default's, tests/dense_int8.py), unless
+ * exact. */
+static int choose_products(struct ms_cpu *be, enum ms_attn_products p, struct ms_err *err)
+{
+	if (p == MS_ATTN_PRODUCTS_BF16 && be->exact)
+		return ms_err_set(err, -EINVAL, "--attn-products bf16 rounds q and the probabilities to "
+				  "bf16; --exact keeps them f32");
+	if (p == MS_ATTN_PRODUCTS_BF16 && !be->attn->chunk_bf16_products)
+		return ms_err_set(err, -EINVAL, "--attn-products bf16: the attention kernel %s has no "
+				  "bf16 products (avx512bf16-attn needs AVX512-BF16; or --kernels ref)",
+				  be->attn->name);
+	be->attn_bf16_products = p == MS_ATTN_PRODUCTS_BF16 ||
+				 (p == MS_ATTN_PRODUCTS_AUTO && !be->exact && be->attn->chunk_bf16_products &&
+				  (be->attn->cpu_flags & MS_CPU_AVX512BF16));
+	return 0;
+}
+
 int ms_cpu_init_opts(struct ms_cpu *be, const struct ms_cpu_opts *o,
 			 struct ms_err *err)
 {
@@ -158,7 +178,7 @@ int ms_cpu_init_opts(struct ms_cpu *be, const struct ms_cpu_opts *o,
 	be->exact = o->exact;
 	be->dense_int8 = o->dense_int8;
 	int rc = choose_kernels(be, o->kernels, amx_rc ? amx_why : NULL, err);
-	if (rc)
+	if (rc || (rc = choose_products(be, o->attn_products, err)))
 		return rc;
 	be->numa_nodes = numa_available() >= 0 ? numa_num_configured_nodes() : 1;
 	be->numa_nodes = be->numa_nodes > 0 ? be->numa_nodes : 1;

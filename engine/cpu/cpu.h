@@ -36,6 +36,7 @@ struct ms_cpu {
 	unsigned cpu_flags;        /* what the CPU and OS support */
 	bool exact;                /* only kernels that keep fp32 activations */
 	bool dense_int8;           /* requantize dense bf16 projections to int8 at load */
+	bool attn_bf16_products;   /* ms_attn_args.bf16_products (--attn-products) */
 	struct ms_pool pool;
 	ms_swiglu_row_fn swiglu_row; /* the experts' activation, for this CPU */
 	const struct ms_rowops *rowops; /* RMSNorm, rotary embedding, residual add */
@@ -69,6 +70,7 @@ struct ms_cpu_opts {
 	bool exact;           /* skip kernels that round activations (int8/bf16) */
 	bool dense_int8;      /* attention projections and lm_head to int8 per channel at
 			       * load (quant/unquant.c) */
+	enum ms_attn_products attn_products;
 };
 int ms_cpu_init_opts(struct ms_cpu *be, const struct ms_cpu_opts *o,
 			 struct ms_err *err);

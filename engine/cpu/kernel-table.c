@@ -126,6 +126,7 @@ const struct ms_choice ms_kernel_table[] = {
 	SWIGLU(AVX2, F_AVX2, "avx2-swiglu", ms_swiglu_row_avx2),
 	SWIGLU(REF, 0, "generic-swiglu", ms_swiglu_row),
 
+	ATTN(AVX512, F_AVX512_FMA | MS_CPU_AVX512BF16, ms_attn_avx512bf16),
 	ATTN(AVX512, F_AVX512_FMA, ms_attn_avx512),
 	ATTN(AVX2, F_AVX2_ALL, ms_attn_avx2),
 	ATTN(REF, 0, ms_attn_ref),

@@ -184,7 +184,7 @@ static int cpu_attention(struct ms_backend *b, const struct ms_attn_desc *a, str
 	struct ms_attn_args aa = {
 		.n_heads = a->n_heads, .n_kv_heads = a->n_kv_heads, .head_dim = a->head_dim,
 		.window = a->window, .sinks = a->sinks, .pool = s->pool, .n = s->n, .pos = s->pos,
-		.pages = pages, .q = a->q, .out = a->out,
+		.pages = pages, .q = a->q, .out = a->out, .bf16_products = be->attn_bf16_products,
 	};
 	return ms_attn_run(be->attn, &be->pool, &aa, &be->attn_ws, err);
 }
@@ -248,6 +248,7 @@ struct ms_backend *ms_cpu_backend(struct ms_cpu *be)
 	b->host = true;
 	b->exact = be->exact;
 	b->dense_int8 = be->dense_int8;
+	b->attn_bf16_products = be->attn_bf16_products;
 	b->kv_dtypes = 1u << MS_KV_F32 | 1u << MS_KV_BF16 | 1u << MS_KV_FP8;
 	b->threads = be->pool.n_threads;
 	b->pool = &be->pool;
@@ -273,7 +274,8 @@ static int cpu_open(const struct ms_backend_opts *o, struct ms_backend **out, st
 	 * (tests/dense_int8.py); --exact keeps the checkpoint's weights. */
 	struct ms_cpu_opts co = {.kernels = o->kernels, .threads = o->threads, .exact = o->exact,
 				 .dense_int8 = o->dense == MS_DENSE_INT8 ||
-					       (o->dense == MS_DENSE_AUTO && !o->exact)};
+					       (o->dense == MS_DENSE_AUTO && !o->exact),
+				 .attn_products = o->attn_products};
 	int rc = ms_cpu_init_opts(be, &co, err);
 	if (rc) {
 		ms_cpu_free(be);

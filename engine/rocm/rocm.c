@@ -275,6 +275,9 @@ static int rocm_open_with(const struct ms_backend_opts *o, const struct ms_backe
 	if (o->dense == MS_DENSE_INT8)
 		return ms_err_set(err, -ENOTSUP, "--dense int8: not on the %s backend (its kernels "
 				  "keep fp32 activations)", ops->name);
+	if (o->attn_products == MS_ATTN_PRODUCTS_BF16)
+		return ms_err_set(err, -ENOTSUP, "--attn-products bf16: not on the %s backend (its "
+				  "attention multiplies in f32)", ops->name);
 	if (o->kernels && *o->kernels && strcmp(o->kernels, "auto"))
 		return ms_err_set(err, -EINVAL, "--kernels %s: the %s backend has one kernel set "
 				  "(auto)", o->kernels, ops->name);
