@@ -188,6 +188,130 @@ static inline __attribute__((always_inline)) __m256 scores_kv(const float *q,
 	return _mm256_mul_ps(hsum8(dot), _mm256_set1_ps(scale));
 }
 
+/* A vector of head_dim at index b of nb: a full one (kv_load), the tail's
+ * (kv_maskload on tail), or none (b >= nb: the grouped kernels go two or
+ * more at a time). */
+enum blk { BLK_FULL, BLK_TAIL, BLK_NONE };
+static inline enum blk blk_kind(int b, int nb, bool ragged)
+{
+	return b >= nb ? BLK_NONE : b == nb - 1 && ragged ? BLK_TAIL : BLK_FULL;
+}
+
+static inline __attribute__((always_inline)) __m256 kv_blk(const void *row, int b, enum blk k,
+							    __m256i tail, int es)
+{
+	return k == BLK_FULL ? kv_load(row, 8 * b, es)
+	       : k == BLK_TAIL ? kv_maskload(row, 8 * b, tail, es)
+			       : _mm256_setzero_ps();
+}
+
+/* Scores of the G query rows q[g * d ..] (G a multiple of 4 here) against
+ * the 8 keys kp[], scaled, into out[16 * g ..]: four rows and two keys at
+ * a time, so each K vector is loaded and widened once for four rows
+ * (scores_kv widens it per row). Per (row, key) the same FMAs in the same
+ * order and the same tree (hsum8 adds every lane's vector alike) as
+ * scores_kv: the same bits, whichever path a row takes. */
+static inline __attribute__((always_inline)) void scores4_kv(const float *q, int G,
+							      const void *const *kp, int64_t d,
+							      float scale, int es, float *out)
+{
+	const int nb = (int)((d + 7) / 8);
+	const bool ragged = d % 8 != 0;
+	const __m256i tail = ragged ? lanes_below(d % 8) : _mm256_set1_epi32(-1);
+	for (int g0 = 0; g0 < G; g0 += 4) {
+		for (int jq = 0; jq < TILE; jq += 2) {
+			__m256 acc[8]; /* lane 2 * gg + jj: row g0 + gg, key jq + jj */
+#pragma GCC unroll 8
+			for (int i = 0; i < 8; i++)
+				acc[i] = _mm256_setzero_ps();
+			for (int b = 0; b < nb; b++) {
+				enum blk kind = blk_kind(b, nb, ragged);
+				__m256 qv[4];
+#pragma GCC unroll 4
+				for (int gg = 0; gg < 4; gg++) {
+					const float *qr = q + (g0 + gg) * d + 8 * b;
+					qv[gg] = kind == BLK_FULL ? _mm256_loadu_ps(qr) : _mm256_maskload_ps(qr, tail);
+				}
+#pragma GCC unroll 2
+				for (int jj = 0; jj < 2; jj++) {
+					__m256 kv = kv_blk(kp[jq + jj], b, kind, tail, es);
+#pragma GCC unroll 4
+					for (int gg = 0; gg < 4; gg++)
+						acc[2 * gg + jj] = _mm256_fmadd_ps(qv[gg], kv, acc[2 * gg + jj]);
+				}
+			}
+			__m256 sc = _mm256_mul_ps(hsum8(acc), _mm256_set1_ps(scale));
+			__m128 lo = _mm256_castps256_ps128(sc), hi = _mm256_extractf128_ps(sc, 1);
+			_mm_storel_pi((__m64 *)(out + 16 * (g0 + 0) + jq), lo);
+			_mm_storeh_pi((__m64 *)(out + 16 * (g0 + 1) + jq), lo);
+			_mm_storel_pi((__m64 *)(out + 16 * (g0 + 2) + jq), hi);
+			_mm_storeh_pi((__m64 *)(out + 16 * (g0 + 3) + jq), hi);
+		}
+	}
+}
+
+static inline __attribute__((always_inline)) void scores_g_kv(const float *q, int G,
+							       const void *const *kp, int64_t d,
+							       float scale, int es, float *out)
+{
+	int G4 = G - G % 4;
+	scores4_kv(q, G4, kp, d, scale, es, out);
+	for (int g = G4; g < G; g++)
+		_mm256_store_ps(out + 16 * g, scores_kv(q + g * d, kp, d, scale, es));
+}
+
+/* acc[g * ld ..] += sum_j p[16 * g + j] * v[j][.] over keys [ja, jb) in
+ * order, for the G rows (G a multiple of 4 here), four rows and two
+ * vectors of head_dim at a time, so each V vector is widened once for four
+ * rows. Each lane's chain is pv_kv's: the same bits. */
+static inline __attribute__((always_inline)) void pv4_kv(float *acc, int64_t ld, int G,
+							  const float *p, const void *const *v,
+							  int ja, int jb, int nb, __m256i tail,
+							  int es)
+{
+	const bool ragged = _mm256_movemask_ps(_mm256_castsi256_ps(tail)) != 0xFF;
+	for (int g0 = 0; g0 < G; g0 += 4) {
+		for (int b = 0; b < nb; b += 2) {
+			enum blk k0 = blk_kind(b, nb, ragged), k1 = blk_kind(b + 1, nb, ragged);
+			float *a0p = acc + g0 * ld + 8 * b;
+			__m256 a[4][2];
+#pragma GCC unroll 4
+			for (int gg = 0; gg < 4; gg++) {
+				a[gg][0] = _mm256_load_ps(a0p + gg * ld);
+				a[gg][1] = k1 == BLK_NONE ? _mm256_setzero_ps()
+							  : _mm256_load_ps(a0p + gg * ld + 8);
+			}
+			for (int j = ja; j < jb; j++) {
+				__m256 v0 = kv_blk(v[j], b, k0, tail, es);
+				__m256 v1 = kv_blk(v[j], b + 1, k1, tail, es);
+#pragma GCC unroll 4
+				for (int gg = 0; gg < 4; gg++) {
+					__m256 pj = _mm256_broadcast_ss(p + 16 * (g0 + gg) + j);
+					a[gg][0] = _mm256_fmadd_ps(pj, v0, a[gg][0]);
+					a[gg][1] = _mm256_fmadd_ps(pj, v1, a[gg][1]);
+				}
+			}
+#pragma GCC unroll 4
+			for (int gg = 0; gg < 4; gg++) {
+				_mm256_store_ps(a0p + gg * ld, a[gg][0]);
+				if (k1 != BLK_NONE)
+					_mm256_store_ps(a0p + gg * ld + 8, a[gg][1]);
+			}
+		}
+	}
+}
+
+static inline __attribute__((always_inline)) void pv_g_kv(float *acc, int64_t ld, int G,
+							   const float *p, const void *const *v,
+							   int ja, int jb, int nb, __m256i tail,
+							   int es)
+{
+	int G4 = G - G % 4;
+	pv4_kv(acc, ld, G4, p, v, ja, jb, nb, tail, es);
+	for (int g = G4; g < G; g++)
+		pv_kv(acc + g * ld, p + 16 * g, v, ja, jb, nb, tail, es);
+}
+
 /* The shared chunk walk (attention-chunk.h) on 8 lanes. */
 typedef __m256 vf;
 typedef __m256 vkmask;
@@ -216,19 +340,19 @@ static inline float masked_max(vkmask m, vf s)
 }
 static inline vf mask_zero(vkmask m, vf x) { return _mm256_and_ps(m, x); }
 #define KV_ES 4
-#define K_SCORES(q, kh, d, s) scores_kv(q, kh, d, s, 4)
-#define K_PV(acc, p, vh, ja, jb, nb, t) pv_kv(acc, p, vh, ja, jb, nb, t, 4)
+#define K_SCORES_G(q, G, kh, d, s, out) scores_g_kv(q, G, kh, d, s, 4, out)
+#define K_PV_G(acc, ld, G, p, vh, ja, jb, nb, t) pv_g_kv(acc, ld, G, p, vh, ja, jb, nb, t, 4)
 #define CHUNK_FN chunk_avx2
 #include "attention-chunk.h"
 #define KV_ES 2
-#define K_SCORES(q, kh, d, s) scores_kv(q, kh, d, s, 2)
-#define K_PV(acc, p, vh, ja, jb, nb, t) pv_kv(acc, p, vh, ja, jb, nb, t, 2)
+#define K_SCORES_G(q, G, kh, d, s, out) scores_g_kv(q, G, kh, d, s, 2, out)
+#define K_PV_G(acc, ld, G, p, vh, ja, jb, nb, t) pv_g_kv(acc, ld, G, p, vh, ja, jb, nb, t, 2)
 #define CHUNK_FN chunk_avx2_bf16
 #include "attention-chunk.h"
 #define KV_ES 1
 #define KV_FP8 1
-#define K_SCORES(q, kh, d, s) scores_kv(q, kh, d, s, 1)
-#define K_PV(acc, p, vh, ja, jb, nb, t) pv_kv(acc, p, vh, ja, jb, nb, t, 1)
+#define K_SCORES_G(q, G, kh, d, s, out) scores_g_kv(q, G, kh, d, s, 1, out)
+#define K_PV_G(acc, ld, G, p, vh, ja, jb, nb, t) pv_g_kv(acc, ld, G, p, vh, ja, jb, nb, t, 1)
 #define CHUNK_FN chunk_avx2_fp8
 #include "attention-chunk.h"
 
