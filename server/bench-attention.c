@@ -174,10 +174,10 @@ static const struct {
 static int att_depth(struct ms_backend *b, struct ms_cpu *be, const struct ms_model_config *cf,
 		     int64_t ctx, struct bw_job *bwj, struct ms_strbuf *j, struct ms_err *err)
 {
-	int nv = be->attn->chunk_bf16_products ? ATT_VARIANTS : ATT_VARIANTS - 1;
-	int vi[ATT_VARIANTS] = {0, 1, 2, 3};
-	if (nv < ATT_VARIANTS)
-		vi[2] = 3;
+	int vi[ATT_VARIANTS], nv = 0; /* the variants this kernel runs */
+	for (int v = 0; v < ATT_VARIANTS; v++)
+		if (!att_var[v].bf16p || be->attn->chunk_bf16_products)
+			vi[nv++] = v;
 	for (int bi = 0; bi < 2; bi++) {
 		int batch = att_batch[bi];
 		struct att_case c[ATT_VARIANTS];

@@ -188,6 +188,12 @@ static inline __attribute__((always_inline)) __m256 scores_kv(const float *q,
 	return _mm256_mul_ps(hsum8(dot), _mm256_set1_ps(scale));
 }
 
+/* The lanes of head_dim's last vector. */
+static inline __m256i head_tail(int64_t d)
+{
+	return d % 8 ? lanes_below(d % 8) : _mm256_set1_epi32(-1);
+}
+
 /* A vector of head_dim at index b of nb: a full one (kv_load), the tail's
  * (kv_maskload on tail), or none (b >= nb: the grouped kernels go two or
  * more at a time). */
@@ -217,7 +223,7 @@ static inline __attribute__((always_inline)) void scores4_kv(const float *q, int
 {
 	const int nb = (int)((d + 7) / 8);
 	const bool ragged = d % 8 != 0;
-	const __m256i tail = ragged ? lanes_below(d % 8) : _mm256_set1_epi32(-1);
+	const __m256i tail = head_tail(d);
 	for (int g0 = 0; g0 < G; g0 += 4) {
 		for (int jq = 0; jq < TILE; jq += 2) {
 			__m256 acc[8]; /* lane 2 * gg + jj: row g0 + gg, key jq + jj */
@@ -329,10 +335,6 @@ static inline float v_hsum(vf v) { return hsum8v(v); }
 static inline vkmask key_mask(int ja, int jb)
 {
 	return _mm256_castsi256_ps(_mm256_andnot_si256(lanes_below(ja), lanes_below(jb)));
-}
-static inline vtail head_tail(int64_t d)
-{
-	return d % 8 ? lanes_below(d % 8) : _mm256_set1_epi32(-1);
 }
 static inline float masked_max(vkmask m, vf s)
 {

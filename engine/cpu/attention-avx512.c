@@ -425,9 +425,6 @@ static void lane_ws_init(const struct ms_attn_chunk *c, int nb, struct lane_ws *
 	w->sv = t;
 }
 
-/* The rows [x0, x0 + 16) of kv head hh (x = token * G + query head):
- * Q^T into w->qt (zeros past d and past the rows), each lane's key range
- * relative to k0 into ra, rb. */
 /* Token i's keys in the chunk, relative to k0: [*a, *b), or [1, 0) when it
  * has none here (no lane compare holds). */
 static inline void row_keys(const struct ms_attn_chunk *c, int i, int32_t *a, int32_t *b)
@@ -438,6 +435,9 @@ static inline void row_keys(const struct ms_attn_chunk *c, int i, int32_t *a, in
 	*b = lo < hi ? (int32_t)(hi - c->k0) : 0;
 }
 
+/* The rows [x0, x0 + 16) of kv head hh (x = token * G + query head):
+ * Q^T into w->qt (zeros past d and past the rows), each lane's key range
+ * relative to k0 into ra, rb. */
 static void lane_rows(const struct ms_attn_chunk *c, int hh, int x0, int nl, int nb,
 		      const struct lane_ws *w, int32_t *ra, int32_t *rb)
 {
@@ -649,7 +649,6 @@ static inline __attribute__((always_inline)) void lane_chunk(const struct ms_att
 			lane_store(c, w.ot, w.lj, hh, x0, nl, m);
 		}
 }
-
 
 #ifdef MS_ATTN_BF16PAIRS
 /* ---- bf16 products (built again with -mavx512bf16: meson.build) ----
