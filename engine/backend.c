@@ -64,11 +64,23 @@ const char *ms_attn_products_name(const struct ms_backend *be, enum ms_kv_dtype 
 int ms_backend_open(const struct ms_backend_opts *o, struct ms_backend **out, struct ms_err *err)
 {
 	*out = NULL;
-	for (size_t i = 0; i < N_REG; i++)
-		if (!o->backend || !strcmp(o->backend, registry[i]->name))
-			return registry[i]->open(o, out, err);
+	for (size_t i = 0; i < N_REG; i++) {
+		if (o->backend && strcmp(o->backend, registry[i]->name))
+			continue;
+		int rc = registry[i]->open(o, out, err);
+		if (!rc && !(*out)->mask_words)
+			(*out)->mask_words = ms_mask_words_ref;
+		return rc;
+	}
 	return ms_err_set(err, -EINVAL, "--backend: unknown backend \"%s\" (known: %s)",
 			  o->backend, ms_backend_names());
+}
+
+void ms_mask_words_ref(const uint64_t *bits, int64_t words, float *z)
+{
+	for (int64_t w = 0; w < words; w++)
+		for (uint64_t x = ~bits[w]; x; x &= x - 1)
+			z[w * 64 + __builtin_ctzll(x)] = -INFINITY;
 }
 
 void ms_backend_close(struct ms_backend *be)

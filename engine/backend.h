@@ -194,6 +194,14 @@ struct ms_arena {
 	size_t cap, used;
 };
 
+/* Structured outputs' logit masking (engine/grammar): z[i] = -INFINITY
+ * for each 0 bit of bits[0 .. words), 64 logits a word; the logits of
+ * the words past the count untouched. A host kernel whatever the
+ * backend, since the sampler's logits are host memory. */
+typedef void ms_mask_words_fn(const uint64_t *bits, int64_t words, float *z);
+/* The portable one: every backend's unless it names another. */
+void ms_mask_words_ref(const uint64_t *bits, int64_t words, float *z);
+
 /* What every backend has; a backend's own struct starts from it. */
 struct ms_backend {
 	const struct ms_backend_ops *ops;
@@ -207,6 +215,7 @@ struct ms_backend {
 	unsigned kv_dtypes;        /* 1 << enum ms_kv_dtype of every KV dtype its attention reads */
 	int threads;               /* host worker threads */
 	struct ms_pool *pool;      /* those threads, for load-time work (host memory) */
+	ms_mask_words_fn *mask_words; /* the host's mask writer (never NULL once open) */
 	struct ms_arena arena;
 };
 

@@ -54,6 +54,22 @@ struct ms_detok_ops {
 	int (*push)(void *state, int32_t id, char **buf, size_t *len, size_t *cap);
 };
 
+/* The vocabulary as structured outputs (engine/grammar) see it: what each
+ * id spells, without the tokenizer's other calls. A model's tokenizer
+ * fills one in (models/tokenizer.h, ms_tokenizer_vocab); tok must outlive
+ * whatever holds the view. */
+struct ms_vocab_ops {
+	int32_t (*n_ids)(const void *tok);            /* ids are 0 .. n_ids - 1 */
+	/* id's bytes (*len set), or NULL for an id it lacks */
+	const char *(*bytes)(const void *tok, int32_t id, size_t *len);
+	bool (*is_special)(const void *tok, int32_t id); /* control tokens: never a grammar's */
+};
+
+struct ms_vocab {
+	const struct ms_vocab_ops *ops;
+	const void *tok;
+};
+
 /* A model's text side: a decoder and the tokenizer it reads. */
 struct ms_text {
 	const struct ms_detok_ops *ops;

@@ -1070,6 +1070,32 @@ bool ms_tokenizer_is_special(const struct ms_tokenizer *t, int32_t id)
 	return id >= 0 && id < t->n_ids && t->special[id];
 }
 
+static int32_t vocab_n_ids(const void *t)
+{
+	return ms_tokenizer_n_ids(t);
+}
+
+static const char *vocab_bytes(const void *t, int32_t id, size_t *len)
+{
+	return ms_tokenizer_bytes(t, id, len);
+}
+
+static bool vocab_is_special(const void *t, int32_t id)
+{
+	return ms_tokenizer_is_special(t, id);
+}
+
+static const struct ms_vocab_ops vocab_ops = {
+	.n_ids = vocab_n_ids,
+	.bytes = vocab_bytes,
+	.is_special = vocab_is_special,
+};
+
+struct ms_vocab ms_tokenizer_vocab(const struct ms_tokenizer *t)
+{
+	return (struct ms_vocab){.ops = &vocab_ops, .tok = t};
+}
+
 /* ---- decoding ---- */
 
 void ms_detok_init(struct ms_detok *d, const struct ms_tokenizer *t, bool skip_special)

@@ -45,6 +45,10 @@ int32_t ms_tokenizer_find(const struct ms_tokenizer *t, const char *text);
 
 bool ms_tokenizer_is_special(const struct ms_tokenizer *t, int32_t id);
 
+/* t as structured outputs read a vocabulary (engine/lm.h); t must outlive
+ * the view. */
+struct ms_vocab ms_tokenizer_vocab(const struct ms_tokenizer *t);
+
 /* Streaming decoder: feed ids one at a time and get text that is always
  * whole UTF-8: the bytes of a character split across tokens are held back
  * until it is complete; a byte that can never start or continue a valid

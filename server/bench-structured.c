@@ -180,6 +180,7 @@ static bool times_add(struct times *t, double x)
 struct mask_env {
 	const struct ms_tokenizer *tok;
 	const struct ms_vocab_trie *trie;
+	ms_mask_words_fn *write;        /* the backend's mask writer */
 	int64_t vocab;
 	struct ms_harmony_ids hids;
 	const int32_t *eos;
@@ -324,7 +325,7 @@ static int mask_schema(const struct mask_env *e, const struct schema *s, struct 
 		return rc;
 	f->states = (int64_t)ms_grammar_states(g);
 	struct ms_tmask *t;
-	if ((rc = ms_tmask_new(g, e->trie, 0, &t, err)))
+	if ((rc = ms_tmask_new(g, e->trie, 0, e->write, &t, err)))
 		return rc;
 	rc = mask_runs(e, t, f, pool, err);
 	struct ms_tmask_stats ts;
@@ -437,11 +438,12 @@ static int decode_runs(struct ms_model *m, const struct mask_env *e, const struc
 	struct ms_tmask *t = NULL;
 	struct ms_tool_force *tf = NULL;
 	double ms;
-	int rc = ms_vocab_trie_new(e->tok, m->cfg.vocab, &v, err);
+	struct ms_vocab voc = ms_tokenizer_vocab(e->tok);
+	int rc = ms_vocab_trie_new(&voc, m->cfg.vocab, &v, err);
 	if (!rc)
 		rc = compile_schema(s, &g, &ms, err);
 	if (!rc)
-		rc = ms_tmask_new(g, v, 0, &t, err);
+		rc = ms_tmask_new(g, v, 0, e->write, &t, err);
 	/* no budget: max_tokens ends the runs, and no closing is timed */
 	struct ms_force_spec sp = {.final_ok = true, .final = t, .plain = true};
 	if (!rc)
@@ -588,6 +590,7 @@ static void env_init(struct mask_env *e, const struct ms_tokenizer *tok, const s
 {
 	memset(e, 0, sizeof(*e));
 	e->tok = tok;
+	e->write = m->be->mask_words;
 	e->vocab = ms_tokenizer_n_ids(tok);
 	e->hids = ms_harmony_ids_find(tok);
 	e->n_eos = m->cfg.n_eos < 8 ? m->cfg.n_eos : 8;
@@ -613,8 +616,9 @@ int bench_structured(struct ms_model *m, const struct ms_bench_opts *o)
 	struct ms_vocab_trie *v = NULL;
 	int rc = schemas_new(r.sc) ? ms_err_set(&err, -ENOMEM, "bench: out of memory") : 0;
 	double t0 = ms_now_s();
+	struct ms_vocab voc = ms_tokenizer_vocab(tok);
 	if (!rc)
-		rc = ms_vocab_trie_new(tok, e.vocab, &v, &err);
+		rc = ms_vocab_trie_new(&voc, e.vocab, &v, &err);
 	r.trie_ms = (ms_now_s() - t0) * 1e3;
 	e.trie = v;
 	if (!rc)

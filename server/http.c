@@ -862,7 +862,8 @@ void ms_server_set_ready(struct ms_server *s, struct ms_model *m, struct ms_toke
 		s->harmony = ms_harmony_ids_complete(&s->hids);
 		/* structured outputs; without (out of memory) they are refused */
 		struct ms_err err = {0};
-		if (ms_grammar_cache_new(tok, m->cfg.vocab, s->cfg.grammar_cache, &s->grammars, &err))
+		if (ms_grammar_cache_new(ms_tokenizer_vocab(tok), m->cfg.vocab, s->cfg.grammar_cache,
+					 m->be->mask_words, &s->grammars, &err))
 			fprintf(stderr, "moeserve: structured outputs are off: %s\n", err.msg);
 	}
 	if (s->metrics)

@@ -27,7 +27,7 @@ static inline struct ms_req_model model(void)
 	m.hids = ms_harmony_ids_find(tok);
 	m.harmony = true;
 	struct ms_err err = {0};
-	if (!grammars && ms_grammar_cache_new(tok, VOCAB, 0, &grammars, &err)) {
+	if (!grammars && ms_grammar_cache_new(ms_tokenizer_vocab(tok), VOCAB, 0, NULL, &grammars, &err)) {
 		fprintf(stderr, "reqtest: %s\n", err.msg);
 		abort(); /* outside a test case too: no ck_assert here */
 	}

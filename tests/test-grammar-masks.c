@@ -22,6 +22,7 @@
 #include "grammar-json.h"
 #include "grammar-text.h"
 #include "grammar.h"
+#include "kernel-table.h"
 #include "token-mask.h"
 #include "tokenizer.h"
 
@@ -264,7 +265,7 @@ static void masks_on(const struct ms_tokenizer *tok, int64_t vocab, int n_sent, 
 {
 	struct ms_grammar_cache *c = NULL;
 	struct ms_err err = {0};
-	ck_assert_int_eq(ms_grammar_cache_new(tok, vocab, 4, &c, &err), 0);
+	ck_assert_int_eq(ms_grammar_cache_new(ms_tokenizer_vocab(tok), vocab, 4, NULL, &c, &err), 0);
 	struct rng r = {seed};
 	for (int i = 0; i < N_MASKG; i++) {
 		struct ms_tmask *t = NULL, *t2 = NULL;
@@ -313,7 +314,7 @@ START_TEST(masks_bounded_work)
 	struct ms_tokenizer *tok = synthetic_tokenizer(&r);
 	struct ms_grammar_cache *c = NULL;
 	struct ms_err err = {0};
-	ck_assert_int_eq(ms_grammar_cache_new(tok, ms_tokenizer_n_ids(tok), 0, &c, &err), 0);
+	ck_assert_int_eq(ms_grammar_cache_new(ms_tokenizer_vocab(tok), ms_tokenizer_n_ids(tok), 0, NULL, &c, &err), 0);
 	int64_t words = (ms_tokenizer_n_ids(tok) + 63) / 64, refused = 0;
 	uint64_t *bits = malloc((size_t)words * 8);
 	for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
@@ -359,7 +360,7 @@ START_TEST(cache_refusals)
 	struct ms_tokenizer *tok = synthetic_tokenizer(&r);
 	struct ms_grammar_cache *c = NULL;
 	struct ms_err err = {0};
-	ck_assert_int_eq(ms_grammar_cache_new(tok, ms_tokenizer_n_ids(tok), 0, &c, &err), 0);
+	ck_assert_int_eq(ms_grammar_cache_new(ms_tokenizer_vocab(tok), ms_tokenizer_n_ids(tok), 0, NULL, &c, &err), 0);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct ms_tmask *t = (struct ms_tmask *)&err;  /* must come back NULL */
 		memset(&err, 0, sizeof(err));
@@ -470,7 +471,8 @@ START_TEST(masks_threads)
 	struct ms_tokenizer *tok = synthetic_tokenizer(&r);
 	struct mt_shared sh = {.lock = PTHREAD_MUTEX_INITIALIZER};
 	struct ms_err err = {0};
-	ck_assert_int_eq(ms_grammar_cache_new(tok, ms_tokenizer_n_ids(tok), 3, &sh.c, &err), 0);
+	ck_assert_int_eq(ms_grammar_cache_new(ms_tokenizer_vocab(tok), ms_tokenizer_n_ids(tok), 3, NULL, &sh.c,
+						 &err), 0);
 	mt_prepare(&sh, &r);
 	pthread_t th[MT_THREADS];
 	struct mt_arg args[MT_THREADS];
@@ -498,10 +500,11 @@ START_TEST(masks_eviction)
 	struct ms_tokenizer *tok = synthetic_tokenizer(&r);
 	struct ms_vocab_trie *v = NULL;
 	struct ms_err err = {0};
-	ck_assert_int_eq(ms_vocab_trie_new(tok, ms_tokenizer_n_ids(tok), &v, &err), 0);
+	struct ms_vocab voc = ms_tokenizer_vocab(tok);
+	ck_assert_int_eq(ms_vocab_trie_new(&voc, ms_tokenizer_n_ids(tok), &v, &err), 0);
 	struct outcome oc;
 	struct ms_tmask *t = NULL;
-	ck_assert_int_eq(ms_tmask_new(schema_grammar(mask_grammars[0].text, &oc), v, 1, &t, &err), 0);
+	ck_assert_int_eq(ms_tmask_new(schema_grammar(mask_grammars[0].text, &oc), v, 1, NULL, &t, &err), 0);
 	check_masks(t, &r, 3, 5, 60);
 	struct ms_tmask_stats st;
 	ms_tmask_get_stats(t, &st);
@@ -533,23 +536,28 @@ START_TEST(masks_o200k)
 }
 END_TEST
 
-/* Each logit writer this CPU has against the portable one, on random
- * bits of every density (words all 0, all 1, single bits, random) and
- * ragged word counts, random logits: the same floats, bit for bit; the
- * words past the count untouched. */
+/* Each logit writer of the CPU kernel table (the backend's mask_words)
+ * this CPU runs against the portable one, on random bits of every density
+ * (words all 0, all 1, single bits, random) and ragged word counts, random
+ * logits: the same floats, bit for bit; the words past the count
+ * untouched. */
 START_TEST(mask_writers)
 {
-	static const char *const names[] = {"avx512", "avx2"};
-	ms_tmask_writer *ref = ms_tmask_writer_by_name("portable");
-	ensure(ref != NULL);
-	ensure(ms_tmask_writer_by_name("sse9") == NULL);
+	ms_mask_words_fn *ref = ms_mask_words_ref;
+	unsigned cpu = ms_cpu_detect();
 	struct rng r = {0x5eedf00dull};
 	enum { MAXW = 70 };
 	uint64_t bits[MAXW];
 	static float z0[MAXW * 64 + 64], z1[MAXW * 64 + 64], z2[MAXW * 64 + 64];
-	for (int k = 0; k < 2; k++) {
-		ms_tmask_writer *w = ms_tmask_writer_by_name(names[k]);
-		if (!w)
+	int n_mask = 0;
+	for (size_t k = 0; k < ms_kernel_table_len; k++) {
+		const struct ms_choice *e = &ms_kernel_table[k];
+		if (e->kind != MS_CHOICE_MASK)
+			continue;
+		n_mask++;
+		ms_mask_words_fn *w = e->mask;
+		const char *name = ms_choice_name(e);
+		if ((cpu & ms_choice_needs(e)) != ms_choice_needs(e))
 			continue;  /* this CPU lacks it */
 		for (int round = 0; round < 200; round++) {
 			int64_t n = (int64_t)rbelow(&r, MAXW + 1);  /* 0 .. MAXW words */
@@ -565,11 +573,12 @@ START_TEST(mask_writers)
 			ref(bits, n, z1);
 			w(bits, n, z2);
 			ensure_msg(!memcmp(z1, z2, sizeof(z1)), "%s: %lld words: not the portable writer's",
-				   names[k], (long long)n);
+				   name, (long long)n);
 			ensure_msg(!memcmp(z1 + n * 64, z0 + n * 64, sizeof(z0) - (size_t)n * 64 * 4),
-				   "%s: wrote past %lld words", names[k], (long long)n);
+				   "%s: wrote past %lld words", name, (long long)n);
 		}
 	}
+	ensure_msg(n_mask >= 3, "the kernel table has %d mask writers", n_mask);
 }
 END_TEST
 

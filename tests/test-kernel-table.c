@@ -86,6 +86,8 @@ START_TEST(table_is_well_formed)
 			ck_assert_ptr_nonnull(e->attn);
 			ck_assert_msg(e->cpu_flags == e->attn->cpu_flags, "%s: flags", n);
 			ck_assert_str_eq(ms_kset_name(e->set), e->attn->isa);
+		} else if (e->kind == MS_CHOICE_MASK) {
+			ck_assert_ptr_nonnull(e->mask);
 		} else {
 			ck_assert(e->kind == MS_CHOICE_ROWOPS ? e->rowops != NULL : e->swiglu != NULL);
 		}
@@ -126,6 +128,8 @@ START_TEST(row_builds_need_all_their_flags)
 		ck_assert_str_eq(rows_name(MS_CHOICE_ROWOPS, MS_KSET_AVX512, partial[i]), "avx2-rowops");
 		ck_assert_str_eq(rows_name(MS_CHOICE_SWIGLU, MS_KSET_AVX512, partial[i]), "avx2-swiglu");
 		ck_assert_str_eq(rows_name(MS_CHOICE_ATTN, MS_KSET_AVX512, partial[i]), "avx2-attn");
+		/* the AVX-512 mask writer needs F alone */
+		ck_assert_str_eq(rows_name(MS_CHOICE_MASK, MS_KSET_AVX512, partial[i]), "avx512-mask");
 		ck_assert_ptr_eq(ms_attn_select("avx512", partial[i]), &ms_attn_avx2);
 	}
 	ck_assert_str_eq(rows_name(MS_CHOICE_ROWOPS, MS_KSET_AVX512, AVX512_BASE), "avx512-rowops");

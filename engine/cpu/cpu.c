@@ -140,6 +140,7 @@ static int choose_kernels(struct ms_cpu *be, const char *kernels, const char *am
 	memcpy(be->reasons, c.reasons, sizeof(be->reasons));
 	be->rowops = c.rowops;
 	be->swiglu_row = c.swiglu_row;
+	be->mask_words = c.mask_words;
 	be->attn = c.attn;
 	return 0;
 }

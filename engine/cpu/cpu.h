@@ -39,6 +39,7 @@ struct ms_cpu {
 	bool attn_bf16_products;   /* ms_attn_args.bf16_products (--attn-products) */
 	struct ms_pool pool;
 	ms_swiglu_row_fn swiglu_row; /* the experts' activation, for this CPU */
+	ms_mask_words_fn *mask_words; /* structured outputs' logit writer, for this CPU */
 	const struct ms_rowops *rowops; /* RMSNorm, rotary embedding, residual add */
 	const struct ms_attn_kernel *attn; /* attention's chunk kernel, for this CPU and set */
 	/* Per format, the kernels to try in order (a packed kernel may decline

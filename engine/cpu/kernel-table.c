@@ -58,6 +58,9 @@ const char ms_cpu_kernel_sets[] = "auto, amx, amx-sim, avx512, avx2, ref";
 #define ROWOPS(SET, FLAGS, NAME, R)                                                            \
 	{.kind = MS_CHOICE_ROWOPS, .set = MS_KSET_##SET, .name = NAME, .cpu_flags = (FLAGS),   \
 	 .rowops = &(R)}
+#define MASK(SET, FLAGS, NAME, FN)                                                             \
+	{.kind = MS_CHOICE_MASK, .set = MS_KSET_##SET, .name = NAME, .cpu_flags = (FLAGS),     \
+	 .mask = (FN)}
 #define SWIGLU(SET, FLAGS, NAME, FN)                                                           \
 	{.kind = MS_CHOICE_SWIGLU, .set = MS_KSET_##SET, .name = NAME, .cpu_flags = (FLAGS),   \
 	 .swiglu = (FN)}
@@ -130,6 +133,12 @@ const struct ms_choice ms_kernel_table[] = {
 	ATTN(AVX512, F_AVX512_FMA, ms_attn_avx512),
 	ATTN(AVX2, F_AVX2_ALL, ms_attn_avx2),
 	ATTN(REF, 0, ms_attn_ref),
+
+	/* mask-words.c (target attributes) and backend.c's portable one: the
+	 * same floats */
+	MASK(AVX512, MS_CPU_AVX512F, "avx512-mask", ms_mask_words_avx512),
+	MASK(AVX2, MS_CPU_AVX2, "avx2-mask", ms_mask_words_avx2),
+	MASK(REF, 0, "generic-mask", ms_mask_words_ref),
 };
 const size_t ms_kernel_table_len = sizeof(ms_kernel_table) / sizeof(ms_kernel_table[0]);
 
@@ -291,12 +300,14 @@ static int choose_rows(const struct ms_choose_req *rq, struct ms_kernel_choice *
 	const struct ms_choice *ro = ms_choose_first(MS_CHOICE_ROWOPS, c->set, rq->cpu_flags);
 	const struct ms_choice *sw = ms_choose_first(MS_CHOICE_SWIGLU, c->set, rq->cpu_flags);
 	const struct ms_choice *at = ms_choose_first(MS_CHOICE_ATTN, c->set, rq->cpu_flags);
-	if (!ro || !sw || !at)
+	const struct ms_choice *mk = ms_choose_first(MS_CHOICE_MASK, c->set, rq->cpu_flags);
+	if (!ro || !sw || !at || !mk)
 		return ms_err_set(err, -ENOTSUP, "kernel table: no %s entry runs here",
-				  !ro ? "rowops" : !sw ? "swiglu" : "attention");
+				  !ro ? "rowops" : !sw ? "swiglu" : !at ? "attention" : "mask");
 	c->rowops = ro->rowops;
 	c->swiglu_row = sw->swiglu;
 	c->attn = at->attn;
+	c->mask_words = mk->mask;
 	return 0;
 }
 

@@ -39,15 +39,16 @@ enum ms_choice_kind {
 	MS_CHOICE_ROWOPS, /* RMSNorm, rotary embedding, residual add: be->rowops */
 	MS_CHOICE_SWIGLU, /* the experts' activation row: be->swiglu_row */
 	MS_CHOICE_ATTN,   /* the attention chunk kernel: be->attn */
+	MS_CHOICE_MASK,   /* structured outputs' logit writer: the backend's mask_words */
 };
 
-/* One row of the table. Of kernel, rowops, swiglu and attn, the one its
- * kind names is set. */
+/* One row of the table. Of kernel, rowops, swiglu, attn and mask, the one
+ * its kind names is set. */
 struct ms_choice {
 	enum ms_choice_kind kind;
 	enum ms_wfmt fmt;       /* MS_CHOICE_GEMM: the format it computes */
 	enum ms_kset set;       /* the --kernels set it belongs to */
-	const char *name;       /* rowops and swiglu: their build's name (ms_choice_name) */
+	const char *name;       /* rowops, swiglu, mask: their build's name (ms_choice_name) */
 	/* Every MS_CPU_* the code is built for (the -m options of each
 	 * library it comes from, meson.build), all required. */
 	unsigned cpu_flags;
@@ -58,6 +59,7 @@ struct ms_choice {
 	const struct ms_rowops *rowops;
 	ms_swiglu_row_fn swiglu;
 	const struct ms_attn_kernel *attn;
+	ms_mask_words_fn *mask;
 };
 
 /* The table itself, for tests. */
@@ -102,6 +104,7 @@ struct ms_kernel_choice {
 	const struct ms_rowops *rowops;
 	ms_swiglu_row_fn swiglu_row;
 	const struct ms_attn_kernel *attn;
+	ms_mask_words_fn *mask_words;
 };
 
 /* Walk the table for rq. -EINVAL for an unknown set name, -ENOTSUP for a

@@ -21,6 +21,11 @@
 typedef void (*ms_swiglu_row_fn)(struct ms_swiglu act, const float *restrict g,
 				 const float *restrict b, int64_t n, float *restrict a);
 
+/* Structured outputs' logit writers (backend.h's ms_mask_words_fn) for
+ * x86-64 (mask-words.c); the table picks one, ms_mask_words_ref last. */
+void ms_mask_words_avx512(const uint64_t *bits, int64_t words, float *z);
+void ms_mask_words_avx2(const uint64_t *bits, int64_t words, float *z);
+
 /* y[t * ldy + r] = sum_k W[r, k] * x[t * ldx + k], for r in [r0, r1) and
  * t in [0, n). Accumulates in fp32 or better; never writes outside
  * [r0, r1) of each row of y. */

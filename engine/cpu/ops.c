@@ -252,6 +252,7 @@ struct ms_backend *ms_cpu_backend(struct ms_cpu *be)
 	b->kv_dtypes = 1u << MS_KV_F32 | 1u << MS_KV_BF16 | 1u << MS_KV_FP8;
 	b->threads = be->pool.n_threads;
 	b->pool = &be->pool;
+	b->mask_words = be->mask_words;
 	return b;
 }
 

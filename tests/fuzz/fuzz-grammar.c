@@ -28,7 +28,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	(void)argc, (void)argv;
 	struct ms_err err = {0};
 	/* one grammar kept: each new text compiles */
-	if (ms_grammar_cache_new(fuzz_tokenizer(), VOCAB, 1, &cache, &err)) {
+	if (ms_grammar_cache_new(ms_tokenizer_vocab(fuzz_tokenizer()), VOCAB, 1, NULL, &cache, &err)) {
 		fprintf(stderr, "fuzz: %s\n", err.msg);
 		exit(1);
 	}

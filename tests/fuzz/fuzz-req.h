@@ -34,7 +34,7 @@ static inline struct ms_req_model fuzz_req_model(void)
 	if (!fuzz_grammars) {
 		struct ms_err err = {0};
 		/* a small LRU: most inputs compile their grammar afresh */
-		if (ms_grammar_cache_new(tok, 4096, 4, &fuzz_grammars, &err)) {
+		if (ms_grammar_cache_new(ms_tokenizer_vocab(tok), 4096, 4, NULL, &fuzz_grammars, &err)) {
 			fprintf(stderr, "fuzz: %s\n", err.msg);
 			exit(1);
 		}

@@ -1,10 +1,10 @@
 /*
  * grammar-int.h: what grammar.c (compiling), grammar-build.c (the
  * expressions) and grammar-match.c (matching, the walk) share: the
- * expression nodes and the compiled automaton (server/ only).
+ * expression nodes and the compiled automaton.
  */
-#ifndef MS_SERVER_GRAMMAR_INT_H
-#define MS_SERVER_GRAMMAR_INT_H
+#ifndef MS_GRAMMAR_INT_H
+#define MS_GRAMMAR_INT_H
 
 #include <stdbool.h>
 #include <stdint.h>

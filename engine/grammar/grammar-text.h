@@ -1,5 +1,5 @@
 /*
- * grammar-text.h: grammars written as text (server/ only): regular
+ * grammar-text.h: grammars written as text: regular
  * expressions (JSON Schema's "pattern", vLLM's guided_regex) and GBNF
  * (llama.cpp's grammar format, llama-server's "grammar"), both built as
  * grammar.h expressions.
@@ -13,8 +13,8 @@
  * and the anchors ^ at the start and $ at the end. Backreferences,
  * lookaround, \b, \p{...} and anchors elsewhere are refused by name.
  */
-#ifndef MS_SERVER_GRAMMAR_TEXT_H
-#define MS_SERVER_GRAMMAR_TEXT_H
+#ifndef MS_GRAMMAR_TEXT_H
+#define MS_GRAMMAR_TEXT_H
 
 #include <stdbool.h>
 

@@ -1,5 +1,5 @@
 /*
- * grammar-json.h: JSON Schema as a grammar (server/ only): the JSON texts
+ * grammar-json.h: JSON Schema as a grammar: the JSON texts
  * the grammar accepts all validate against the schema (the grammar may be
  * narrower: one key order, the schema's; canonical string escapes where
  * a length or pattern counts characters; bounded whitespace; numbers of at
@@ -18,8 +18,8 @@
  * description, default, examples, $schema, $id, $comment, ...) are
  * ignored. Any other assertion keyword is refused with its JSON pointer.
  */
-#ifndef MS_SERVER_GRAMMAR_JSON_H
-#define MS_SERVER_GRAMMAR_JSON_H
+#ifndef MS_GRAMMAR_JSON_H
+#define MS_GRAMMAR_JSON_H
 
 #include <cjson/cJSON.h>
 

@@ -11,10 +11,6 @@
 #include "ms-clock.h"
 #include "ms-list.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#endif
-
 #define MAX_TOKEN_BYTES 1024   /* longer tokens are never a grammar's */
 #define N_PLAIN 16             /* slices of plain tokens: 1 .. N_PLAIN characters */
 #define REST N_PLAIN           /* the last slice: every other token */
@@ -179,11 +175,11 @@ static int build_cum(struct ms_vocab_trie *v, const struct tok_ref *t, int32_t n
 	return 0;
 }
 
-int ms_vocab_trie_new(const struct ms_tokenizer *tok, int64_t vocab, struct ms_vocab_trie **out,
+int ms_vocab_trie_new(const struct ms_vocab *voc, int64_t vocab, struct ms_vocab_trie **out,
 		      struct ms_err *err)
 {
 	*out = NULL;
-	int32_t n_ids = ms_tokenizer_n_ids(tok);
+	int32_t n_ids = voc->ops->n_ids(voc->tok);
 	int64_t lim = vocab < n_ids ? vocab : n_ids;
 	struct ms_vocab_trie *v = calloc(1, sizeof(*v));
 	struct tok_ref *t = malloc(((size_t)lim + 1) * sizeof(*t));
@@ -201,8 +197,8 @@ int ms_vocab_trie_new(const struct ms_tokenizer *tok, int64_t vocab, struct ms_v
 		v->byte_tok[b] = -1;
 	for (int32_t id = 0; !rc && id < lim; id++) {
 		size_t len;
-		const char *b = ms_tokenizer_bytes(tok, id, &len);
-		if (!b || !len || len > MAX_TOKEN_BYTES || ms_tokenizer_is_special(tok, id))
+		const char *b = voc->ops->bytes(voc->tok, id, &len);
+		if (!b || !len || len > MAX_TOKEN_BYTES || voc->ops->is_special(voc->tok, id))
 			continue;
 		t[n++] = (struct tok_ref){(const uint8_t *)b, (uint32_t)len, id,
 					  token_slice((const uint8_t *)b, (uint32_t)len)};
@@ -268,77 +264,6 @@ int32_t ms_vocab_trie_byte_token(const struct ms_vocab_trie *v, uint8_t b)
 	return v->byte_tok[b];
 }
 
-/* ---- applying a mask ---- */
-
-/* -INFINITY where n words of bits have a 0 (apply_pick's choice). */
-typedef ms_tmask_writer apply_fn;
-
-/* -INFINITY in the 64 logits of each of words n of bits where the word has
- * a 0; a word of ones (most of a string's mask) costs nothing. The
- * portable way: the zeros one by one. */
-static void apply_words(const uint64_t *bits, int64_t n, float *z)
-{
-	for (int64_t w = 0; w < n; w++)
-		for (uint64_t x = ~bits[w]; x; x &= x - 1)
-			z[w * 64 + __builtin_ctzll(x)] = -INFINITY;
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-/* The same as four masked stores a word, whatever its zeros: a mask of a
- * quarter of the vocabulary ~3x faster than one by one, a refusing one at
- * the speed of a memset (server/ is built for any x86-64: these run where
- * the CPU has them, apply_pick). */
-__attribute__((target("avx512f"))) static void apply_words_avx512(const uint64_t *bits, int64_t n,
-								    float *z)
-{
-	const __m512 ninf = _mm512_set1_ps(-INFINITY);
-	for (int64_t w = 0; w < n; w++) {
-		uint64_t x = ~bits[w];
-		for (int i = 0; x && i < 4; i++)
-			_mm512_mask_storeu_ps(z + w * 64 + 16 * i, (__mmask16)(x >> (16 * i)), ninf);
-	}
-}
-
-/* Eight masked stores a word. */
-__attribute__((target("avx2"))) static void apply_words_avx2(const uint64_t *bits, int64_t n,
-								  float *z)
-{
-	const __m256 ninf = _mm256_set1_ps(-INFINITY);
-	const __m256i sel = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-	for (int64_t w = 0; w < n; w++) {
-		uint64_t x = ~bits[w];
-		for (int i = 0; x && i < 8; i++) {
-			__m256i b = _mm256_and_si256(_mm256_set1_epi32((int)(x >> (8 * i) & 255)), sel);
-			_mm256_maskstore_ps(z + w * 64 + 8 * i, _mm256_cmpeq_epi32(b, sel), ninf);
-		}
-	}
-}
-#endif
-
-ms_tmask_writer *ms_tmask_writer_by_name(const char *name)
-{
-	if (!strcmp(name, "portable"))
-		return apply_words;
-#if defined(__x86_64__) && defined(__GNUC__)
-	if (!strcmp(name, "avx512") && __builtin_cpu_supports("avx512f"))
-		return apply_words_avx512;
-	if (!strcmp(name, "avx2") && __builtin_cpu_supports("avx2"))
-		return apply_words_avx2;
-#endif
-	return NULL;
-}
-
-static apply_fn *apply_pick(void)
-{
-#if defined(__x86_64__) && defined(__GNUC__)
-	if (__builtin_cpu_supports("avx512f"))
-		return apply_words_avx512;
-	if (__builtin_cpu_supports("avx2"))
-		return apply_words_avx2;
-#endif
-	return apply_words;
-}
-
 /* ---- the cache ---- */
 
 #define N_BUCKETS 4096
@@ -389,7 +314,7 @@ static void top_free(struct top *e)
 
 struct ms_tmask {
 	atomic_int refs;
-	apply_fn *apply;
+	ms_mask_words_fn *apply;   /* the backend's writer, chosen at its start */
 	struct ms_grammar *g;
 	const struct ms_vocab_trie *v;
 	struct ms_gview gv;
@@ -465,7 +390,7 @@ static void tmask_destroy(struct ms_tmask *t)
 }
 
 int ms_tmask_new(struct ms_grammar *g, const struct ms_vocab_trie *v, size_t cache_bytes,
-		 struct ms_tmask **out, struct ms_err *err)
+		 ms_mask_words_fn *write, struct ms_tmask **out, struct ms_err *err)
 {
 	struct ms_tmask *t = calloc(1, sizeof(*t));
 	*out = NULL;
@@ -494,7 +419,7 @@ int ms_tmask_new(struct ms_grammar *g, const struct ms_vocab_trie *v, size_t cac
 	form_classes(t);
 	t->words = (size_t)(v->vocab + 63) / 64;
 	t->bound = cache_bytes ? cache_bytes : (size_t)64 << 20;
-	t->apply = apply_pick();
+	t->apply = write ? write : ms_mask_words_ref;
 	for (int i = 0; i < t->n_lv; i++)
 		ms_gwalk_init(&t->lv[i], g);
 	ms_gwalk_init(&t->ctx, g);

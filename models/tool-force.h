@@ -1,6 +1,6 @@
 /*
  * tool-force.h: the shape of an answer, enforced by a token constraint
- * (engine.h's struct ms_constraint; server/ only): tool_choice "required"
+ * (engine.h's struct ms_constraint) for harmony models: tool_choice "required"
  * or a named function, structured outputs (a final answer that matches a
  * grammar), strict tool arguments.
  *
@@ -29,8 +29,8 @@
  * enough that the answer is complete within it whenever the frame and the
  * grammar's shortest sentence fit at all.
  */
-#ifndef MS_SERVER_TOOL_FORCE_H
-#define MS_SERVER_TOOL_FORCE_H
+#ifndef MS_TOOL_FORCE_H
+#define MS_TOOL_FORCE_H
 
 #include <stdbool.h>
 #include <stdint.h>

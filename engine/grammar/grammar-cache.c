@@ -20,7 +20,8 @@ struct gentry {
 };
 
 struct ms_grammar_cache {
-	const struct ms_tokenizer *tok;
+	struct ms_vocab voc;
+	ms_mask_words_fn *write;
 	int64_t vocab;
 	int cap;
 	pthread_mutex_t lock;
@@ -29,14 +30,16 @@ struct ms_grammar_cache {
 	struct ms_grammar_cache_stats st;
 };
 
-int ms_grammar_cache_new(const struct ms_tokenizer *tok, int64_t vocab, int capacity,
-			 struct ms_grammar_cache **out, struct ms_err *err)
+int ms_grammar_cache_new(struct ms_vocab voc, int64_t vocab, int capacity,
+			 ms_mask_words_fn *write, struct ms_grammar_cache **out,
+			 struct ms_err *err)
 {
 	struct ms_grammar_cache *c = calloc(1, sizeof(*c));
 	*out = c;
 	if (!c)
 		return ms_err_set(err, -ENOMEM, "out of memory");
-	c->tok = tok;
+	c->voc = voc;
+	c->write = write;
 	c->vocab = vocab;
 	c->cap = capacity > 0 ? capacity : 64;
 	pthread_mutex_init(&c->lock, NULL);
@@ -160,7 +163,7 @@ int ms_grammar_cache_get(struct ms_grammar_cache *c, enum ms_grammar_kind kind, 
 	}
 	int rc = 0;
 	if (!c->trie)
-		rc = ms_vocab_trie_new(c->tok, c->vocab, &c->trie, err);
+		rc = ms_vocab_trie_new(&c->voc, c->vocab, &c->trie, err);
 	pthread_mutex_unlock(&c->lock);
 	if (rc)
 		return rc;
@@ -174,7 +177,7 @@ int ms_grammar_cache_get(struct ms_grammar_cache *c, enum ms_grammar_kind kind, 
 		ms_grammar_free(g);
 	}
 	if (!rc)
-		rc = ms_tmask_new(g, c->trie, 0, &e->t, err);
+		rc = ms_tmask_new(g, c->trie, 0, c->write, &e->t, err);
 	if (!rc)
 		rc = first_mask(e->t, c->vocab, err);
 	if (rc) {

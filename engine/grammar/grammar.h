@@ -1,6 +1,6 @@
 /*
  * grammar.h: context-free grammars over bytes, compiled for matching
- * (server/ only; structured outputs). JSON Schema, GBNF, regular
+ * (structured outputs). JSON Schema, GBNF, regular
  * expressions and choice lists all build the same expressions here
  * (grammar-json.c, grammar-text.c) and compile them the same way.
  *
@@ -15,8 +15,8 @@
  * calls, MS_GRAMMAR_MAX_STACKS stacks alive at once. Left recursion is a
  * compile error.
  */
-#ifndef MS_SERVER_GRAMMAR_H
-#define MS_SERVER_GRAMMAR_H
+#ifndef MS_GRAMMAR_H
+#define MS_GRAMMAR_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,19 +1,18 @@
 /*
- * grammar-cache.h: compiled grammars by their text, shared by requests
- * (server/ only). Structured-output requests name a grammar by what they
+ * grammar-cache.h: compiled grammars by their text, shared by requests. Structured-output requests name a grammar by what they
  * send (a JSON Schema, a regex, a GBNF text, a list of choices); each
  * distinct one is compiled once and kept, with its token-mask cache, in an
  * LRU of bounded count. The vocabulary trie is built on the first use.
  * Thread-safe: HTTP threads get, the engine thread masks.
  */
-#ifndef MS_SERVER_GRAMMAR_CACHE_H
-#define MS_SERVER_GRAMMAR_CACHE_H
+#ifndef MS_GRAMMAR_CACHE_H
+#define MS_GRAMMAR_CACHE_H
 
 #include <stdint.h>
 
+#include "lm.h"
 #include "ms-error.h"
 #include "token-mask.h"
-#include "tokenizer.h"
 
 enum ms_grammar_kind {
 	MS_GK_JSON_SCHEMA,  /* text: the schema as JSON */
@@ -25,9 +24,11 @@ enum ms_grammar_kind {
 
 struct ms_grammar_cache;
 
-/* For tok's tokens below vocab; capacity: grammars kept (0: 64). */
-int ms_grammar_cache_new(const struct ms_tokenizer *tok, int64_t vocab, int capacity,
-			 struct ms_grammar_cache **out, struct ms_err *err);
+/* For voc's tokens below vocab (voc.tok must outlive the cache); capacity:
+ * grammars kept (0: 64); write: the masks' writer (ms_tmask_new). */
+int ms_grammar_cache_new(struct ms_vocab voc, int64_t vocab, int capacity,
+			 ms_mask_words_fn *write, struct ms_grammar_cache **out,
+			 struct ms_err *err);
 void ms_grammar_cache_free(struct ms_grammar_cache *c);   /* NULL is fine */
 
 /* The grammar of (kind, text), compiled or found: *out is a reference

@@ -1,7 +1,7 @@
 /*
- * token-mask.h: which tokens a grammar allows next (server/ only).
+ * token-mask.h: which tokens a grammar allows next.
  *
- * The tokenizer's normal tokens (special ones are the caller's: the
+ * The vocabulary's normal tokens (special ones are the caller's: the
  * harmony frame, end of text) form a byte trie laid out in preorder, so
  * that a walk is one pass over an array that skips a whole subtree when
  * its prefix is refused. A walk starts from a match state (grammar.h) and
@@ -26,21 +26,21 @@
  * All three are shared by every request of the grammar (a mutex; the walk
  * runs under it).
  */
-#ifndef MS_SERVER_TOKEN_MASK_H
-#define MS_SERVER_TOKEN_MASK_H
+#ifndef MS_TOKEN_MASK_H
+#define MS_TOKEN_MASK_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "grammar.h"
+#include "lm.h"
 #include "ms-error.h"
-#include "tokenizer.h"
 
 struct ms_vocab_trie;
 
-/* The trie of tok's normal tokens with ids below vocab (the model's logits;
- * larger ids and ids the tokenizer lacks are never allowed). */
-int ms_vocab_trie_new(const struct ms_tokenizer *tok, int64_t vocab, struct ms_vocab_trie **out,
+/* The trie of voc's normal tokens with ids below vocab (the model's logits;
+ * larger ids and ids voc lacks are never allowed). */
+int ms_vocab_trie_new(const struct ms_vocab *voc, int64_t vocab, struct ms_vocab_trie **out,
 		      struct ms_err *err);
 void ms_vocab_trie_free(struct ms_vocab_trie *v);   /* NULL is fine */
 int64_t ms_vocab_trie_vocab(const struct ms_vocab_trie *v);
@@ -53,9 +53,11 @@ int32_t ms_vocab_trie_byte_token(const struct ms_vocab_trie *v, uint8_t b);
 struct ms_tmask;
 
 /* g (taken, freed with the mask) over v (must outlive it); cache_bytes:
- * the cache's bound (0: 64 MiB). Starts with one reference. */
+ * the cache's bound (0: 64 MiB); write: how masks go into logits (the
+ * backend's mask_words; NULL: ms_mask_words_ref). Starts with one
+ * reference. */
 int ms_tmask_new(struct ms_grammar *g, const struct ms_vocab_trie *v, size_t cache_bytes,
-		 struct ms_tmask **out, struct ms_err *err);
+		 ms_mask_words_fn *write, struct ms_tmask **out, struct ms_err *err);
 struct ms_tmask *ms_tmask_ref(struct ms_tmask *t);
 void ms_tmask_unref(struct ms_tmask *t);             /* NULL is fine */
 const struct ms_grammar *ms_tmask_grammar(const struct ms_tmask *t);
@@ -75,14 +77,6 @@ const struct ms_vocab_trie *ms_tmask_vocab(const struct ms_tmask *t);
  * MS_TMASK_MAX_WORK): nothing changed (the caller refuses everything but
  * its ends). */
 int ms_tmask_apply(struct ms_tmask *t, const struct ms_gmatch *m, float *logits, int64_t vocab);
-
-/* The writers of a mask into logits: z[i] = -INFINITY for each 0 bit of
- * bits[0..words) (64 logits a word), the others untouched. One is chosen
- * when a mask is made (AVX-512, AVX2, portable: the best this CPU has);
- * by name ("avx512", "avx2", "portable") for the tests, NULL where this
- * CPU lacks it. */
-typedef void ms_tmask_writer(const uint64_t *bits, int64_t words, float *z);
-ms_tmask_writer *ms_tmask_writer_by_name(const char *name);
 
 /* The allowed set as a bitset into bits[(vocab + 63) / 64] (tests, bench,
  * the grammar cache's first mask); -ENOMEM, -E2BIG as ms_tmask_apply. */
