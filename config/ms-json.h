@@ -1,7 +1,9 @@
 /*
- * ms-json.h: JSON text held to RFC 8259 before cJSON reads it: request
- * bodies (server/json.c) and every JSON file of a checkpoint (config.json,
- * the quantization configs, the shard index, tokenizer.json).
+ * ms-json.h: the project's one JSON module, over cJSON.
+ *
+ * Reading: JSON text held to RFC 8259 before cJSON reads it: request
+ * bodies and every JSON file of a checkpoint (config.json, the
+ * quantization configs, the shard index, tokenizer.json).
  *
  * cJSON is lenient where outside input must not be: it takes any byte up
  * to a space as whitespace (a raw NUL between tokens passes), raw control
@@ -9,11 +11,24 @@
  * equal keys (its lookups find the first; Python's json, which wrote and
  * reads most checkpoints, the last). Such a text means different things to
  * different readers, so it is refused, naming where.
+ *
+ * Building: cJSON tells of a failed allocation only by a NULL, and its
+ * Add* functions swallow that NULL: a tree built through them silently
+ * lacks the field, and would go out as a shorter but valid JSON text.
+ * ms_json_init installs an allocator that counts its failures per thread;
+ * a producer compares this thread's count before and after building
+ * (every connection has its own thread, so the difference is its own) and
+ * answers an error instead of an incomplete text. Output escapes a
+ * carried NUL.
+ *
+ * (models/harmony-json.c keeps a reader of its own: the chat template
+ * needs object order and number literals as written, which cJSON drops.)
  */
-#ifndef MS_JSON_STRICT_H
-#define MS_JSON_STRICT_H
+#ifndef MS_JSON_H
+#define MS_JSON_H
 
 #include <cjson/cJSON.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "ms-error.h"
@@ -39,5 +54,38 @@ int ms_json_parse_rfc(const char *text, size_t len, unsigned flags, cJSON **out,
 /* The file at path read whole and parsed as above (no NUL carried); an
  * error names the path. */
 int ms_json_read_file(const char *path, cJSON **out, struct ms_err *err);
+
+/* Install the counting allocator (idempotent; before other threads use
+ * cJSON). Without it the count stays 0. */
+void ms_json_init(void);
+
+/* cJSON allocations that failed on this thread so far. */
+unsigned long ms_json_failures(void);
+
+/* Tests: the n-th next cJSON allocation on this thread fails, and only
+ * that one (1: the next); 0 turns it off. Needs ms_json_init. */
+void ms_json_fail_nth(unsigned long n);
+
+/* cJSON's AddItemTo* and ReplaceItem* keep the item only when they
+ * succeed (the key's copy may fail; the container may be NULL): these
+ * delete it otherwise, so that a failed allocation costs a field, counted,
+ * never a leak. True when the item was kept. */
+bool ms_json_push(cJSON *arr, cJSON *item);
+bool ms_json_put(cJSON *obj, const char *key, cJSON *item);
+bool ms_json_replace(cJSON *obj, const char *key, cJSON *item);
+
+/* A request body text[0..len) as strict RFC 8259 JSON (ms_json_parse_rfc),
+ * a \u0000 in a string carried (ms-utf8.h); the messages begin "the body is not valid JSON: " or "the body is not
+ * accepted: ". */
+int ms_json_parse_strict(const char *text, size_t len, cJSON **out, char *msg, size_t cap);
+
+/* v as compact JSON text (malloc'd; NULL when out of memory), a carried
+ * NUL written as \u0000. */
+char *ms_json_text(const cJSON *v);
+
+/* j as compact text (malloc'd), j deleted; NULL when printing fails or when
+ * an allocation failed on this thread since the count was `since` (the
+ * tree may lack a part). */
+char *ms_json_print(cJSON *j, unsigned long since);
 
 #endif

@@ -44,7 +44,7 @@
 #include "backend.h"
 #include "engine.h"
 #include "http.h"
-#include "json.h"
+#include "ms-json.h"
 #include "metrics.h"
 #include "model.h"
 #include "ms-clock.h"

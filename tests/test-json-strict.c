@@ -25,7 +25,6 @@
 #include <unistd.h>
 
 #include "check-run.h"
-#include "json.h"
 #include "ms-json.h"
 #include "ms-utf8.h"
 #include "tokenizer.h"

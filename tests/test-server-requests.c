@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "check-run.h"
-#include "json.h"
+#include "ms-json.h"
 #include "grammar-cache.h"
 #include "request.h"
 #include "sampler.h"

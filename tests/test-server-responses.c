@@ -26,7 +26,7 @@
 
 #include "check-run.h"
 #include "http.h"
-#include "json.h"
+#include "ms-json.h"
 #include "grammar-cache.h"
 #include "request.h"
 #include "responses.h"

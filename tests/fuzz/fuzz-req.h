@@ -8,7 +8,7 @@
 #define MS_TEST_FUZZ_REQ_H
 
 #include "grammar-cache.h"
-#include "json.h"
+#include "ms-json.h"
 #include "request.h"
 
 static struct ms_grammar_cache *fuzz_grammars;

@@ -22,7 +22,7 @@
 
 #include "bridge.h"
 #include "grammar-cache.h"
-#include "json.h"
+#include "ms-json.h"
 #include "model.h"
 #include "ms-clock.h"
 #include "request.h"

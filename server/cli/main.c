@@ -23,7 +23,7 @@
 #include "quant.h"
 #include "tokenizer.h"
 #include "bench.h"
-#include "json.h"
+#include "ms-json.h"
 #include "request.h"
 #include "serve.h"
 #include "ms-clock.h"

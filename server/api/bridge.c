@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "http.h"
-#include "json.h"
+#include "ms-json.h"
 #include "ms-clock.h"
 #include "ms-mapguard.h"
 #include "request.h"

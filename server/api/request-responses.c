@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
+#include "ms-json.h"
 #include "ms-strbuf.h"
 #include "request-int.h"
 

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "http.h"
-#include "json.h"
+#include "ms-json.h"
 #include "ms-strbuf.h"
 #include "request.h"
 

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "http.h"
-#include "json.h"
+#include "ms-json.h"
 #include "ms-utf8.h"
 #include "request.h"
 #include "responses.h"

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
+#include "ms-json.h"
 #include "ms-strbuf.h"
 #include "request-int.h"
 
