@@ -17,6 +17,12 @@ a vocabulary through engine/lm.h's view, never the tokenizer, and engine/
 itself does not include them (a constraint is engine.h's struct): models/
 (tool forcing) and server/ do.
 
+server/ is four rooms. server/api (the OpenAI and Responses APIs) uses
+everything below server/, and of server/ only itself and http/metrics.h,
+the counters it records into; nothing it includes may reach
+<microhttpd.h>, so the API runs apart from any transport. server/http
+adds api; server/bench, api and http; server/cli, all of server/.
+
 tests/ and tools/ may include anything. Quoted includes are resolved by file
 name against the tree's headers (names are unique: the build puts every room
 on the include path); <...> includes are the system's and libraries'.
@@ -31,10 +37,11 @@ import re
 import sys
 
 ROOMS = ["config", "engine", "engine/cpu", "engine/rocm", "engine/grammar", "quant", "models",
-         "server"]
+         "server/api", "server/http", "server/bench", "server/cli"]
 BACKENDS = ("engine/cpu", "engine/rocm")
 # headers meson writes into the build tree, and the room they belong to
 GENERATED = {"rocm-config.h": "engine/rocm/rocm-config.h"}
+GENERATED_SUFFIX = "rocm-config.h"
 FREE = ("tests", "tools")
 
 # room -> the rooms it may include
@@ -43,8 +50,16 @@ ALLOWED = {
     "engine": {"config", "engine"},
     "quant": {"config", "engine", "quant"},
     "models": {"config", "engine", "engine/grammar", "quant", "models"},
-    "server": set(ROOMS),
 }
+BELOW_SERVER = {r for r in ROOMS if not r.startswith("server/")}
+ALLOWED["server/api"] = BELOW_SERVER | {"server/api"}
+ALLOWED["server/http"] = BELOW_SERVER | {"server/api", "server/http"}
+ALLOWED["server/bench"] = BELOW_SERVER | {"server/api", "server/http", "server/bench"}
+ALLOWED["server/cli"] = set(ROOMS)
+# single headers a room may include beyond its rooms: (room, header)
+EXTRA = {("server/api", "metrics.h")}
+# the rooms that may not reach libmicrohttpd, even through a header
+NO_MHD = ("server/api",)
 for b in BACKENDS + ("engine/grammar",):
     ALLOWED[b] = {"config", "engine", b}
 
@@ -52,6 +67,27 @@ for b in BACKENDS + ("engine/grammar",):
 KNOWN = {}
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+MHD = re.compile(r'^\s*#\s*include\s+<microhttpd\.h>')
+
+
+def reaches_mhd(src, rel, headers, memo):
+    """Does rel include <microhttpd.h>, itself or through the tree's headers?"""
+    if rel not in memo:
+        memo[rel] = False  # a cycle does not reach it by itself
+        with open(os.path.join(src, rel), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        memo[rel] = any(MHD.match(l) for l in lines) or any(
+            reaches_mhd(src, headers[os.path.basename(m.group(1))][0], headers, memo)
+            for m in map(INCLUDE.match, lines)
+            if m and os.path.basename(m.group(1)) in headers
+            and not headers[os.path.basename(m.group(1))][0].endswith(GENERATED_SUFFIX))
+    return memo[rel]
+
+
+def mhd_errors(src, files, headers):
+    memo = {}
+    return [f"{rel}: {room_of(rel)}/ reaches <microhttpd.h> (the API has no transport type)"
+            for rel in files if room_of(rel) in NO_MHD and reaches_mhd(src, rel, headers, memo)]
 
 
 def room_of(rel):
@@ -111,13 +147,14 @@ def main():
                 target = room_of(where[0])
                 if target in FREE:
                     bad.append(f"{rel}:{ln}: includes {where[0]} (tests/tools are not a room)")
-                elif target not in ALLOWED[room]:
+                elif target not in ALLOWED[room] and (room, inc) not in EXTRA:
                     if (rel, inc) in KNOWN:
                         seen.add((rel, inc))
                     else:
                         why = ("a backend: reach it through engine/backend.h"
                                if target in BACKENDS else f"{target}/ is above it")
                         bad.append(f"{rel}:{ln}: {room}/ may not include {where[0]} ({why})")
+    bad += mhd_errors(args.src, files, headers)
     for k in sorted(set(KNOWN) - seen):
         bad.append(f"KNOWN lists {k[0]} -> {k[1]}, which no longer occurs: drop it")
     for b in bad:

@@ -359,8 +359,8 @@ static int setup_server(struct ms_err *err)
 	if ((rc = ms_engine_init(&G.eng, &G.m.lm, &text, &ec, err)) ||
 	    (rc = ms_engine_start(G.eng, err)) || (rc = ms_metrics_init(&G.metrics, "bf16", err)))
 		return rc;
-	struct ms_server_config sc = {.host = "127.0.0.1", .port = 0, .model_name = "bf16",
-				      .max_body_bytes = 1 << 20, .keepalive_s = 1000000};
+	struct ms_server_config sc = {.host = "127.0.0.1", .port = 0, .max_body_bytes = 1 << 20,
+				      .api = {.model_name = "bf16", .keepalive_s = 1000000}};
 	if ((rc = ms_server_start(&G.srv, &sc, G.metrics, err)))
 		return rc;
 	ms_server_set_ready(&G.srv, &G.m, G.tok, G.eng);

@@ -1,14 +1,14 @@
 /*
  * test-server-responses.c: POST /v1/responses without a daemon.
  *
- * The request (server/request-responses.c): every kind of input item, the
+ * The request (server/responses-request.c): every kind of input item, the
  * instructions, flat and nested function tools, tool_choice none, a
  * stored conversation and reasoning effort render exactly the prompt the
  * equivalent chat request renders (the same ids); hosted tools are
  * ignored and named; the fields Codex sends are accepted; every refusal
  * names the Responses field.
  *
- * The answer (server/responses.c): scripted harmony output (reasoning,
+ * The answer (server/responses-answer.c): scripted harmony output (reasoning,
  * a function call, a final answer, a cut-off one) fed token by token as
  * the engine's events: the output items in the order generated, their
  * status, the usage's reasoning tokens; streamed, every event's "event:"
@@ -25,11 +25,12 @@
 #include <string.h>
 
 #include "check-run.h"
-#include "http.h"
+#include "api.h"
 #include "ms-json.h"
 #include "grammar-cache.h"
 #include "request.h"
-#include "responses.h"
+#include "responses-answer.h"
+#include "responses-store.h"
 #include "tokenizer.h"
 
 #include "reqtest.h"
@@ -343,13 +344,13 @@ END_TEST
 
 /* ==== the answer ==== */
 
-static struct ms_server srv;
+static struct ms_api srv;
 
-/* A job as bridge.c makes one, for the parsed request body. */
+/* A job as job.c makes one, for the parsed request body. */
 static struct ms_job *job_for(const char *body)
 {
 	struct ms_job *jb = calloc(1, sizeof(*jb));
-	jb->s = &srv;
+	jb->api = &srv;
 	jb->rq = RSP(body);
 	jb->n = 1;
 	jb->ch = calloc(1, sizeof(*jb->ch));
@@ -361,7 +362,7 @@ static struct ms_job *job_for(const char *body)
 
 static void job_free(struct ms_job *jb)
 {
-	ms_rsp_free(jb->rsp);
+	ms_responses_free(jb->rsp);
 	ms_req_gen_free(jb->rq);
 	ms_strbuf_free(&jb->out);
 	free(jb->ch);
@@ -387,12 +388,12 @@ static void feed(struct ms_job *jb, const char *script, enum ms_finish fin)
 		if (!special)
 			ck_assert_int_eq(ms_tokenizer_decode(tok, &ids[i], 1, false, &text, &len, &err), 0);
 		struct ms_ev e = {.kind = MS_EV_TOKEN, .token = ids[i], .text = text, .len = len};
-		ms_rsp_event(jb, &e);
+		ms_responses_event(jb, &e);
 		free(text);
 	}
 	struct ms_ev f = {.kind = MS_EV_FINISH, .finish = fin, .prompt_tokens = 50,
 			  .cached_tokens = 10, .completion_tokens = (int64_t)n};
-	ms_rsp_event(jb, &f);
+	ms_responses_event(jb, &f);
 	free(ids);
 }
 
@@ -449,7 +450,7 @@ START_TEST(items_in_order)
 	snprintf(body, sizeof(body), "{\"input\": \"Weather?\", \"instructions\": \"x\", %s}", TOOLS);
 	struct ms_job *jb = job_for(body);
 	feed(jb, SCRIPT_CALL, MS_FINISH_STOP);
-	cJSON *r = ms_rsp_final(jb);
+	cJSON *r = ms_responses_final(jb);
 	ck_assert_str_eq(sget(r, "object"), "response");
 	ck_assert_str_eq(sget(r, "status"), "completed");
 	ck_assert_str_eq(sget(r, "instructions"), "x");
@@ -476,7 +477,7 @@ START_TEST(items_in_order)
 	/* a final answer after reasoning; then one cut off by max_output_tokens */
 	jb = job_for("{\"input\": \"Hi\"}");
 	feed(jb, SCRIPT_FINAL, MS_FINISH_STOP);
-	r = ms_rsp_final(jb);
+	r = ms_responses_final(jb);
 	out = get(r, "output");
 	ck_assert_int_eq(cJSON_GetArraySize(out), 2);
 	ck_assert_str_eq(sget(cJSON_GetArrayItem(out, 1), "type"), "message");
@@ -487,7 +488,7 @@ START_TEST(items_in_order)
 	job_free(jb);
 	jb = job_for("{\"input\": \"Hi\", \"max_output_tokens\": 9}");
 	feed(jb, "<|channel|>final<|message|>Hello, wor", MS_FINISH_LENGTH);
-	r = ms_rsp_final(jb);
+	r = ms_responses_final(jb);
 	ck_assert_str_eq(sget(r, "status"), "incomplete");
 	ck_assert_str_eq(sget(get(r, "incomplete_details"), "reason"), "max_output_tokens");
 	ck_assert_str_eq(sget(cJSON_GetArrayItem(get(r, "output"), 0), "status"), "incomplete");
@@ -570,7 +571,7 @@ START_TEST(stream_events)
 		snprintf(body, sizeof(body), "{\"input\": \"Weather?\", \"stream\": true, %s}", TOOLS);
 		struct ms_job *jb = job_for(body);
 		feed(jb, scripts[s], MS_FINISH_STOP);
-		ms_rsp_stream_end(jb);
+		ms_responses_stream_end(jb);
 		ck_assert(!jb->failed);
 		char *sse = ms_strbuf_take(&jb->out);
 		cJSON *evs = sse_events(sse);
@@ -584,7 +585,7 @@ START_TEST(stream_events)
 		struct ms_job *j2 = job_for(body);
 		j2->rq->stream = false;
 		feed(j2, scripts[s], MS_FINISH_STOP);
-		cJSON *r2 = ms_rsp_final(j2);
+		cJSON *r2 = ms_responses_final(j2);
 		const cJSON *o1 = get(resp, "output"), *o2 = get(r2, "output");
 		ck_assert_int_eq(cJSON_GetArraySize(o1), cJSON_GetArraySize(o2));
 		for (int i = 0; i < cJSON_GetArraySize(o1); i++)
@@ -600,20 +601,20 @@ END_TEST
 
 START_TEST(stored_and_evicted)
 {
-	ms_rsp_store_free(&srv.rstore);
-	ms_rsp_store_init(&srv.rstore, 2);
+	ms_responses_store_free(&srv.rstore);
+	ms_responses_store_init(&srv.rstore, 2);
 	char ids[3][64];
 	for (int i = 0; i < 3; i++) {
 		struct ms_job *jb = job_for(i == 2 ? "{\"input\": \"Hi\", \"store\": false}"
 					    : "{\"input\": \"Hi\"}");
 		feed(jb, SCRIPT_FINAL, MS_FINISH_STOP);
-		cJSON_Delete(ms_rsp_final(jb));
+		cJSON_Delete(ms_responses_final(jb));
 		snprintf(ids[i], sizeof(ids[i]), "%s", jb->id);
 		job_free(jb);
 	}
 	cJSON *resp, *items;
-	ck_assert(!ms_rsp_store_get(&srv.rstore, ids[2], NULL, NULL)); /* store: false */
-	ck_assert(ms_rsp_store_get(&srv.rstore, ids[0], &resp, &items));
+	ck_assert(!ms_responses_store_get(&srv.rstore, ids[2], NULL, NULL)); /* store: false */
+	ck_assert(ms_responses_store_get(&srv.rstore, ids[0], &resp, &items));
 	ck_assert_str_eq(sget(resp, "id"), ids[0]);
 	/* the conversation: the input, then the output's reasoning and message */
 	ck_assert_int_eq(cJSON_GetArraySize(items), 3);
@@ -622,13 +623,13 @@ START_TEST(stored_and_evicted)
 	/* ids[0] was used last: a third stored evicts ids[1] */
 	struct ms_job *jb = job_for("{\"input\": \"Hi\"}");
 	feed(jb, SCRIPT_FINAL, MS_FINISH_STOP);
-	cJSON_Delete(ms_rsp_final(jb));
-	ck_assert(ms_rsp_store_get(&srv.rstore, jb->id, NULL, NULL));
-	ck_assert(ms_rsp_store_get(&srv.rstore, ids[0], NULL, NULL));
-	ck_assert(!ms_rsp_store_get(&srv.rstore, ids[1], NULL, NULL));
-	ck_assert(ms_rsp_store_delete(&srv.rstore, ids[0]));
-	ck_assert(!ms_rsp_store_delete(&srv.rstore, ids[0]));
-	ck_assert(!ms_rsp_store_get(&srv.rstore, ids[0], NULL, NULL));
+	cJSON_Delete(ms_responses_final(jb));
+	ck_assert(ms_responses_store_get(&srv.rstore, jb->id, NULL, NULL));
+	ck_assert(ms_responses_store_get(&srv.rstore, ids[0], NULL, NULL));
+	ck_assert(!ms_responses_store_get(&srv.rstore, ids[1], NULL, NULL));
+	ck_assert(ms_responses_store_delete(&srv.rstore, ids[0]));
+	ck_assert(!ms_responses_store_delete(&srv.rstore, ids[0]));
+	ck_assert(!ms_responses_store_get(&srv.rstore, ids[0], NULL, NULL));
 	job_free(jb);
 }
 END_TEST
@@ -641,7 +642,7 @@ int main(void)
 	struct ms_req_model m = model();
 	srv.cfg.model_name = "kjv";
 	srv.hids = m.hids;
-	ms_rsp_store_init(&srv.rstore, 100);
+	ms_responses_store_init(&srv.rstore, 100);
 	Suite *s = suite_create("server-responses");
 	TCase *tr = tcase_create("request");
 	tcase_add_test(tr, renders_as_chat);
@@ -657,7 +658,7 @@ int main(void)
 	tcase_add_test(ta, stored_and_evicted);
 	suite_add_tcase(s, ta);
 	int failed = ms_check_run(s);
-	ms_rsp_store_free(&srv.rstore);
+	ms_responses_store_free(&srv.rstore);
 	ms_tokenizer_free(tok);
 	return failed ? 1 : 0;
 }

@@ -1,10 +1,10 @@
 /*
- * request-int.h: what the request parsers (request.c, request-responses.c)
+ * request-int.h: what the request parsers (request.c, responses-request.c)
  * share: the refusal that names a field, the out-of-memory refusal, and
  * field lookup where JSON null counts as absent.
  */
-#ifndef MS_SERVER_REQUEST_INT_H
-#define MS_SERVER_REQUEST_INT_H
+#ifndef MS_API_REQUEST_INT_H
+#define MS_API_REQUEST_INT_H
 
 #include <cjson/cJSON.h>
 #include <errno.h>

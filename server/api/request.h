@@ -1,6 +1,6 @@
 /*
  * request.h: the OpenAI request bodies, parsed and validated into what the
- * engine takes (server/ only; no HTTP here, so tests drive it on JSON text).
+ * engine takes (no HTTP here, so tests drive it on JSON text).
  *
  * Every refusal names the field by its JSON path (the error envelope's
  * "param", e.g. messages[2].content) and says what the field must be, with
@@ -10,8 +10,8 @@
  * failure is a refusal too, status 500, never a crash or a shorter request.
  * Fields that are absent or JSON null take their defaults.
  */
-#ifndef MS_SERVER_REQUEST_H
-#define MS_SERVER_REQUEST_H
+#ifndef MS_API_REQUEST_H
+#define MS_API_REQUEST_H
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>
@@ -75,7 +75,7 @@ struct ms_req_gen {
 	int32_t stop_ids[12];
 	struct ms_logit_bias *bias;
 	cJSON *req;                     /* the body (for /v1/responses: the chat body made of it) */
-	/* POST /v1/responses (request-responses.c) */
+	/* POST /v1/responses (responses-request.c) */
 	bool responses, store;
 	cJSON *rsp;                     /* the Responses body, echoed back and stored */
 	cJSON *items;                   /* the conversation: previous_response_id's items, then

@@ -93,7 +93,7 @@ static int serve_model(const struct ms_serve_options *o, const char *model_dir, 
 	}
 	ms_server_set_ready(srv, &sv->m, sv->tok, sv->eng);
 	/* the context the server advertises is the engine's */
-	srv->max_model_len = o->ctx_size && o->ctx_size < sv->m.cfg.max_pos ? o->ctx_size
+	srv->api.max_model_len = o->ctx_size && o->ctx_size < sv->m.cfg.max_pos ? o->ctx_size
 			     : (sv->m.cfg.max_pos < 8192 ? sv->m.cfg.max_pos : 8192);
 	fprintf(stderr, "moeserve: ready in %.2f s: %s (%s backend, %s kernels, %d threads, %s KV "
 		"cache, %s attention products; repacked %lld of %lld matrices, %.1f MiB, in %.2f s)\n",
@@ -111,13 +111,13 @@ static void serve_drain(const struct ms_serve_options *o, struct ms_server *srv,
 {
 	ms_server_quiesce(srv);
 	double deadline = ms_now_s() + o->shutdown_timeout_s;
-	while (atomic_load(&srv->in_flight) > 0 && ms_now_s() < deadline)
+	while (atomic_load(&srv->api.in_flight) > 0 && ms_now_s() < deadline)
 		usleep(20000);
 	/* what is left is cancelled: its clients get the end of their stream,
 	 * so give the connections a moment to write it before closing them */
 	if (sv->eng)
 		ms_engine_free(sv->eng);
-	for (double end = ms_now_s() + 1.0; atomic_load(&srv->in_flight) > 0 && ms_now_s() < end;)
+	for (double end = ms_now_s() + 1.0; atomic_load(&srv->api.in_flight) > 0 && ms_now_s() < end;)
 		usleep(10000);
 	ms_server_stop(srv);
 	ms_tokenizer_free(sv->tok);
@@ -207,12 +207,12 @@ int ms_cmd_serve(int argc, char **argv, const char *default_model)
 		.tls_cert = o.tls_cert, .tls_key = o.tls_key, .tls_cert_pem = o.tls_cert_pem,
 		.tls_key_pem = o.tls_key_pem, .tls_key_password = o.tls_key_password,
 		.tls_priorities = o.tls_priorities, .max_connections = o.max_connections,
-		.max_connections_per_ip = o.max_connections_per_ip, .model_name = name,
+		.max_connections_per_ip = o.max_connections_per_ip,
 		.max_body_bytes = (size_t)o.max_body_bytes, .cors_origin = o.cors_origin,
-		.keepalive_s = o.keepalive_s ? o.keepalive_s : 1000000,
-		.responses_store = o.responses_store, .max_tokens = o.max_tokens,
-		.grammar_cache = o.grammar_cache,
 		.log_json = o.log_format == MS_LOG_FORMAT_JSON,
+		.api = {.model_name = name, .keepalive_s = o.keepalive_s ? o.keepalive_s : 1000000,
+			.responses_store = o.responses_store, .max_tokens = o.max_tokens,
+			.grammar_cache = o.grammar_cache},
 	};
 	static struct ms_server srv;
 	if ((rc = ms_server_start(&srv, &sc, metrics, &err))) {

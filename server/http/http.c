@@ -1,8 +1,9 @@
 /*
  * http.c: the transport. libmicrohttpd's connections (one thread each),
- * routes, auth, body limits, the error envelope on the wire, and the SSE
- * stream's sending side. What a body asks is parsed by request.c, run on
- * the engine by bridge.c and written by response.c.
+ * the route table, auth, body limits, the API's replies on the wire, and
+ * the SSE stream's sending side. What a body asks is answered by the API
+ * (api.c: parsed by request.c, run on the engine by job.c and written
+ * by answer.c).
  */
 #include "http.h"
 
@@ -20,13 +21,13 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "bridge.h"
+#include "job.h"
 #include "grammar-cache.h"
 #include "ms-json.h"
 #include "model.h"
 #include "ms-clock.h"
 #include "request.h"
-#include "response.h"
+#include "answer.h"
 #include "tls.h"
 
 /* ---- per-connection state ---- */
@@ -81,7 +82,7 @@ static enum MHD_Result queue(struct ms_server *s, struct MHD_Connection *c, stru
 static enum MHD_Result send_oom(struct ms_server *s, struct MHD_Connection *c, struct conn *k)
 {
 	struct MHD_Response *r = MHD_create_response_from_buffer(
-		strlen(ms_resp_oom_body), (void *)ms_resp_oom_body, MHD_RESPMEM_PERSISTENT);
+		strlen(ms_answer_oom_body), (void *)ms_answer_oom_body, MHD_RESPMEM_PERSISTENT);
 	return r ? queue(s, c, k, 500, "application/json", r) : MHD_NO;
 }
 
@@ -110,90 +111,54 @@ static enum MHD_Result send_json(struct ms_server *s, struct MHD_Connection *c, 
 	return send_text(s, c, k, status, "application/json", body, strlen(body));
 }
 
-/* The OpenAI error envelope; code: its "code" string (NULL: the status);
- * allow: the Allow header of a 405, or NULL. */
-static enum MHD_Result error_response_code(struct ms_server *s, struct MHD_Connection *c,
-					   struct conn *k, int status, const char *type,
-					   const char *param, const char *code, const char *allow,
-					   const char *msg)
+/* An endpoint's answer on the wire (api.h). */
+static enum MHD_Result respond(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
+			       struct ms_job *jb);
+
+static enum MHD_Result send_reply(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
+				  struct ms_api_reply *r)
 {
-	unsigned long f0 = ms_json_failures(); /* before building: its own failures count */
-	char *body = ms_json_print(ms_resp_error_code(status, type, param, code, msg), f0);
-	if (!body)
+	if (r->retry_after)
+		k->retry_after = r->retry_after;
+	if (r->job)
+		return respond(s, c, k, r->job);
+	if (r->oom)
 		return send_oom(s, c, k);
-	struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback(strlen(body), body,
-										     free);
-	if (!r) {
-		free(body);
+	if (!r->text)
+		return send_json(s, c, k, r->status, r->json);
+	/* an error envelope, printed */
+	struct MHD_Response *m = MHD_create_response_from_buffer_with_free_callback(strlen(r->text),
+										     r->text, free);
+	if (!m) {
+		free(r->text);
 		return MHD_NO;
 	}
-	if (status == 401)
-		MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
-	if (allow)
-		MHD_add_response_header(r, "Allow", allow);
-	return queue(s, c, k, status, "application/json", r);
-}
-
-static enum MHD_Result error_response(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
-				      int status, const char *type, const char *param, const char *allow,
-				      const char *msg)
-{
-	return error_response_code(s, c, k, status, type, param, NULL, allow, msg);
+	if (r->status == 401)
+		MHD_add_response_header(m, "WWW-Authenticate", "Bearer");
+	if (r->allow)
+		MHD_add_response_header(m, "Allow", r->allow);
+	return queue(s, c, k, r->status, "application/json", m);
 }
 
 static enum MHD_Result send_error(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
-				  int status, const char *type, const char *param, const char *fmt, ...)
-	__attribute__((format(printf, 7, 8)));
+				  int status, const char *type, const char *fmt, ...)
+	__attribute__((format(printf, 6, 7)));
 
+/* The transport's own refusals, in the API's error envelope. */
 static enum MHD_Result send_error(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
-				  int status, const char *type, const char *param, const char *fmt, ...)
+				  int status, const char *type, const char *fmt, ...)
 {
 	char msg[1024];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	return error_response(s, c, k, status, type, param, NULL, msg);
+	struct ms_api_reply r = {0};
+	ms_api_error_code(&r, status, type, NULL, NULL, msg);
+	return send_reply(s, c, k, &r);
 }
 
-#define OOM() send_error(s, c, k, 500, "server_error", NULL, "out of memory")
-
-static enum MHD_Result send_req_error(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
-				      const struct ms_req_error *e)
-{
-	return error_response_code(s, c, k, e->status, e->type, e->param, e->code, NULL, e->msg);
-}
-
-/* Map an engine refusal to its HTTP status. A full queue is a 429 and a
- * KV cache whose queue holds a cache's worth already a 503, both with the
- * engine's guess of when a request will be taken as Retry-After; a
- * request that can never fit is a 400 at once. */
-static enum MHD_Result send_submit_error(struct ms_server *s, struct MHD_Connection *c,
-					 struct conn *k, const struct ms_err *err)
-{
-	if (err->code == -EBUSY || err->code == -EAGAIN) {
-		struct ms_engine_stats st;
-		ms_engine_get_stats(s->engine, &st);
-		k->retry_after = st.retry_after_s;
-	}
-	switch (err->code) {
-	case -EBUSY:
-		return send_error(s, c, k, 429, "rate_limit_exceeded", NULL, "%s; retry later", err->msg);
-	case -EAGAIN:
-		return error_response_code(s, c, k, 503, "server_error", NULL, "kv_cache_exhausted",
-					   NULL, err->msg);
-	case -EIO: /* the model's weights are gone (bridge.c marked /health failed) */
-		return send_error(s, c, k, 503, "server_error", NULL, "%s", err->msg);
-	case -E2BIG: /* Codex and the SDKs know this code: the prompt must shrink */
-		return error_response_code(s, c, k, 400, "invalid_request_error", NULL,
-					   "context_length_exceeded", NULL, err->msg);
-	case -ENOSPC:
-	case -EINVAL:
-		return send_error(s, c, k, 400, "invalid_request_error", NULL, "%s", err->msg);
-	default:
-		return send_error(s, c, k, 500, "server_error", NULL, "%s", err->msg);
-	}
-}
+#define OOM() send_error(s, c, k, 500, "server_error", "out of memory")
 
 /* Has the client closed its end? (readable with 0 bytes, or an error) */
 static bool client_gone(void *ctx)
@@ -219,7 +184,7 @@ struct stream {
 	struct MHD_Connection *c;
 	double keepalive_at;
 	bool failing;       /* the job failed: the error event, then the end */
-	char *error_event;  /* its SSE text (NULL: ms_resp_oom_event) */
+	char *error_event;  /* its SSE text (NULL: ms_answer_oom_event) */
 	size_t error_sent;  /* bytes of it sent */
 };
 
@@ -230,7 +195,7 @@ static char *error_event(const struct ms_job *jb)
 	int status;
 	const char *msg = ms_job_error(jb, &status);
 	unsigned long f0 = ms_json_failures();
-	char *body = ms_json_print(ms_resp_error(status, "server_error", NULL, msg), f0), *ev = NULL;
+	char *body = ms_json_print(ms_answer_error(status, "server_error", NULL, msg), f0), *ev = NULL;
 	if (body && asprintf(&ev, "data: %s\n\n", body) < 0)
 		ev = NULL;
 	free(body);
@@ -242,7 +207,7 @@ static char *error_event(const struct ms_job *jb)
  * without the stream's end. */
 static ssize_t stream_fail(struct stream *st, char *buf, size_t max)
 {
-	const char *ev = st->error_event ? st->error_event : ms_resp_oom_event;
+	const char *ev = st->error_event ? st->error_event : ms_answer_oom_event;
 	size_t len = strlen(ev), n = len - st->error_sent;
 	if (!n)
 		return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -283,7 +248,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 		}
 		if (ka && jb->out.len == 0)
 			ms_strbuf_str(&jb->out, ": keep-alive\n\n"); /* a comment: clients ignore it */
-		st->keepalive_at = ms_now_s() + jb->s->cfg.keepalive_s;
+		st->keepalive_at = ms_now_s() + jb->api->cfg.keepalive_s;
 	}
 }
 
@@ -309,7 +274,7 @@ static enum MHD_Result respond_stream(struct ms_server *s, struct MHD_Connection
 	}
 	st->jb = jb;
 	st->c = c;
-	st->keepalive_at = ms_now_s() + s->cfg.keepalive_s;
+	st->keepalive_at = ms_now_s() + s->api.cfg.keepalive_s;
 	struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384,
 								   stream_read, st, stream_free);
 	if (!r) {
@@ -329,7 +294,7 @@ static enum MHD_Result respond(struct ms_server *s, struct MHD_Connection *c, st
 	 * (on_completed): a SIGTERM drain that waits for in_flight to reach 0
 	 * never cuts an answer whose generation just finished */
 	k->responding = true;
-	atomic_fetch_add(&s->in_flight, 1);
+	atomic_fetch_add(&s->api.in_flight, 1);
 	if (jb->rq->stream)
 		return respond_stream(s, c, k, jb);
 	while (!jb->finished_all) {
@@ -343,140 +308,12 @@ static enum MHD_Result respond(struct ms_server *s, struct MHD_Connection *c, st
 		k->prompt_tokens += jb->ch[i].prompt_tok;
 		k->gen_tokens += jb->ch[i].completion_tok;
 	}
-	if (ms_job_failed(jb)) {
-		int status;
-		char msg[sizeof(jb->error)];
-		snprintf(msg, sizeof(msg), "%s", ms_job_error(jb, &status));
-		ms_job_free(jb);
-		return send_error(s, c, k, status, "server_error", NULL, "%s", msg);
-	}
-	cJSON *j = ms_resp_final(jb);
-	ms_job_free(jb);
-	return send_json(s, c, k, 200, j);
+	struct ms_api_reply r = {0};
+	ms_api_job_answer(jb, &r);
+	return send_reply(s, c, k, &r);
 }
 
-/* ---- endpoints ---- */
-
-static struct ms_req_model req_model(const struct ms_server *s)
-{
-	return (struct ms_req_model){
-		.name = s->cfg.model_name, .vocab = s->model ? s->model->cfg.vocab : 0,
-		.max_model_len = s->max_model_len, .tok = s->tok, .grammars = s->grammars,
-		.harmony = s->harmony,
-		.hids = s->hids, .eos = s->eos, .n_eos = s->n_eos,
-		.default_max_tokens = s->cfg.max_tokens,
-	};
-}
-
-/* Queue rq's calls and answer them (rq taken). */
-static enum MHD_Result run_job(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
-			       struct ms_req_gen *rq)
-{
-	struct ms_job *jb = ms_job_new(s, rq);
-	if (!jb)
-		return OOM();
-	struct ms_err err = {0};
-	if (ms_job_submit(jb, &err)) {
-		enum MHD_Result r = send_submit_error(s, c, k, &err);
-		/* calls already queued are cancelled; waiting for their FINISH
-		 * before freeing is the calls' refcount's job */
-		ms_job_free(jb);
-		return r;
-	}
-	return respond(s, c, k, jb);
-}
-
-/* POST /v1/completions, /v1/chat/completions */
-static enum MHD_Result h_generate(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
-				  cJSON *req, bool chat)
-{
-	struct ms_req_model m = req_model(s);
-	struct ms_req_gen *rq;
-	struct ms_req_error e;
-	if (chat ? ms_req_chat(&m, req, &rq, &e) : ms_req_completion(&m, req, &rq, &e))
-		return send_req_error(s, c, k, &e);
-	return run_job(s, c, k, rq);
-}
-
-/* POST /v1/responses: previous_response_id's conversation from the store,
- * then this turn. */
-static enum MHD_Result h_responses(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
-				   cJSON *req)
-{
-	struct ms_req_model m = req_model(s);
-	const cJSON *prev = cJSON_GetObjectItemCaseSensitive(req, "previous_response_id");
-	cJSON *items = NULL;
-	if (cJSON_IsString(prev) && !ms_rsp_store_get(&s->rstore, prev->valuestring, NULL, &items)) {
-		char msg[256];
-		snprintf(msg, sizeof(msg), "previous_response_id: no stored response \"%.64s\" (never "
-			 "stored, evicted after --responses-store %d, or deleted)", prev->valuestring,
-			 s->rstore.cap);
-		cJSON_Delete(req);
-		return error_response(s, c, k, 404, "invalid_request_error", "previous_response_id",
-				      NULL, msg);
-	}
-	struct ms_req_gen *rq;
-	struct ms_req_error e;
-	int rc = ms_req_responses(&m, req, items, &rq, &e);
-	cJSON_Delete(items);
-	if (rc)
-		return send_req_error(s, c, k, &e);
-	if (rq->ignored_tool && !atomic_exchange(&s->warned_tool, true))
-		fprintf(stderr, "moeserve: note: ignoring tools of type \"%s\" (function tools only; "
-			"logged once)\n", rq->ignored_tool);
-	return run_job(s, c, k, rq);
-}
-
-/* GET and DELETE /v1/responses/{id} */
-static enum MHD_Result h_response_id(struct ms_server *s, struct MHD_Connection *c,
-				     struct conn *k, const char *id, bool del)
-{
-	cJSON *resp = NULL;
-	bool found = del ? ms_rsp_store_delete(&s->rstore, id)
-			 : ms_rsp_store_get(&s->rstore, id, &resp, NULL);
-	if (!found)
-		return send_error(s, c, k, 404, "invalid_request_error", "response_id",
-				  "no stored response \"%.64s\"", id);
-	if (!del)
-		return send_json(s, c, k, 200, resp);
-	cJSON *j = cJSON_CreateObject();
-	cJSON_AddStringToObject(j, "id", id);
-	cJSON_AddStringToObject(j, "object", "response");
-	cJSON_AddBoolToObject(j, "deleted", true);
-	return send_json(s, c, k, 200, j);
-}
-
-static enum MHD_Result h_tokenize(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
-				  cJSON *req)
-{
-	struct ms_req_model m = req_model(s);
-	struct ms_req_error e;
-	int32_t *ids;
-	size_t n;
-	int rc = ms_req_tokenize(&m, req, &ids, &n, &e);
-	cJSON_Delete(req);
-	if (rc)
-		return send_req_error(s, c, k, &e);
-	cJSON *j = ms_resp_tokens(ids, n, s->max_model_len);
-	free(ids);
-	return send_json(s, c, k, 200, j);
-}
-
-static enum MHD_Result h_detokenize(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
-				    cJSON *req)
-{
-	struct ms_req_model m = req_model(s);
-	struct ms_req_error e;
-	char *text;
-	size_t len;
-	int rc = ms_req_detokenize(&m, req, &text, &len, &e);
-	cJSON_Delete(req);
-	if (rc)
-		return send_req_error(s, c, k, &e);
-	cJSON *j = ms_resp_text(text);
-	free(text);
-	return send_json(s, c, k, 200, j);
-}
+/* ---- the daemon's state ---- */
 
 /* The state and its reason, read together. */
 static int read_status(struct ms_server *s, char *reason, size_t len)
@@ -498,38 +335,39 @@ static void set_status(struct ms_server *s, int st, const char *reason)
 	pthread_mutex_unlock(&s->reason_mu);
 }
 
-static enum MHD_Result h_health(struct ms_server *s, struct MHD_Connection *c, struct conn *k)
+/* ---- the transport's endpoints ---- */
+
+static enum MHD_Result r_health(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
+				const char *rest)
 {
+	(void)rest;
 	char reason[sizeof(s->reason)];
 	int st = read_status(s, reason, sizeof(reason));
 	if (st == MS_SERVER_READY)
-		return send_json(s, c, k, 200, ms_resp_status("ok", NULL));
-	return send_json(s, c, k, 503, ms_resp_status(st == MS_SERVER_LOADING ? "loading"
+		return send_json(s, c, k, 200, ms_answer_status("ok", NULL));
+	return send_json(s, c, k, 503, ms_answer_status(st == MS_SERVER_LOADING ? "loading"
 						      : st == MS_SERVER_FAILED ? "failed" : "draining",
 						      reason));
 }
 
-static enum MHD_Result h_models(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
-				const char *one)
+static enum MHD_Result r_live(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
+			      const char *rest)
 {
-	if (!one)
-		return send_json(s, c, k, 200, ms_resp_models(s->cfg.model_name, s->max_model_len));
-	if (strcmp(one, s->cfg.model_name))
-		return send_error(s, c, k, 404, "invalid_request_error", "model",
-				  "the model \"%s\" does not exist (this server has \"%s\")", one,
-				  s->cfg.model_name);
-	return send_json(s, c, k, 200, ms_resp_model(s->cfg.model_name, s->max_model_len));
+	(void)rest;
+	return send_json(s, c, k, 200, ms_answer_status("alive", NULL));
 }
 
-static enum MHD_Result h_metrics(struct ms_server *s, struct MHD_Connection *c, struct conn *k)
+static enum MHD_Result r_metrics(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
+				 const char *rest)
 {
+	(void)rest;
 	struct ms_engine_stats st;
-	bool ready = atomic_load(&s->state) == MS_SERVER_READY && s->engine;
+	bool ready = atomic_load(&s->state) == MS_SERVER_READY && s->api.engine;
 	if (ready)
-		ms_engine_get_stats(s->engine, &st);
-	if (ready && s->grammars) {
+		ms_engine_get_stats(s->api.engine, &st);
+	if (ready && s->api.grammars) {
 		struct ms_grammar_cache_stats gs;
-		ms_grammar_cache_get_stats(s->grammars, &gs);
+		ms_grammar_cache_get_stats(s->api.grammars, &gs);
 		ms_metrics_set_grammars(s->metrics, &(struct ms_metrics_grammars){
 			.compiles = gs.misses, .hits = gs.hits, .compile_s = gs.compile_s});
 	}
@@ -541,19 +379,120 @@ static enum MHD_Result h_metrics(struct ms_server *s, struct MHD_Connection *c, 
 	size_t len;
 	struct ms_err err = {0};
 	if (ms_metrics_render(s->metrics, ready ? &st : NULL, &out, &len, &err))
-		return send_error(s, c, k, 500, "server_error", NULL, "%s", err.msg);
+		return send_error(s, c, k, 500, "server_error", "%s", err.msg);
 	return send_text(s, c, k, 200, MS_METRICS_CONTENT_TYPE, out, len);
 }
 
-/* ---- dispatch ---- */
+/* ---- the API's endpoints (api.h) ---- */
 
-static void warn_unknown_fields(struct ms_server *s, const cJSON *req)
+static enum MHD_Result r_models(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
+				const char *rest)
 {
-	if (atomic_load(&s->warned_unknown))
-		return;
-	const char *f = ms_req_unknown_field(req);
-	if (f && !atomic_exchange(&s->warned_unknown, true))
-		fprintf(stderr, "moeserve: note: ignoring unknown request field \"%s\" (logged once)\n", f);
+	struct ms_api_reply r = {0};
+	ms_api_models(&s->api, rest, &r);
+	return send_reply(s, c, k, &r);
+}
+
+static enum MHD_Result r_response_id(struct ms_server *s, struct MHD_Connection *c,
+				     struct conn *k, const char *rest)
+{
+	struct ms_api_reply r = {0};
+	ms_api_response_id(&s->api, rest, !strcmp(k->method, "DELETE"), &r);
+	return send_reply(s, c, k, &r);
+}
+
+static void api_completions(struct ms_api *a, cJSON *req, struct ms_api_reply *r)
+{
+	ms_api_generate(a, req, false, r);
+}
+
+static void api_chat(struct ms_api *a, cJSON *req, struct ms_api_reply *r)
+{
+	ms_api_generate(a, req, true, r);
+}
+
+typedef void api_post_fn(struct ms_api *a, cJSON *req, struct ms_api_reply *r);
+
+/* A POST route: its body as JSON, to the API. */
+static enum MHD_Result post_route(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
+				  api_post_fn *fn)
+{
+	if (k->too_big)
+		return send_error(s, c, k, 413, "invalid_request_error",
+				  "the body is larger than %zu bytes (--max-body-bytes)", s->cfg.max_body_bytes);
+	if (k->oom)
+		return OOM();
+	struct ms_api_reply r = {0};
+	cJSON *req;
+	if (ms_api_body(&s->api, k->body, k->len, &req, &r))
+		fn(&s->api, req, &r);
+	return send_reply(s, c, k, &r);
+}
+
+/* ---- the route table ---- */
+
+enum { M_GET = 1, M_POST = 2, M_DELETE = 4 };
+
+typedef enum MHD_Result route_fn(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
+				 const char *rest);
+
+/* Every route, once: what it answers, to which methods, and whether it
+ * needs an API key and a loaded model. */
+struct route {
+	const char *path;
+	unsigned methods;
+	const char *allow;     /* the methods, as a 405's Allow header says them */
+	bool prefix;           /* path is a prefix; the rest is the handler's argument */
+	bool nonempty;         /* a prefix route needs a rest */
+	bool open;             /* probes and Prometheus: no key, and in any state */
+	route_fn *fn;          /* a GET or DELETE route's handler, or */
+	api_post_fn *post;     /* a POST route's endpoint */
+};
+
+static const struct route routes[] = {
+	{"/health", M_GET, "GET", false, false, true, r_health, NULL},
+	{"/live", M_GET, "GET", false, false, true, r_live, NULL},
+	{"/metrics", M_GET, "GET", false, false, true, r_metrics, NULL},
+	{"/v1/completions", M_POST, "POST", false, false, false, NULL, api_completions},
+	{"/v1/chat/completions", M_POST, "POST", false, false, false, NULL, api_chat},
+	/* Codex's extra fields are expected there: no unknown-field note */
+	{"/v1/responses", M_POST, "POST", false, false, false, NULL, ms_api_responses},
+	{"/v1/responses/", M_GET | M_DELETE, "GET, DELETE", true, true, false, r_response_id, NULL},
+	{"/v1/models", M_GET, "GET", false, false, false, r_models, NULL},
+	{"/v1/models/", M_GET, "GET", true, false, false, r_models, NULL},
+	{"/tokenize", M_POST, "POST", false, false, false, NULL, ms_api_tokenize},
+	{"/detokenize", M_POST, "POST", false, false, false, NULL, ms_api_detokenize},
+};
+
+/* u's route (*rest: the prefix route's rest, else NULL), or NULL. */
+static const struct route *route_of(const char *u, const char **rest)
+{
+	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+		const struct route *rt = &routes[i];
+		size_t n = strlen(rt->path);
+		if (rt->prefix ? strncmp(u, rt->path, n) || (rt->nonempty && !u[n]) : strcmp(u, rt->path))
+			continue;
+		*rest = rt->prefix ? u + n : NULL;
+		return rt;
+	}
+	return NULL;
+}
+
+static unsigned method_bit(const char *m)
+{
+	return !strcmp(m, "GET") ? M_GET : !strcmp(m, "POST") ? M_POST : !strcmp(m, "DELETE") ? M_DELETE : 0;
+}
+
+/* 405: the error envelope like every other error, plus Allow. */
+static enum MHD_Result method_not_allowed(struct ms_server *s, struct MHD_Connection *c,
+					  struct conn *k, const struct route *rt)
+{
+	char msg[512];
+	snprintf(msg, sizeof(msg), "method %s not allowed on %s (allowed: %s)", k->method, k->path,
+		 rt->allow);
+	struct ms_api_reply r = {.allow = rt->allow};
+	ms_api_error_code(&r, 405, "invalid_request_error", NULL, NULL, msg);
+	return send_reply(s, c, k, &r);
 }
 
 /* The key is compared with every accepted key in constant time (auth.c). */
@@ -568,85 +507,31 @@ static bool authorized(struct ms_server *s, struct MHD_Connection *c)
 	return false;
 }
 
-static bool known_route(const char *u)
-{
-	return !strcmp(u, "/v1/completions") || !strcmp(u, "/v1/chat/completions") ||
-	       !strcmp(u, "/v1/responses") || (!strncmp(u, "/v1/responses/", 14) && u[14]) ||
-	       !strcmp(u, "/v1/models") || !strncmp(u, "/v1/models/", 11) || !strcmp(u, "/tokenize") ||
-	       !strcmp(u, "/detokenize");
-}
-
-/* 405: the error envelope like every other error, plus Allow. */
-static enum MHD_Result method_not_allowed(struct ms_server *s, struct MHD_Connection *c,
-					  struct conn *k)
-{
-	const char *u = k->path;
-	const char *allow = !strncmp(u, "/v1/models", 10) || !strcmp(u, "/health") ||
-			    !strcmp(u, "/live") || !strcmp(u, "/metrics") ? "GET"
-			    : !strncmp(u, "/v1/responses/", 14) ? "GET, DELETE" : "POST";
-	char msg[512];
-	snprintf(msg, sizeof(msg), "method %s not allowed on %s (allowed: %s)", k->method, u, allow);
-	return error_response(s, c, k, 405, "invalid_request_error", NULL, allow, msg);
-}
-
-/* The POST routes: their body. */
-static enum MHD_Result dispatch_body(struct ms_server *s, struct MHD_Connection *c, struct conn *k)
-{
-	const char *u = k->path;
-	if (k->too_big)
-		return send_error(s, c, k, 413, "invalid_request_error", NULL,
-				  "the body is larger than %zu bytes (--max-body-bytes)", s->cfg.max_body_bytes);
-	if (k->oom)
-		return OOM();
-	struct ms_req_model m = req_model(s);
-	struct ms_req_error e = {0}; /* ms_req_body's 404 leaves "code" unset */
-	cJSON *req;
-	if (ms_req_body(&m, k->body, k->len, &req, &e))
-		return send_req_error(s, c, k, &e);
-	if (!strcmp(u, "/tokenize"))
-		return h_tokenize(s, c, k, req);
-	if (!strcmp(u, "/detokenize"))
-		return h_detokenize(s, c, k, req);
-	if (!strcmp(u, "/v1/responses"))
-		return h_responses(s, c, k, req); /* Codex's extra fields are expected there */
-	warn_unknown_fields(s, req);
-	return h_generate(s, c, k, req, strcmp(u, "/v1/completions") != 0);
-}
-
+/* Open routes answer first (cheap, unauthenticated); the others need a
+ * route, a key, an allowed method and a ready model, in that order. */
 static enum MHD_Result dispatch(struct ms_server *s, struct MHD_Connection *c, struct conn *k)
 {
-	const char *m = k->method, *u = k->path;
-	bool get = !strcmp(m, "GET"), post = !strcmp(m, "POST");
+	const char *m = k->method, *u = k->path, *rest = NULL;
 	if (!strcmp(m, "OPTIONS") && s->cfg.cors_origin)
 		return send_text(s, c, k, 204, "text/plain", NULL, 0);
-	/* unauthenticated, cheap */
-	if (!strcmp(u, "/health") || !strcmp(u, "/live") || !strcmp(u, "/metrics")) {
-		if (!get)
-			return method_not_allowed(s, c, k);
-		if (!strcmp(u, "/live"))
-			return send_json(s, c, k, 200, ms_resp_status("alive", NULL));
-		return !strcmp(u, "/health") ? h_health(s, c, k) : h_metrics(s, c, k);
-	}
-	if (!known_route(u))
-		return send_error(s, c, k, 404, "invalid_request_error", NULL, "no route %s %s", m, u);
+	const struct route *rt = route_of(u, &rest);
+	if (!rt)
+		return send_error(s, c, k, 404, "invalid_request_error", "no route %s %s", m, u);
+	bool allowed = (method_bit(m) & rt->methods) != 0;
+	if (rt->open)
+		return allowed ? rt->fn(s, c, k, rest) : method_not_allowed(s, c, k, rt);
 	if (!authorized(s, c))
-		return send_error(s, c, k, 401, "authentication_error", NULL,
+		return send_error(s, c, k, 401, "authentication_error",
 				  "a valid \"Authorization: Bearer <key>\" header is required");
-	bool wants_get = !strncmp(u, "/v1/models", 10);
-	bool by_id = !strncmp(u, "/v1/responses/", 14), del = !strcmp(m, "DELETE");
-	if (by_id ? !get && !del : wants_get ? !get : !post)
-		return method_not_allowed(s, c, k);
+	if (!allowed)
+		return method_not_allowed(s, c, k, rt);
 	char reason[sizeof(s->reason)];
 	int st = read_status(s, reason, sizeof(reason));
 	if (st != MS_SERVER_READY)
-		return send_error(s, c, k, 503, "server_unavailable", NULL, "the server is %s: %s",
+		return send_error(s, c, k, 503, "server_unavailable", "the server is %s: %s",
 				  st == MS_SERVER_LOADING ? "loading the model" : st == MS_SERVER_FAILED
 				  ? "not serving" : "shutting down", reason);
-	if (wants_get)
-		return h_models(s, c, k, u[10] == '/' ? u + 11 : NULL);
-	if (by_id)
-		return h_response_id(s, c, k, u + 14, del);
-	return dispatch_body(s, c, k);
+	return rt->post ? post_route(s, c, k, rt->post) : rt->fn(s, c, k, rest);
 }
 
 /* ---- libmicrohttpd glue ---- */
@@ -708,7 +593,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		return MHD_YES;
 	}
 	if (k->too_big && strcmp(k->path, "/health") && strcmp(k->path, "/live"))
-		return send_error(s, c, k, 413, "invalid_request_error", NULL,
+		return send_error(s, c, k, 413, "invalid_request_error",
 				  "the body is larger than %zu bytes (--max-body-bytes)", s->cfg.max_body_bytes);
 	return dispatch(s, c, k);
 }
@@ -735,7 +620,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 		fprintf(stderr, "%s %s %d prompt=%lld completion=%lld %.1fms\n", k->method, k->path,
 			status, (long long)k->prompt_tokens, (long long)k->gen_tokens, ms);
 	if (k->responding)
-		atomic_fetch_sub(&s->in_flight, 1);
+		atomic_fetch_sub(&s->api.in_flight, 1);
 	free(k->body);
 	free(k);
 	*con_cls = NULL;
@@ -784,6 +669,12 @@ static void start_options(const struct ms_server_config *cfg, struct MHD_OptionI
 	o[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
 }
 
+/* The API's word that the weights are gone (api.h). */
+static void api_failed(void *ctx, const char *reason)
+{
+	ms_server_set_failed(ctx, reason);
+}
+
 int ms_server_start(struct ms_server *s, const struct ms_server_config *cfg,
 		    struct ms_metrics *metrics, struct ms_err *err)
 {
@@ -792,7 +683,9 @@ int ms_server_start(struct ms_server *s, const struct ms_server_config *cfg,
 	s->metrics = metrics;
 	ms_json_init(); /* before the connection threads */
 	pthread_mutex_init(&s->reason_mu, NULL);
-	ms_rsp_store_init(&s->rstore, cfg->responses_store);
+	ms_api_init(&s->api, &cfg->api, metrics);
+	s->api.failed = api_failed;
+	s->api.failed_ctx = s;
 	set_status(s, MS_SERVER_LOADING, "loading the model");
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->port)};
 	if (inet_pton(AF_INET, cfg->host, &a.sin_addr) != 1)
@@ -850,22 +743,7 @@ int ms_server_reload_keys(struct ms_server *s, int *n_keys, struct ms_err *err)
 void ms_server_set_ready(struct ms_server *s, struct ms_model *m, struct ms_tokenizer *tok,
 			 struct ms_engine *e)
 {
-	s->model = m;
-	s->tok = tok;
-	s->engine = e;
-	s->max_model_len = m->cfg.max_pos;
-	s->n_eos = m->cfg.n_eos < 8 ? m->cfg.n_eos : 8;
-	for (int i = 0; i < s->n_eos; i++)
-		s->eos[i] = (int32_t)m->cfg.eos_ids[i];
-	if (tok) {
-		s->hids = ms_harmony_ids_find(tok);
-		s->harmony = ms_harmony_ids_complete(&s->hids);
-		/* structured outputs; without (out of memory) they are refused */
-		struct ms_err err = {0};
-		if (ms_grammar_cache_new(ms_tokenizer_vocab(tok), m->cfg.vocab, s->cfg.grammar_cache,
-					 m->be->mask_words, &s->grammars, &err))
-			fprintf(stderr, "moeserve: structured outputs are off: %s\n", err.msg);
-	}
+	ms_api_set_model(&s->api, m, tok, e);
 	if (s->metrics)
 		ms_metrics_set_loaded(s->metrics, true);
 	set_status(s, MS_SERVER_READY, "");
@@ -875,6 +753,7 @@ void ms_server_set_failed(struct ms_server *s, const char *reason)
 {
 	set_status(s, MS_SERVER_FAILED, reason);
 }
+
 
 void ms_server_quiesce(struct ms_server *s)
 {
@@ -897,9 +776,7 @@ void ms_server_stop(struct ms_server *s)
 		ms_auth_free(&s->auth);
 		ms_tls_free();
 		pthread_mutex_destroy(&s->reason_mu);
-		ms_rsp_store_free(&s->rstore);
-		ms_grammar_cache_free(s->grammars);
-		s->grammars = NULL;
+		ms_api_free(&s->api);
 	}
 	s->daemon = NULL;
 }

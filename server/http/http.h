@@ -1,6 +1,6 @@
 /*
- * http.h: the OpenAI-compatible HTTP front end (libmicrohttpd, one thread
- * per connection), bridging requests to the engine.
+ * http.h: the HTTP daemon (libmicrohttpd, one thread per connection): the
+ * transport of the API (api.h), with health, metrics, TLS and API keys.
  *
  * It listens before the model is loaded (/health answers 503 with the
  * reason until ms_server_set_ready), so orchestrators can tell "starting"
@@ -15,11 +15,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "api.h"
 #include "auth.h"
 #include "engine.h"
-#include "harmony.h"
 #include "metrics.h"
-#include "responses.h"
 #include "ms-error.h"
 #include "tokenizer.h"
 
@@ -36,14 +35,10 @@ struct ms_server_config {
 	const char *tls_priorities;     /* NULL: libmicrohttpd's default, "NORMAL" */
 	int max_connections;            /* 0: 1024 */
 	int max_connections_per_ip;     /* 0: no limit */
-	const char *model_name;         /* served model id */
 	size_t max_body_bytes;
 	const char *cors_origin;        /* NULL: no CORS headers */
-	int keepalive_s;                /* SSE comment interval while waiting */
 	bool log_json;
-	int responses_store;            /* responses kept (responses.h); 0: none */
-	int64_t max_tokens;             /* chat/responses without a limit; 0: the context */
-	int grammar_cache;              /* compiled grammars kept (grammar-cache.h; 0: 64) */
+	struct ms_api_config api;       /* what the API is told (api.h) */
 };
 
 enum ms_server_state {
@@ -53,6 +48,7 @@ enum ms_server_state {
 	MS_SERVER_DRAINING,
 };
 
+/* The daemon: the transport's state; what it serves is api's. */
 struct ms_server {
 	struct ms_server_config cfg;
 	struct MHD_Daemon *daemon;
@@ -62,22 +58,9 @@ struct ms_server {
 	 * state with another state's reason or a half-written one. */
 	pthread_mutex_t reason_mu;
 	char reason[512];
-	struct ms_model *model;
-	struct ms_tokenizer *tok;       /* NULL: token prompts only */
-	struct ms_grammar_cache *grammars; /* structured outputs (with tok) */
-	struct ms_engine *engine;
 	struct ms_metrics *metrics;
-	int64_t max_model_len;
-	bool harmony;                   /* the tokenizer has the harmony tokens */
-	struct ms_harmony_ids hids;
-	int32_t eos[8];
-	int n_eos;
-	atomic_int in_flight;           /* requests being generated */
-	atomic_ullong counter;          /* ids */
-	atomic_bool warned_unknown;
-	atomic_bool warned_tool;        /* a hosted tool type ignored (logged once) */
-	struct ms_rsp_store rstore;     /* /v1/responses kept for previous_response_id */
 	struct ms_auth auth;            /* the API keys (auth.h) */
+	struct ms_api api;              /* the model, the engine and what answers need */
 };
 
 /* Listen (the model may load afterwards). Errors: -EINVAL a bad API key

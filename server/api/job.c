@@ -1,5 +1,5 @@
-/* bridge.c: jobs on the engine (see bridge.h). */
-#include "bridge.h"
+/* job.c: jobs on the engine (see job.h). */
+#include "job.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -9,13 +9,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "http.h"
+#include "api.h"
 #include "ms-json.h"
 #include "ms-clock.h"
 #include "ms-mapguard.h"
 #include "request.h"
-#include "response.h"
-#include "responses.h"
+#include "answer.h"
+#include "responses-answer.h"
 
 struct ms_call {
 	struct ms_gen *g;
@@ -29,7 +29,7 @@ struct ms_call {
 
 /* Shared by the engine (one reference per running call) and the job. */
 struct ms_gen {
-	struct ms_server *s;
+	struct ms_api *api;
 	pthread_mutex_t mu;    /* the queues, finished, lost, refs */
 	pthread_cond_t cv;
 	int refs;
@@ -61,7 +61,7 @@ static void gen_unref(struct ms_gen *g)
 	free(g);
 }
 
-static struct ms_gen *gen_new(struct ms_server *s, int n)
+static struct ms_gen *gen_new(struct ms_api *api, int n)
 {
 	struct ms_gen *g = calloc(1, sizeof(*g));
 	if (!g)
@@ -71,7 +71,7 @@ static struct ms_gen *gen_new(struct ms_server *s, int n)
 		free(g);
 		return NULL;
 	}
-	g->s = s;
+	g->api = api;
 	g->n = n;
 	g->refs = 1;
 	pthread_mutex_init(&g->mu, NULL);
@@ -100,12 +100,12 @@ static bool enqueue(struct ms_call *cl, struct ms_ev *v)
 
 static void finished(struct ms_gen *g, const struct ms_event *e)
 {
-	if (g->s->metrics)
-		ms_metrics_request_finished(g->s->metrics,
+	if (g->api->metrics)
+		ms_metrics_request_finished(g->api->metrics,
 					    e->finish == MS_FINISH_CONTEXT ? "length" : ms_finish_name(e->finish),
 					    e->e2e_s, e->queue_s, e->ttft_s > 0 ? e->ttft_s : -1,
 					    e->prompt_tokens, e->cached_tokens, e->completion_tokens);
-	atomic_fetch_sub(&g->s->in_flight, 1);
+	atomic_fetch_sub(&g->api->in_flight, 1);
 	gen_unref(g);
 }
 
@@ -138,16 +138,16 @@ static void on_engine_event(void *ctx, const struct ms_event *e)
 		 * so): /health tells the orchestrator to restart us, set before
 		 * the connection wakes so that its answer agrees (a 503) */
 		if ((v.weights_gone = ms_mapguard_faults()))
-			ms_server_set_failed(g->s, e->error);
+			g->api->failed(g->api->failed_ctx, e->error);
 	}
 	if (e->lp) {
 		v.has_lp = true;
 		v.lp = *e->lp;
 	}
-	if (e->kind == MS_EV_TOKEN && g->s->metrics) {
+	if (e->kind == MS_EV_TOKEN && g->api->metrics) {
 		double t = ms_now_s();
 		if (cl->t_last > 0)
-			ms_metrics_inter_token(g->s->metrics, t - cl->t_last);
+			ms_metrics_inter_token(g->api->metrics, t - cl->t_last);
 		cl->t_last = t;
 	}
 	pthread_mutex_lock(&g->mu);
@@ -171,7 +171,7 @@ static void gen_cancel(struct ms_gen *g)
 {
 	for (int i = 0; i < g->n; i++)
 		if (g->calls[i].submitted && !g->calls[i].finished)
-			ms_engine_cancel(g->s->engine, g->calls[i].id);
+			ms_engine_cancel(g->api->engine, g->calls[i].id);
 }
 
 static bool all_finished(const struct ms_gen *g)
@@ -197,7 +197,7 @@ static bool choices_init(struct ms_job *jb)
 		}
 		if (!rq->chat)
 			continue;
-		ms_harmony_parser_init(&ch->hp, &jb->s->hids, NULL, NULL);
+		ms_harmony_parser_init(&ch->hp, &jb->api->hids, NULL, NULL);
 		struct ms_err err = {0};
 		if (rq->n_stops && ms_stopper_init(&ch->stop, rq->stops, (size_t)rq->n_stops, false, &err))
 			return false;
@@ -205,24 +205,24 @@ static bool choices_init(struct ms_job *jb)
 	return true;
 }
 
-struct ms_job *ms_job_new(struct ms_server *s, struct ms_req_gen *rq)
+struct ms_job *ms_job_new(struct ms_api *api, struct ms_req_gen *rq)
 {
 	struct ms_job *jb = calloc(1, sizeof(*jb));
 	if (!jb) {
 		ms_req_gen_free(rq);
 		return NULL;
 	}
-	jb->s = s;
+	jb->api = api;
 	jb->rq = rq;
 	jb->json0 = ms_json_failures();
 	jb->created = (long)time(NULL);
-	uint64_t rid = ((uint64_t)atomic_fetch_add(&s->counter, 1) + 1) * 0x9e3779b97f4a7c15ull;
+	uint64_t rid = ((uint64_t)atomic_fetch_add(&api->counter, 1) + 1) * 0x9e3779b97f4a7c15ull;
 	if (rq->responses)
 		snprintf(jb->id, sizeof(jb->id), "resp_%016" PRIx64, rid);
 	else
 		snprintf(jb->id, sizeof(jb->id), "%s-%016" PRIx64, rq->chat ? "chatcmpl" : "cmpl", rid);
 	jb->n = rq->n_prompts * rq->n;
-	jb->g = gen_new(s, jb->n);
+	jb->g = gen_new(api, jb->n);
 	jb->ch = calloc((size_t)jb->n, sizeof(*jb->ch));
 	if (!jb->g || !jb->ch || !choices_init(jb)) {
 		ms_job_free(jb);
@@ -247,11 +247,11 @@ int ms_job_submit(struct ms_job *jb, struct ms_err *err)
 		pthread_mutex_lock(&g->mu);
 		g->refs++; /* the engine's reference, dropped at FINISH */
 		pthread_mutex_unlock(&g->mu);
-		atomic_fetch_add(&g->s->in_flight, 1);
-		int rc = ms_engine_submit(g->s->engine, jb->rq->prompts[prompt], jb->rq->n_prompt[prompt],
+		atomic_fetch_add(&g->api->in_flight, 1);
+		int rc = ms_engine_submit(g->api->engine, jb->rq->prompts[prompt], jb->rq->n_prompt[prompt],
 					  &pc, on_engine_event, cl, &cl->id, err);
 		if (rc) {
-			atomic_fetch_sub(&g->s->in_flight, 1);
+			atomic_fetch_sub(&g->api->in_flight, 1);
 			pthread_mutex_lock(&g->mu);
 			g->refs--;
 			pthread_mutex_unlock(&g->mu);
@@ -318,18 +318,18 @@ static void pump(struct ms_job *jb)
 				if (!jb->error[0] && ev->error)
 					snprintf(jb->error, sizeof(jb->error), "%s", ev->error);
 			}
-			ms_resp_event(jb, i, ev);
+			ms_answer_event(jb, i, ev);
 			/* a chat stop string matched in the answer: nothing more is wanted */
 			if (!was && jb->ch[i].stopped && !cl->finished)
-				ms_engine_cancel(jb->s->engine, cl->id);
+				ms_engine_cancel(jb->api->engine, cl->id);
 		}
 	}
 	if (!jb->finished_all && all_finished(g)) {
 		jb->finished_all = true;
 		if (jb->rq->stream)
-			ms_resp_stream_end(jb);
-		if (jb->harmony_errors && jb->s->metrics)
-			ms_metrics_harmony_error(jb->s->metrics, (uint64_t)jb->harmony_errors);
+			ms_answer_stream_end(jb);
+		if (jb->harmony_errors && jb->api->metrics)
+			ms_metrics_harmony_error(jb->api->metrics, (uint64_t)jb->harmony_errors);
 	}
 }
 
@@ -379,7 +379,7 @@ void ms_job_free(struct ms_job *jb)
 	}
 	free(jb->ch);
 	ms_strbuf_free(&jb->out);
-	ms_rsp_free(jb->rsp);
+	ms_responses_free(jb->rsp);
 	ms_req_gen_free(jb->rq);
 	if (jb->g)
 		gen_unref(jb->g);

@@ -1,50 +1,50 @@
 /*
- * response.h: the OpenAI response bodies and stream chunks (server/ only).
+ * answer.h: the OpenAI response bodies and stream chunks (server/api).
  *
  * Builders return cJSON trees (printed and checked by the caller, see
- * json.h); the job's writers append to the job's state, and a part they
+ * ms-json.h); the job's writers append to the job's state, and a part they
  * cannot build marks the job failed (ms_job_failed), so that no answer goes
  * out without it.
  */
-#ifndef MS_SERVER_RESPONSE_H
-#define MS_SERVER_RESPONSE_H
+#ifndef MS_API_ANSWER_H
+#define MS_API_ANSWER_H
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bridge.h"
+#include "job.h"
 
 /* One event of choice i: into the choice's answer, and for a stream the
  * chunks it makes onto jb->out (completions: text and logprobs, echo
  * first; chat: the harmony parser's content, reasoning and tool-call
  * deltas, the role chunk first). */
-void ms_resp_event(struct ms_job *jb, int i, const struct ms_ev *e);
+void ms_answer_event(struct ms_job *jb, int i, const struct ms_ev *e);
 
 /* A stream's end, every choice finished: the usage chunk when asked
  * (stream_options.include_usage), then "data: [DONE]". */
-void ms_resp_stream_end(struct ms_job *jb);
+void ms_answer_stream_end(struct ms_job *jb);
 
 /* The non-streamed answer, every choice finished (takes the choices' trees). */
-cJSON *ms_resp_final(struct ms_job *jb);
+cJSON *ms_answer_final(struct ms_job *jb);
 
 /* {"error": {"message", "type", "param" (null when NULL), "code"}} */
-cJSON *ms_resp_error(int status, const char *type, const char *param, const char *msg);
+cJSON *ms_answer_error(int status, const char *type, const char *param, const char *msg);
 /* The same with a code string ("context_length_exceeded") for "code". */
-cJSON *ms_resp_error_code(int status, const char *type, const char *param, const char *code,
+cJSON *ms_answer_error_code(int status, const char *type, const char *param, const char *code,
 			  const char *msg);
 
 /* What is sent when even the error cannot be built: a 500's envelope, and
  * the SSE event that ends a stream which cannot go on. Static, so that
  * sending them allocates nothing of ours. */
-extern const char ms_resp_oom_body[];
-extern const char ms_resp_oom_event[];
+extern const char ms_answer_oom_body[];
+extern const char ms_answer_oom_event[];
 
-cJSON *ms_resp_status(const char *status, const char *reason);   /* /health, /live */
-cJSON *ms_resp_model(const char *name, int64_t max_model_len);   /* /v1/models/{id} */
-cJSON *ms_resp_models(const char *name, int64_t max_model_len);  /* /v1/models */
-cJSON *ms_resp_tokens(const int32_t *ids, size_t n, int64_t max_model_len); /* /tokenize */
-cJSON *ms_resp_text(const char *text);                            /* /detokenize */
+cJSON *ms_answer_status(const char *status, const char *reason);   /* /health, /live */
+cJSON *ms_answer_model(const char *name, int64_t max_model_len);   /* /v1/models/{id} */
+cJSON *ms_answer_models(const char *name, int64_t max_model_len);  /* /v1/models */
+cJSON *ms_answer_tokens(const int32_t *ids, size_t n, int64_t max_model_len); /* /tokenize */
+cJSON *ms_answer_text(const char *text);                            /* /detokenize */
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * request-responses.c: POST /v1/responses into a chat request (see
+ * responses-request.c: POST /v1/responses into a chat request (see
  * request.h's ms_req_responses). The Responses items become the chat
  * messages the harmony renderer already takes, so both endpoints render
  * the same prompt for the same conversation:

@@ -1,5 +1,5 @@
-/* response.c: the OpenAI wire formats of answers (see response.h). */
-#include "response.h"
+/* answer.c: the OpenAI wire formats of answers (see answer.h). */
+#include "answer.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -9,16 +9,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "http.h"
+#include "api.h"
+#include "job.h"
 #include "ms-json.h"
 #include "ms-utf8.h"
 #include "request.h"
-#include "responses.h"
+#include "responses-answer.h"
 
 #define OOM_ERROR "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\"," \
 		  "\"param\":null,\"code\":500}}"
-const char ms_resp_oom_body[] = OOM_ERROR;
-const char ms_resp_oom_event[] = "data: " OOM_ERROR "\n\n";
+const char ms_answer_oom_body[] = OOM_ERROR;
+const char ms_answer_oom_event[] = "data: " OOM_ERROR "\n\n";
 
 /* ---- small helpers ---- */
 
@@ -115,7 +116,7 @@ static cJSON *chunk_head(const struct ms_job *jb)
 	cJSON_AddStringToObject(j, "id", jb->id);
 	cJSON_AddStringToObject(j, "object", jb->rq->chat ? "chat.completion.chunk" : "text_completion");
 	cJSON_AddNumberToObject(j, "created", (double)jb->created);
-	cJSON_AddStringToObject(j, "model", jb->s->cfg.model_name);
+	cJSON_AddStringToObject(j, "model", jb->api->cfg.model_name);
 	return j;
 }
 
@@ -140,10 +141,10 @@ static void send_choice_chunk(struct ms_job *jb, cJSON *j, cJSON *choices, cJSON
 	sse_json(jb, j);
 }
 
-void ms_resp_stream_end(struct ms_job *jb)
+void ms_answer_stream_end(struct ms_job *jb)
 {
 	if (jb->rq->responses) {
-		ms_rsp_stream_end(jb);
+		ms_responses_stream_end(jb);
 		return;
 	}
 	if (jb->rq->include_usage) {
@@ -168,7 +169,7 @@ static cJSON *top_object(struct ms_job *jb, const struct ms_token_logprobs *lp)
 {
 	cJSON *top = cJSON_CreateObject();
 	for (int t = 0; top && t < lp->n_top; t++) {
-		char *x = token_text(jb->s->tok, lp->top[t].id);
+		char *x = token_text(jb->api->tok, lp->top[t].id);
 		if (!x) {
 			jb->failed = true;
 			break;
@@ -185,7 +186,7 @@ static cJSON *top_object(struct ms_job *jb, const struct ms_token_logprobs *lp)
 static void lp_append(struct ms_job *jb, struct ms_choice *ch, const struct ms_ev *e,
 		      struct lp_arrays *delta)
 {
-	char *tt = token_text(jb->s->tok, e->token);
+	char *tt = token_text(jb->api->tok, e->token);
 	if (!tt) {
 		jb->failed = true;
 		return;
@@ -285,7 +286,7 @@ static void tool_call_begin(struct hctx *h, const char *data, size_t len)
 	struct ms_job *jb = h->jb;
 	struct ms_choice *ch = h->ch;
 	char id[40], name[256];
-	uint64_t cid = (uint64_t)atomic_fetch_add(&jb->s->counter, 1) * 0x9e3779b97f4a7c15ull;
+	uint64_t cid = (uint64_t)atomic_fetch_add(&jb->api->counter, 1) * 0x9e3779b97f4a7c15ull;
 	snprintf(id, sizeof(id), "call_%016" PRIx64, cid);
 	snprintf(name, sizeof(name), "%.*s", (int)len, data);
 	int t = ch->n_calls++;
@@ -382,7 +383,7 @@ static int on_harmony(void *ctx, enum ms_harmony_event ev, const char *data, siz
 
 static cJSON *chat_lp_entry(struct ms_job *jb, int32_t tok, const struct ms_token_logprobs *lp)
 {
-	char *tt = token_text(jb->s->tok, tok);
+	char *tt = token_text(jb->api->tok, tok);
 	if (!tt) {
 		jb->failed = true;
 		return NULL;
@@ -396,7 +397,7 @@ static cJSON *chat_lp_entry(struct ms_job *jb, int32_t tok, const struct ms_toke
 	free(tt);
 	tops = cJSON_AddArrayToObject(e, "top_logprobs");
 	for (int k = 0; k < lp->n_top; k++) {
-		char *s = token_text(jb->s->tok, lp->top[k].id);
+		char *s = token_text(jb->api->tok, lp->top[k].id);
 		if (!s) {
 			jb->failed = true;
 			break;
@@ -495,10 +496,10 @@ static void chat_event(struct ms_job *jb, int i, const struct ms_ev *e)
 	ms_strbuf_free(&h.reasoning);
 }
 
-void ms_resp_event(struct ms_job *jb, int i, const struct ms_ev *e)
+void ms_answer_event(struct ms_job *jb, int i, const struct ms_ev *e)
 {
 	if (jb->rq->responses)
-		ms_rsp_event(jb, e);
+		ms_responses_event(jb, e);
 	else if (jb->rq->chat)
 		chat_event(jb, i, e);
 	else
@@ -548,15 +549,15 @@ static void cmpl_choice(struct ms_job *jb, struct ms_choice *c, cJSON *ch)
 	}
 }
 
-cJSON *ms_resp_final(struct ms_job *jb)
+cJSON *ms_answer_final(struct ms_job *jb)
 {
 	if (jb->rq->responses)
-		return ms_rsp_final(jb);
+		return ms_responses_final(jb);
 	cJSON *j = cJSON_CreateObject(), *chs;
 	cJSON_AddStringToObject(j, "id", jb->id);
 	cJSON_AddStringToObject(j, "object", jb->rq->chat ? "chat.completion" : "text_completion");
 	cJSON_AddNumberToObject(j, "created", (double)jb->created);
-	cJSON_AddStringToObject(j, "model", jb->s->cfg.model_name);
+	cJSON_AddStringToObject(j, "model", jb->api->cfg.model_name);
 	chs = cJSON_AddArrayToObject(j, "choices");
 	for (int i = 0; i < jb->n; i++) {
 		struct ms_choice *c = &jb->ch[i];
@@ -575,12 +576,12 @@ cJSON *ms_resp_final(struct ms_job *jb)
 
 /* ---- small bodies ---- */
 
-cJSON *ms_resp_error(int status, const char *type, const char *param, const char *msg)
+cJSON *ms_answer_error(int status, const char *type, const char *param, const char *msg)
 {
-	return ms_resp_error_code(status, type, param, NULL, msg);
+	return ms_answer_error_code(status, type, param, NULL, msg);
 }
 
-cJSON *ms_resp_error_code(int status, const char *type, const char *param, const char *code,
+cJSON *ms_answer_error_code(int status, const char *type, const char *param, const char *code,
 			  const char *msg)
 {
 	cJSON *j = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(j, "error");
@@ -597,7 +598,7 @@ cJSON *ms_resp_error_code(int status, const char *type, const char *param, const
 	return j;
 }
 
-cJSON *ms_resp_status(const char *status, const char *reason)
+cJSON *ms_answer_status(const char *status, const char *reason)
 {
 	cJSON *j = cJSON_CreateObject();
 	cJSON_AddStringToObject(j, "status", status);
@@ -606,7 +607,7 @@ cJSON *ms_resp_status(const char *status, const char *reason)
 	return j;
 }
 
-cJSON *ms_resp_model(const char *name, int64_t max_model_len)
+cJSON *ms_answer_model(const char *name, int64_t max_model_len)
 {
 	cJSON *m = cJSON_CreateObject();
 	cJSON_AddStringToObject(m, "id", name);
@@ -617,15 +618,15 @@ cJSON *ms_resp_model(const char *name, int64_t max_model_len)
 	return m;
 }
 
-cJSON *ms_resp_models(const char *name, int64_t max_model_len)
+cJSON *ms_answer_models(const char *name, int64_t max_model_len)
 {
 	cJSON *j = cJSON_CreateObject();
 	cJSON_AddStringToObject(j, "object", "list");
-	ms_json_push(cJSON_AddArrayToObject(j, "data"), ms_resp_model(name, max_model_len));
+	ms_json_push(cJSON_AddArrayToObject(j, "data"), ms_answer_model(name, max_model_len));
 	return j;
 }
 
-cJSON *ms_resp_tokens(const int32_t *ids, size_t n, int64_t max_model_len)
+cJSON *ms_answer_tokens(const int32_t *ids, size_t n, int64_t max_model_len)
 {
 	cJSON *j = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(j, "tokens");
 	for (size_t i = 0; i < n; i++)
@@ -635,7 +636,7 @@ cJSON *ms_resp_tokens(const int32_t *ids, size_t n, int64_t max_model_len)
 	return j;
 }
 
-cJSON *ms_resp_text(const char *text)
+cJSON *ms_answer_text(const char *text)
 {
 	cJSON *j = cJSON_CreateObject();
 	cJSON_AddStringToObject(j, "prompt", text);

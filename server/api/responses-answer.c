@@ -1,5 +1,6 @@
-/* responses.c: the Responses API's answers and their store (responses.h). */
-#include "responses.h"
+/* responses-answer.c: the Responses API's answers (responses-answer.h). */
+#include "responses-answer.h"
+#include "responses-store.h"
 
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -7,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "http.h"
+#include "api.h"
 #include "ms-json.h"
 #include "ms-strbuf.h"
 #include "request.h"
@@ -36,7 +37,7 @@ static struct ms_rsp *rsp_of(struct ms_job *jb)
 	return jb->rsp && jb->rsp->output ? jb->rsp : NULL;
 }
 
-void ms_rsp_free(struct ms_rsp *r)
+void ms_responses_free(struct ms_rsp *r)
 {
 	if (!r)
 		return;
@@ -93,7 +94,7 @@ static cJSON *ev_item(struct ms_rsp *r, const char *type, int index, bool conten
 
 static void new_id(struct ms_job *jb, const char *prefix, char *out, size_t len)
 {
-	uint64_t v = ((uint64_t)atomic_fetch_add(&jb->s->counter, 1) + 1) * 0x9e3779b97f4a7c15ull;
+	uint64_t v = ((uint64_t)atomic_fetch_add(&jb->api->counter, 1) + 1) * 0x9e3779b97f4a7c15ull;
 	snprintf(out, len, "%s_%016" PRIx64, prefix, v);
 }
 
@@ -352,7 +353,7 @@ static cJSON *response_of(struct ms_job *jb, const struct ms_rsp *r)
 	add_status(j, r);
 	echo(j, jb, "instructions", NULL);
 	echo(j, jb, "max_output_tokens", NULL);
-	cJSON_AddStringToObject(j, "model", jb->s->cfg.model_name);
+	cJSON_AddStringToObject(j, "model", jb->api->cfg.model_name);
 	ms_json_put(j, "output", cJSON_Duplicate(r->output, true));
 	echo(j, jb, "parallel_tool_calls", cJSON_CreateTrue());
 	echo(j, jb, "previous_response_id", NULL);
@@ -406,7 +407,7 @@ static void finish(struct ms_job *jb, struct ms_rsp *r, const struct ms_ev *e)
 	ch->fin = status_of(r);
 }
 
-void ms_rsp_event(struct ms_job *jb, const struct ms_ev *e)
+void ms_responses_event(struct ms_job *jb, const struct ms_ev *e)
 {
 	struct ms_rsp *r = rsp_of(jb);
 	if (!r)
@@ -420,7 +421,7 @@ void ms_rsp_event(struct ms_job *jb, const struct ms_ev *e)
 	if (e->kind == MS_EV_TOKEN) {
 		/* a token of the analysis channel's text (not the <|end|> after
 		 * it): reasoning */
-		const struct ms_harmony_ids *hi = &jb->s->hids;
+		const struct ms_harmony_ids *hi = &jb->api->hids;
 		bool in_rs = ch->hp.state == MS_HARMONY_IN_BODY &&
 			     ch->hp.body == MS_HARMONY_BODY_REASONING;
 		r->reasoning_tokens += in_rs && e->token != hi->end && e->token != hi->ret &&
@@ -434,15 +435,15 @@ void ms_rsp_event(struct ms_job *jb, const struct ms_ev *e)
 /* The conversation to store: the request's items, then the output's. */
 static void store(struct ms_job *jb, const cJSON *resp, const struct ms_rsp *r)
 {
-	if (!jb->rq->store || !jb->s->rstore.cap || jb->failed)
+	if (!jb->rq->store || !jb->api->rstore.cap || jb->failed)
 		return;
 	cJSON *items = cJSON_Duplicate(jb->rq->items, true), *it;
 	cJSON_ArrayForEach(it, r->output)
 		ms_json_push(items, cJSON_Duplicate(it, true));
-	ms_rsp_store_put(&jb->s->rstore, jb->id, cJSON_Duplicate(resp, true), items);
+	ms_responses_store_put(&jb->api->rstore, jb->id, cJSON_Duplicate(resp, true), items);
 }
 
-cJSON *ms_rsp_final(struct ms_job *jb)
+cJSON *ms_responses_final(struct ms_job *jb)
 {
 	struct ms_rsp *r = rsp_of(jb);
 	if (!r)
@@ -452,7 +453,7 @@ cJSON *ms_rsp_final(struct ms_job *jb)
 	return j;
 }
 
-void ms_rsp_stream_end(struct ms_job *jb)
+void ms_responses_stream_end(struct ms_job *jb)
 {
 	struct ms_rsp *r = rsp_of(jb);
 	if (!r)
@@ -466,111 +467,4 @@ void ms_rsp_stream_end(struct ms_job *jb)
 	store(jb, resp, r);
 	ms_json_put(j, "response", resp);
 	ev_send(jb, j);
-}
-
-/* ---- the store ---- */
-
-struct ms_rsp_entry {
-	struct ms_rsp_entry *next;
-	char id[64];
-	cJSON *response, *items;
-};
-
-void ms_rsp_store_init(struct ms_rsp_store *st, int cap)
-{
-	memset(st, 0, sizeof(*st));
-	pthread_mutex_init(&st->mu, NULL);
-	st->cap = cap > 0 ? cap : 0;
-}
-
-static void entry_free(struct ms_rsp_entry *e)
-{
-	cJSON_Delete(e->response);
-	cJSON_Delete(e->items);
-	free(e);
-}
-
-void ms_rsp_store_free(struct ms_rsp_store *st)
-{
-	for (struct ms_rsp_entry *e = st->head, *n; e; e = n) {
-		n = e->next;
-		entry_free(e);
-	}
-	st->head = NULL;
-	st->n = 0;
-	pthread_mutex_destroy(&st->mu);
-}
-
-/* id's entry moved to the front (under the lock), or NULL. */
-static struct ms_rsp_entry *find(struct ms_rsp_store *st, const char *id, bool unlink)
-{
-	for (struct ms_rsp_entry **p = &st->head; *p; p = &(*p)->next) {
-		struct ms_rsp_entry *e = *p;
-		if (strcmp(e->id, id))
-			continue;
-		*p = e->next;
-		if (unlink) {
-			st->n--;
-			return e;
-		}
-		e->next = st->head;
-		st->head = e;
-		return e;
-	}
-	return NULL;
-}
-
-void ms_rsp_store_put(struct ms_rsp_store *st, const char *id, cJSON *response, cJSON *items)
-{
-	struct ms_rsp_entry *e = calloc(1, sizeof(*e));
-	if (!e || !response || !items || !st->cap) {
-		free(e);
-		cJSON_Delete(response);
-		cJSON_Delete(items);
-		return;
-	}
-	snprintf(e->id, sizeof(e->id), "%s", id);
-	e->response = response;
-	e->items = items;
-	pthread_mutex_lock(&st->mu);
-	struct ms_rsp_entry *old = find(st, id, true);
-	e->next = st->head;
-	st->head = e;
-	st->n++;
-	struct ms_rsp_entry *drop = NULL;
-	if (st->n > st->cap) { /* the least recently used is the last */
-		struct ms_rsp_entry **p = &st->head;
-		while ((*p)->next)
-			p = &(*p)->next;
-		drop = *p;
-		*p = NULL;
-		st->n--;
-	}
-	pthread_mutex_unlock(&st->mu);
-	if (old)
-		entry_free(old);
-	if (drop)
-		entry_free(drop);
-}
-
-bool ms_rsp_store_get(struct ms_rsp_store *st, const char *id, cJSON **response, cJSON **items)
-{
-	pthread_mutex_lock(&st->mu);
-	struct ms_rsp_entry *e = find(st, id, false);
-	if (e && response)
-		*response = cJSON_Duplicate(e->response, true);
-	if (e && items)
-		*items = cJSON_Duplicate(e->items, true);
-	pthread_mutex_unlock(&st->mu);
-	return e != NULL;
-}
-
-bool ms_rsp_store_delete(struct ms_rsp_store *st, const char *id)
-{
-	pthread_mutex_lock(&st->mu);
-	struct ms_rsp_entry *e = find(st, id, true);
-	pthread_mutex_unlock(&st->mu);
-	if (e)
-		entry_free(e);
-	return e != NULL;
 }

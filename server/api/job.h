@@ -1,18 +1,18 @@
 /*
- * bridge.h: a parsed generation request run on the engine (server/ only).
+ * job.h: a parsed generation request run on the engine (server/api).
  *
  * A job is one HTTP request's generation: one engine request per choice
  * (n, times the prompts), each with its own queue of copied events. The
  * engine's callback (engine thread) appends to the queue and wakes the
  * connection; the connection thread waits (ms_job_advance), hands each
- * event to the response writer (response.h) and checks every 100 ms that
+ * event to the response writer (answer.h) and checks every 100 ms that
  * its client is still there: a client that left cancels every call
  * (within one engine step). The calls' shared state is freed by whichever
  * of the engine and the connection lets go last; the rest of the job
  * belongs to the connection.
  */
-#ifndef MS_SERVER_BRIDGE_H
-#define MS_SERVER_BRIDGE_H
+#ifndef MS_API_JOB_H
+#define MS_API_JOB_H
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>
@@ -24,9 +24,9 @@
 #include "ms-strbuf.h"
 #include "sampler.h"
 
-struct ms_server;
+struct ms_api;
 struct ms_req_gen;
-struct ms_gen;   /* the calls and their queues (bridge.c) */
+struct ms_gen;   /* the calls and their queues (job.c) */
 struct ms_rsp;
 
 /* One engine event, copied (the engine's lives only during its callback). */
@@ -62,7 +62,7 @@ struct ms_choice {
 };
 
 struct ms_job {
-	struct ms_server *s;
+	struct ms_api *api;
 	struct ms_req_gen *rq;
 	struct ms_gen *g;
 	int n;                   /* choices */
@@ -77,12 +77,12 @@ struct ms_job {
 	bool failed;             /* an allocation failed or a step did: no answer */
 	char error[256];         /* the engine's reason for the first failed step */
 	bool weights_gone;       /* a step failed because the weights' file shrank */
-	struct ms_rsp *rsp;      /* /v1/responses: the response being built (responses.c) */
+	struct ms_rsp *rsp;      /* /v1/responses: the response being built (responses-answer.c) */
 };
 
 /* A job for rq (taken: freed with the job, or now when this fails); NULL
  * when out of memory. On the connection's thread. */
-struct ms_job *ms_job_new(struct ms_server *s, struct ms_req_gen *rq);
+struct ms_job *ms_job_new(struct ms_api *api, struct ms_req_gen *rq);
 
 /* Queue every call; on a refusal the calls already queued are cancelled
  * and err says why (the engine's code). */

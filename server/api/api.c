@@ -1,0 +1,276 @@
+/* api.c: the API's state and endpoints (api.h). */
+#include "api.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "job.h"
+#include "grammar-cache.h"
+#include "ms-json.h"
+#include "answer.h"
+
+void ms_api_init(struct ms_api *a, const struct ms_api_config *cfg, struct ms_metrics *metrics)
+{
+	memset(a, 0, sizeof(*a));
+	a->cfg = *cfg;
+	a->metrics = metrics;
+	ms_responses_store_init(&a->rstore, cfg->responses_store);
+}
+
+void ms_api_set_model(struct ms_api *a, struct ms_model *m, struct ms_tokenizer *tok,
+		      struct ms_engine *e)
+{
+	a->model = m;
+	a->tok = tok;
+	a->engine = e;
+	a->max_model_len = m->cfg.max_pos;
+	a->n_eos = m->cfg.n_eos < 8 ? m->cfg.n_eos : 8;
+	for (int i = 0; i < a->n_eos; i++)
+		a->eos[i] = (int32_t)m->cfg.eos_ids[i];
+	if (!tok)
+		return;
+	a->hids = ms_harmony_ids_find(tok);
+	a->harmony = ms_harmony_ids_complete(&a->hids);
+	/* structured outputs; without (out of memory) they are refused */
+	struct ms_err err = {0};
+	if (ms_grammar_cache_new(ms_tokenizer_vocab(tok), m->cfg.vocab, a->cfg.grammar_cache,
+				 m->be->mask_words, &a->grammars, &err))
+		fprintf(stderr, "moeserve: structured outputs are off: %s\n", err.msg);
+}
+
+void ms_api_free(struct ms_api *a)
+{
+	ms_responses_store_free(&a->rstore);
+	ms_grammar_cache_free(a->grammars);
+	a->grammars = NULL;
+}
+
+/* ---- errors ---- */
+
+void ms_api_error_code(struct ms_api_reply *r, int status, const char *type, const char *param,
+		       const char *code, const char *msg)
+{
+	unsigned long f0 = ms_json_failures(); /* before building: its own failures count */
+	r->status = status;
+	r->text = ms_json_print(ms_answer_error_code(status, type, param, code, msg), f0);
+	r->oom = !r->text;
+}
+
+void ms_api_error(struct ms_api_reply *r, int status, const char *type, const char *param,
+		  const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	ms_api_error_code(r, status, type, param, NULL, msg);
+}
+
+static void req_error(struct ms_api_reply *r, const struct ms_req_error *e)
+{
+	ms_api_error_code(r, e->status, e->type, e->param, e->code, e->msg);
+}
+
+/* j NULL: building it ran out of memory. */
+static void json_reply(struct ms_api_reply *r, int status, cJSON *j)
+{
+	r->status = status;
+	r->json = j;
+	r->oom = !j;
+}
+
+/* Map an engine refusal to its HTTP status. A full queue is a 429 and a
+ * KV cache whose queue holds a cache's worth already a 503, both with the
+ * engine's guess of when a request will be taken as Retry-After; a
+ * request that can never fit is a 400 at once. */
+static void submit_error(struct ms_api *a, const struct ms_err *err, struct ms_api_reply *r)
+{
+	if (err->code == -EBUSY || err->code == -EAGAIN) {
+		struct ms_engine_stats st;
+		ms_engine_get_stats(a->engine, &st);
+		r->retry_after = st.retry_after_s;
+	}
+	switch (err->code) {
+	case -EBUSY:
+		return ms_api_error(r, 429, "rate_limit_exceeded", NULL, "%s; retry later", err->msg);
+	case -EAGAIN:
+		return ms_api_error_code(r, 503, "server_error", NULL, "kv_cache_exhausted", err->msg);
+	case -EIO: /* the model's weights are gone (job.c marked /health failed) */
+		return ms_api_error(r, 503, "server_error", NULL, "%s", err->msg);
+	case -E2BIG: /* Codex and the SDKs know this code: the prompt must shrink */
+		return ms_api_error_code(r, 400, "invalid_request_error", NULL,
+					 "context_length_exceeded", err->msg);
+	case -ENOSPC:
+	case -EINVAL:
+		return ms_api_error(r, 400, "invalid_request_error", NULL, "%s", err->msg);
+	default:
+		return ms_api_error(r, 500, "server_error", NULL, "%s", err->msg);
+	}
+}
+
+/* ---- endpoints ---- */
+
+static struct ms_req_model req_model(const struct ms_api *a)
+{
+	return (struct ms_req_model){
+		.name = a->cfg.model_name, .vocab = a->model ? a->model->cfg.vocab : 0,
+		.max_model_len = a->max_model_len, .tok = a->tok, .grammars = a->grammars,
+		.harmony = a->harmony,
+		.hids = a->hids, .eos = a->eos, .n_eos = a->n_eos,
+		.default_max_tokens = a->cfg.max_tokens,
+	};
+}
+
+bool ms_api_body(struct ms_api *a, const char *body, size_t len, cJSON **req,
+		 struct ms_api_reply *r)
+{
+	struct ms_req_model m = req_model(a);
+	struct ms_req_error e = {0}; /* ms_req_body's 404 leaves "code" unset */
+	if (!ms_req_body(&m, body, len, req, &e))
+		return true;
+	req_error(r, &e);
+	return false;
+}
+
+/* Queue rq's calls (rq taken): r gets the job, or the refusal. */
+static void run_job(struct ms_api *a, struct ms_req_gen *rq, struct ms_api_reply *r)
+{
+	struct ms_job *jb = ms_job_new(a, rq);
+	if (!jb)
+		return ms_api_error(r, 500, "server_error", NULL, "out of memory");
+	struct ms_err err = {0};
+	if (ms_job_submit(jb, &err)) {
+		submit_error(a, &err, r);
+		/* calls already queued are cancelled; waiting for their FINISH
+		 * before freeing is the calls' refcount's job */
+		ms_job_free(jb);
+		return;
+	}
+	r->status = 200;
+	r->job = jb;
+}
+
+static void warn_unknown_fields(struct ms_api *a, const cJSON *req)
+{
+	if (atomic_load(&a->warned_unknown))
+		return;
+	const char *f = ms_req_unknown_field(req);
+	if (f && !atomic_exchange(&a->warned_unknown, true))
+		fprintf(stderr, "moeserve: note: ignoring unknown request field \"%s\" (logged once)\n", f);
+}
+
+/* POST /v1/completions, /v1/chat/completions */
+void ms_api_generate(struct ms_api *a, cJSON *req, bool chat, struct ms_api_reply *r)
+{
+	warn_unknown_fields(a, req);
+	struct ms_req_model m = req_model(a);
+	struct ms_req_gen *rq;
+	struct ms_req_error e;
+	if (chat ? ms_req_chat(&m, req, &rq, &e) : ms_req_completion(&m, req, &rq, &e))
+		return req_error(r, &e);
+	run_job(a, rq, r);
+}
+
+/* POST /v1/responses: previous_response_id's conversation from the store,
+ * then this turn. Codex's extra fields are expected here: no note. */
+void ms_api_responses(struct ms_api *a, cJSON *req, struct ms_api_reply *r)
+{
+	struct ms_req_model m = req_model(a);
+	const cJSON *prev = cJSON_GetObjectItemCaseSensitive(req, "previous_response_id");
+	cJSON *items = NULL;
+	if (cJSON_IsString(prev) && !ms_responses_store_get(&a->rstore, prev->valuestring, NULL, &items)) {
+		char msg[256];
+		snprintf(msg, sizeof(msg), "previous_response_id: no stored response \"%.64s\" (never "
+			 "stored, evicted after --responses-store %d, or deleted)", prev->valuestring,
+			 a->rstore.cap);
+		cJSON_Delete(req);
+		return ms_api_error_code(r, 404, "invalid_request_error", "previous_response_id",
+					 NULL, msg);
+	}
+	struct ms_req_gen *rq;
+	struct ms_req_error e;
+	int rc = ms_req_responses(&m, req, items, &rq, &e);
+	cJSON_Delete(items);
+	if (rc)
+		return req_error(r, &e);
+	if (rq->ignored_tool && !atomic_exchange(&a->warned_tool, true))
+		fprintf(stderr, "moeserve: note: ignoring tools of type \"%s\" (function tools only; "
+			"logged once)\n", rq->ignored_tool);
+	run_job(a, rq, r);
+}
+
+void ms_api_response_id(struct ms_api *a, const char *id, bool del, struct ms_api_reply *r)
+{
+	cJSON *resp = NULL;
+	bool found = del ? ms_responses_store_delete(&a->rstore, id)
+			 : ms_responses_store_get(&a->rstore, id, &resp, NULL);
+	if (!found)
+		return ms_api_error(r, 404, "invalid_request_error", "response_id",
+				    "no stored response \"%.64s\"", id);
+	if (!del)
+		return json_reply(r, 200, resp);
+	cJSON *j = cJSON_CreateObject();
+	cJSON_AddStringToObject(j, "id", id);
+	cJSON_AddStringToObject(j, "object", "response");
+	cJSON_AddBoolToObject(j, "deleted", true);
+	json_reply(r, 200, j);
+}
+
+void ms_api_tokenize(struct ms_api *a, cJSON *req, struct ms_api_reply *r)
+{
+	struct ms_req_model m = req_model(a);
+	struct ms_req_error e;
+	int32_t *ids;
+	size_t n;
+	int rc = ms_req_tokenize(&m, req, &ids, &n, &e);
+	cJSON_Delete(req);
+	if (rc)
+		return req_error(r, &e);
+	cJSON *j = ms_answer_tokens(ids, n, a->max_model_len);
+	free(ids);
+	json_reply(r, 200, j);
+}
+
+void ms_api_detokenize(struct ms_api *a, cJSON *req, struct ms_api_reply *r)
+{
+	struct ms_req_model m = req_model(a);
+	struct ms_req_error e;
+	char *text;
+	size_t len;
+	int rc = ms_req_detokenize(&m, req, &text, &len, &e);
+	cJSON_Delete(req);
+	if (rc)
+		return req_error(r, &e);
+	cJSON *j = ms_answer_text(text);
+	free(text);
+	json_reply(r, 200, j);
+}
+
+void ms_api_models(struct ms_api *a, const char *one, struct ms_api_reply *r)
+{
+	if (!one)
+		return json_reply(r, 200, ms_answer_models(a->cfg.model_name, a->max_model_len));
+	if (strcmp(one, a->cfg.model_name))
+		return ms_api_error(r, 404, "invalid_request_error", "model",
+				    "the model \"%s\" does not exist (this server has \"%s\")", one,
+				    a->cfg.model_name);
+	json_reply(r, 200, ms_answer_model(a->cfg.model_name, a->max_model_len));
+}
+
+void ms_api_job_answer(struct ms_job *jb, struct ms_api_reply *r)
+{
+	if (ms_job_failed(jb)) {
+		int status;
+		char msg[sizeof(jb->error)];
+		snprintf(msg, sizeof(msg), "%s", ms_job_error(jb, &status));
+		ms_job_free(jb);
+		return ms_api_error(r, status, "server_error", NULL, "%s", msg);
+	}
+	cJSON *j = ms_answer_final(jb);
+	ms_job_free(jb);
+	json_reply(r, 200, j);
+}
