@@ -78,4 +78,18 @@ struct ms_dense_measure {
  * there are in all. */
 int ms_dense_onednn_measurements(struct ms_dense_measure *out, int max);
 
+/* oneDNN's own bf16 matmul at its best, the ceiling bench sets prefill
+ * against: y[M, N] (f32) = x[M, K] (bf16) W^T, W [N, K] bf16 rows as
+ * moeserve keeps them, random. It runs the way the kernel runs oneDNN: the
+ * N columns split over pool's threads, each slice a single-threaded
+ * primitive (no OpenMP team spinning against the pool). r: the best of
+ * several runs, or gflops 0 and why. */
+struct ms_pool;
+struct ms_onednn_rate {
+	double gflops;    /* 0 when it could not run; why says why */
+	char why[160];
+};
+void ms_dense_onednn_ceiling(struct ms_pool *pool, int64_t M, int64_t K, int64_t N,
+			     struct ms_onednn_rate *r);
+
 #endif

@@ -40,9 +40,6 @@
  * GPU) is measured by bench-device.c instead; the engine runs and the byte
  * model both use are in bench-common.c.
  */
-#include <dlfcn.h>
-#include <dnnl.h>
-#include <dnnl_debug.h>
 #include <errno.h>
 #include <immintrin.h>
 #include <math.h>
@@ -55,6 +52,7 @@
 
 #include "bench-int.h"
 #include "cpu.h"
+#include "dense-onednn.h"
 #include "ms-clock.h"
 #include "ms-strbuf.h"
 
@@ -270,202 +268,6 @@ static void arith_measure(struct ms_cpu *be, const struct arith *a, double *all,
 	}
 }
 
-/* ---- oneDNN's bf16 matmul: the prefill ceiling ---- */
-
-/* libdnnl (Debian's 2.x) runs on OpenMP. An OpenMP team would spin-wait
- * against our pool for the cores (and collapse when the machine is
- * oversubscribed), so the reference runs the way the engine runs oneDNN:
- * each pool thread executes its own single-threaded matmul on a slice of
- * the output columns, all at once. One thread per call is the calling
- * thread's omp_set_num_threads(1). libgomp comes in with libdnnl; its
- * symbols are looked up rather than linked (server/ is not built with
- * -fopenmp). */
-static int (*omp_get_max_threads_p)(void);
-static void (*omp_set_num_threads_p)(int);
-
-static void omp_lookup(void)
-{
-	omp_get_max_threads_p = (int (*)(void))dlsym(RTLD_DEFAULT, "omp_get_max_threads");
-	omp_set_num_threads_p = (void (*)(int))dlsym(RTLD_DEFAULT, "omp_set_num_threads");
-}
-
-/* Set this thread's OpenMP thread count to n; returns the old one (0 when
- * unknown). */
-static int omp_threads(int n)
-{
-	int old = omp_get_max_threads_p ? omp_get_max_threads_p() : 0;
-	if (omp_set_num_threads_p && n > 0)
-		omp_set_num_threads_p(n);
-	return old;
-}
-
-struct dnnl_rate {
-	double gflops;    /* 0 when it could not run; why says why */
-	char why[160];
-};
-
-#if DNNL_VERSION_MAJOR == 2
-#define DNNL_TRY(call)                                                                         \
-	do {                                                                                   \
-		dnnl_status_t st_ = (call);                                                    \
-		if (st_ != dnnl_success) {                                                     \
-			snprintf(r->why, sizeof(r->why), "oneDNN: %s: %s", #call,              \
-				 dnnl_status2str(st_));                                        \
-			goto out;                                                              \
-		}                                                                              \
-	} while (0)
-
-#define DNNL_MAX_SLICES 64
-
-struct dnnl_slice {
-	dnnl_primitive_t mm;
-	dnnl_stream_t st;
-	dnnl_memory_t w, dst;
-	dnnl_exec_arg_t args[3];
-	dnnl_status_t status;
-};
-
-struct dnnl_job {
-	struct dnnl_slice *s;
-};
-
-static void dnnl_task(void *ctx, int task, int worker)
-{
-	(void)worker;
-	struct dnnl_slice *s = &((struct dnnl_job *)ctx)->s[task];
-	int old = omp_threads(1);
-	s->status = dnnl_primitive_execute(s->mm, s->st, 3, s->args);
-	if (s->status == dnnl_success)
-		s->status = dnnl_stream_wait(s->st);
-	if (old > 0)
-		omp_threads(old);
-}
-
-static void fill_bf16(void *h, int64_t n, float scale, uint32_t seed)
-{
-	uint16_t *x = h;
-	for (int64_t i = 0; i < n; i++) {
-		seed = seed * 1664525u + 1013904223u;
-		union { float f; uint32_t u; } v = {.f = ((float)(seed >> 8) / 16777216.0f - 0.5f) * scale};
-		x[i] = (uint16_t)(v.u >> 16);
-	}
-}
-
-/* y[M, N] (f32) = x[M, K] (bf16) W^T with W [N, K] bf16 rows as moeserve
- * keeps them, the N columns split over the pool's threads; each slice's
- * weights reordered once into the layout its primitive prefers (format_tag
- * any). Best of several runs of the whole split. */
-static void onednn_matmul(struct ms_cpu *be, int64_t M, int64_t K, int64_t N,
-			  struct dnnl_rate *r)
-{
-	int ns = be->pool.n_threads;
-	ns = ns > DNNL_MAX_SLICES ? DNNL_MAX_SLICES : ns;
-	ns = (int64_t)ns > N / 16 ? (int)(N / 16 > 0 ? N / 16 : 1) : ns;
-	struct dnnl_slice sl[DNNL_MAX_SLICES];
-	memset(sl, 0, sizeof(sl));
-	dnnl_engine_t eng = NULL;
-	dnnl_memory_t src = NULL, wuser = NULL;
-	dnnl_primitive_desc_t pd = NULL, rpd = NULL;
-	dnnl_primitive_t ro = NULL;
-	dnnl_memory_desc_t src_md;
-	dnnl_dims_t sd = {M, K};
-	omp_lookup();
-	/* primitives are created for the one thread that will run each */
-	int old = omp_threads(1);
-	r->gflops = 0;
-	r->why[0] = 0;
-	DNNL_TRY(dnnl_engine_create(&eng, dnnl_cpu, 0));
-	DNNL_TRY(dnnl_memory_desc_init_by_tag(&src_md, 2, sd, dnnl_bf16, dnnl_ab));
-	DNNL_TRY(dnnl_memory_create(&src, &src_md, eng, DNNL_MEMORY_ALLOCATE));
-	void *h;
-	DNNL_TRY(dnnl_memory_get_data_handle(src, &h));
-	fill_bf16(h, M * K, 1.0f, 12345);
-	for (int i = 0; i < ns; i++) {
-		int64_t n0 = N * i / ns, n = N * (i + 1) / ns - n0;
-		dnnl_memory_desc_t wany_md, wuser_md, dst_md;
-		dnnl_dims_t wd = {K, n}, dd = {M, n};
-		dnnl_matmul_desc_t desc;
-		DNNL_TRY(dnnl_memory_desc_init_by_tag(&wany_md, 2, wd, dnnl_bf16, dnnl_format_tag_any));
-		/* [n, K] rows are the K x n weights in column-major order: tag ba */
-		DNNL_TRY(dnnl_memory_desc_init_by_tag(&wuser_md, 2, wd, dnnl_bf16, dnnl_ba));
-		DNNL_TRY(dnnl_memory_desc_init_by_tag(&dst_md, 2, dd, dnnl_f32, dnnl_ab));
-		DNNL_TRY(dnnl_matmul_desc_init(&desc, &src_md, &wany_md, NULL, &dst_md));
-		DNNL_TRY(dnnl_primitive_desc_create(&pd, &desc, NULL, eng, NULL));
-		const dnnl_memory_desc_t *wpk_md =
-			dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-		DNNL_TRY(dnnl_memory_create(&wuser, &wuser_md, eng, DNNL_MEMORY_ALLOCATE));
-		DNNL_TRY(dnnl_memory_create(&sl[i].w, wpk_md, eng, DNNL_MEMORY_ALLOCATE));
-		DNNL_TRY(dnnl_memory_create(&sl[i].dst, &dst_md, eng, DNNL_MEMORY_ALLOCATE));
-		DNNL_TRY(dnnl_memory_get_data_handle(wuser, &h));
-		fill_bf16(h, K * n, 1.0f / 32, 777 + (uint32_t)i);
-		DNNL_TRY(dnnl_stream_create(&sl[i].st, eng, dnnl_stream_default_flags));
-		DNNL_TRY(dnnl_reorder_primitive_desc_create(&rpd, &wuser_md, eng, wpk_md, eng, NULL));
-		DNNL_TRY(dnnl_primitive_create(&ro, rpd));
-		dnnl_exec_arg_t rargs[2] = {{DNNL_ARG_FROM, wuser}, {DNNL_ARG_TO, sl[i].w}};
-		DNNL_TRY(dnnl_primitive_execute(ro, sl[i].st, 2, rargs));
-		DNNL_TRY(dnnl_stream_wait(sl[i].st));
-		DNNL_TRY(dnnl_primitive_create(&sl[i].mm, pd));
-		dnnl_primitive_destroy(ro);
-		dnnl_primitive_desc_destroy(rpd);
-		dnnl_primitive_desc_destroy(pd);
-		dnnl_memory_destroy(wuser);
-		ro = NULL, rpd = NULL, pd = NULL, wuser = NULL;
-		sl[i].args[0] = (dnnl_exec_arg_t){DNNL_ARG_SRC, src};
-		sl[i].args[1] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, sl[i].w};
-		sl[i].args[2] = (dnnl_exec_arg_t){DNNL_ARG_DST, sl[i].dst};
-	}
-	struct dnnl_job job = {sl};
-	double best = 1e300, spent = 0;
-	for (int rep = 0; rep < 50 && (rep < 4 || spent < 1.0); rep++) {
-		double t0 = ms_now_s();
-		ms_pool_run(&be->pool, ns, dnnl_task, &job);
-		double t = ms_now_s() - t0;
-		for (int i = 0; i < ns; i++)
-			DNNL_TRY(sl[i].status);
-		spent += t;
-		if (rep > 0 && t < best) /* the first run warms up */
-			best = t;
-	}
-	r->gflops = 2.0 * (double)M * (double)K * (double)N / best / 1e9;
-	snprintf(r->why, sizeof(r->why), "oneDNN %d.%d, %s, %d x 1 thread", DNNL_VERSION_MAJOR,
-		 DNNL_VERSION_MINOR, dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa()), ns);
-out:
-	for (int i = 0; i < ns; i++) {
-		if (sl[i].mm)
-			dnnl_primitive_destroy(sl[i].mm);
-		if (sl[i].st)
-			dnnl_stream_destroy(sl[i].st);
-		if (sl[i].w)
-			dnnl_memory_destroy(sl[i].w);
-		if (sl[i].dst)
-			dnnl_memory_destroy(sl[i].dst);
-	}
-	if (ro)
-		dnnl_primitive_destroy(ro);
-	if (rpd)
-		dnnl_primitive_desc_destroy(rpd);
-	if (pd)
-		dnnl_primitive_desc_destroy(pd);
-	if (wuser)
-		dnnl_memory_destroy(wuser);
-	if (src)
-		dnnl_memory_destroy(src);
-	if (eng)
-		dnnl_engine_destroy(eng);
-	if (old > 0)
-		omp_threads(old);
-}
-#else
-static void onednn_matmul(struct ms_cpu *be, int64_t M, int64_t K, int64_t N,
-			  struct dnnl_rate *r)
-{
-	(void)be, (void)M, (void)K, (void)N;
-	r->gflops = 0;
-	snprintf(r->why, sizeof(r->why), "oneDNN %d.x: the bench's matmul is written for 2.x",
-		 DNNL_VERSION_MAJOR);
-}
-#endif
-
 /* ---- engine runs (bench-common.c) with the CPU's probes ---- */
 
 struct cpu_probe {
@@ -629,7 +431,7 @@ struct report {
 	struct decode d[4];
 	double ttft, prefill_tps, fpt, prefill_gflops;
 	int64_t H, I2;              /* the oneDNN shapes' N */
-	struct dnnl_rate dh, df;
+	struct ms_onednn_rate dh, df;
 	double onednn, prefill_ratio;
 	struct baseline base;
 	bool have_base;
@@ -671,8 +473,8 @@ static void prefill_report(const struct ms_model *m, struct ms_cpu *be,
 	 * (attention-like) and N = 2 x intermediate (gate_up); FLOP-weighted */
 	int64_t H = m->cfg.hidden, I2 = 2 * m->cfg.intermediate;
 	p->H = H, p->I2 = I2;
-	onednn_matmul(be, 512, H, H, &p->dh);
-	onednn_matmul(be, 512, H, I2, &p->df);
+	ms_dense_onednn_ceiling(&be->pool, 512, H, H, &p->dh);
+	ms_dense_onednn_ceiling(&be->pool, 512, H, I2, &p->df);
 	p->onednn = 0;
 	if (p->dh.gflops > 0 && p->df.gflops > 0) {
 		double fh = 2.0 * 512 * (double)H * (double)H, ff = 2.0 * 512 * (double)H * (double)I2;
