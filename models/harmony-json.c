@@ -3,6 +3,11 @@
  * a small parser that keeps object order and number literals, and
  * Python's json.dumps and str() on its values (the template's `tojson`
  * filter and string concatenation).
+ *
+ * Why not config/ms-json.h, the project's JSON module: the chat template
+ * renders tool schemas and arguments as Python wrote them, and cJSON
+ * keeps neither a number's literal (1.0 comes back as 1) nor the
+ * formatting Python's json.dumps gives.
  */
 #include "harmony-int.h"
 
