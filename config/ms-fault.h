@@ -9,7 +9,7 @@
  * posix_memalign, aligned_alloc, asprintf, vasprintf, realpath, mmap and
  * munmap then goes through the wrappers; libraries' own allocations (libc
  * inside itself, libmicrohttpd, PCRE2, oneDNN) do not, except cJSON's,
- * whose hook (server/json.c) calls our malloc.
+ * whose hook (ms-json.c's ms_json_init) calls our malloc.
  *
  * One process-wide counter: allocations are counted in the order they
  * happen, on every thread, so that a failure on the engine's thread or an

@@ -1,6 +1,7 @@
 /*
  * ms-list.h: an intrusive doubly linked list, newest first: the LRUs of
- * server/ (compiled grammars, token masks). A node lives in its entry;
+ * engine/grammar (compiled grammars, token masks) and of server/api (the
+ * Responses store). A node lives in its entry;
  * ms_list_entry gets the entry back from it.
  */
 #ifndef MS_CONFIG_LIST_H

@@ -1,4 +1,4 @@
-/* tokenizer-load: tokenizer.json files as models/tokenizer.c loads them;
+/* tokenizer-load: tokenizer.json files as models/tokenizer-load.c loads them;
  * a loaded tokenizer then encodes a few texts (special tokens allowed and
  * not) and decodes what it made, whole and streamed. */
 #include "fuzz.h"
