@@ -17,7 +17,7 @@ The GPU example (kubernetes-rocm.yaml, required): one amd.com/gpu per pod in
 limits, the rocm image and backend, device 0 (the pod's only GPU), groups for
 the device nodes; the Dockerfile builds the rocm variant (ARG BACKEND). A CPU
 Deployment neither asks for a GPU nor runs the rocm backend.
-Prints one line per check and "deploy: N passed, M failed"; exit 1 on a failure.
+Prints one line per check and "deploy-check: N passed, M failed"; exit 1 on a failure.
 """
 import argparse
 import os
@@ -27,7 +27,7 @@ import sys
 try:
     import yaml
 except ImportError:  # the test is registered only where python3-yaml is
-    print("deploy: FAIL: PyYAML is missing (Debian: apt-get install python3-yaml)")
+    print("deploy-check: FAIL: PyYAML is missing (Debian: apt-get install python3-yaml)")
     sys.exit(1)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -320,7 +320,7 @@ def main():
             check(ok, f"Service {name}: port {p.get('port')} -> targetPort {tp!r} is the container port")
         check(any(p.get("port") == 80 for p in spec.get("ports") or []), f"Service {name}: serves port 80")
 
-    print(f"deploy: {passed} passed, {failed} failed")
+    print(f"deploy-check: {passed} passed, {failed} failed")
     return 1 if failed else 0
 
 

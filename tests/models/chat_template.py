@@ -3,7 +3,7 @@
 rendered by a real Jinja engine (Debian's python3-jinja2), on random
 multi-turn tool-calling conversations.
 
-    /usr/bin/python3 tests/models/chat_template_check.py --moeserve BIN \
+    /usr/bin/python3 tests/models/chat_template.py --moeserve BIN \
         --template CHAT_TEMPLATE.jinja [--cases N] [--seed S]
 
 The template is a checkpoint's own (`chat_template.jinja`, or the
