@@ -86,6 +86,7 @@ def exhaustion_cases(d):
         # ones hold 13 < 19) = 52 of the 104; two run, two wait (one pool's
         # worth), the rest are refused
         max_tokens, n_req = 200, 12
+        d.wait_idle()  # from an idle daemon: the pool and the queue are the burst's
         res = burst(d, n_req, max_tokens)
         codes = [r[0] for r in res]
         S.check(all(c in (200, 429, 503) for c in codes), f"statuses {codes}")

@@ -155,6 +155,42 @@ class Daemon:
             raise AssertionError(f"/metrics: {st}")
         return parse_metrics(data.decode())
 
+    # -- the engine's state, as /metrics gives it --
+    #
+    # The gauges are published at the end of each engine step, so they
+    # trail by up to a step: a request whose answer the client already has
+    # may still count as running. A case that waits for the state its own
+    # requests cause must start from an idle daemon (wait_idle), or a
+    # request of the case before can satisfy its wait.
+
+    def queue_state(self):
+        ms = self.metrics()
+        return (metric(ms, "moeserve:num_requests_running"),
+                metric(ms, "moeserve:num_requests_waiting"))
+
+    def wait_idle(self, timeout=None):
+        """Wait until no request runs or waits."""
+        deadline = time.monotonic() + (timeout or T(10))
+        while True:
+            run, wait = self.queue_state()
+            if run == 0 and wait == 0:
+                return
+            check(time.monotonic() < deadline,
+                  f"{self.name}: not idle: {run:.0f} running, {wait:.0f} waiting")
+            time.sleep(0.01)
+
+    def wait_running(self, n, what, timeout=None):
+        """Wait until n requests run and none waits: the requests a case
+        sent to an idle daemon (wait_idle first) have all been admitted."""
+        deadline = time.monotonic() + (timeout or T(10))
+        while True:
+            run, wait = self.queue_state()
+            if run >= n and wait == 0:
+                return
+            check(time.monotonic() < deadline,
+                  f"{what}: {run:.0f} running, {wait:.0f} waiting (want {n} running)")
+            time.sleep(0.01)
+
     # -- life --
 
     def wait_ready(self, timeout=None):
@@ -1273,10 +1309,7 @@ def chat_cases(d, model_name, sdk):
         s = socket.create_connection(("127.0.0.1", d.port), timeout=T(30))
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        deadline = time.monotonic() + T(10)
-        while metric(d.metrics(), "moeserve:num_requests_running") < 1:
-            check(time.monotonic() < deadline, "the request never ran")
-            time.sleep(0.02)
+        d.wait_running(1, "the request never ran")
         s.close()
         wait_idle(before, "not streamed")
         # the daemon serves on
@@ -1484,6 +1517,7 @@ def auth_cases(d):
 def queue_cases(d):
     def queue_full():
         n_req, max_tokens = 8, tokens_for(d, 1.0)
+        d.wait_idle()  # the burst alone decides what is served and refused
 
         def one(k):
             body = {"prompt": [1 + k, 2, 3], "max_tokens": max_tokens, "temperature": 0, "logit_bias": NO_EOS}
@@ -1530,12 +1564,13 @@ def queue_cases(d):
         # (a short request pays its fixed costs), and the check needs > 1 s
         long = {"prompt": [9, 9, 9], "max_tokens": tokens_for(d, 6.0, hi=12000), "temperature": 0, "logit_bias": NO_EOS}
         out = {}
+        # from an idle daemon, so that "1 running, none waiting" is the long
+        # request: a calibration request the gauge still counts, with the
+        # long one in the queue's one place, got the stream a 429
+        d.wait_idle()
         t = threading.Thread(target=lambda: out.update(r=d.post("/v1/completions", long, timeout=T(120))))
         t.start()
-        deadline = time.monotonic() + T(10)
-        while metric(d.metrics(), "moeserve:num_requests_running") < 1:
-            check(time.monotonic() < deadline, "the long request never ran")
-            time.sleep(0.01)
+        d.wait_running(1, "the long request never ran")
         s = SSE(d, "/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 4, "stream": True, "logprobs": 0},
                 timeout=T(120))
         try:
@@ -1595,12 +1630,10 @@ def sigterm_cases(d):
                                               TOKEN_MODEL)
 
         ths = [threading.Thread(target=plain), threading.Thread(target=streamed)]
+        d.wait_idle()  # the calibration's requests gone: the two running are these
         for t in ths:
             t.start()
-        deadline = time.monotonic() + T(10)
-        while metric(d.metrics(), "moeserve:num_requests_running") < 2:
-            check(time.monotonic() < deadline, "the requests never ran")
-            time.sleep(0.01)
+        d.wait_running(2, "the requests never ran")
         d.signal(signal.SIGTERM)
         t_sig = time.monotonic()
         # once the daemon says it is stopping, it has stopped accepting: a new
@@ -1653,11 +1686,9 @@ def sigterm_timeout_cases(d):
             out["stream"] = (chunks, fins, err, s.done)
 
         t = threading.Thread(target=streamed)
+        d.wait_idle()
         t.start()
-        deadline = time.monotonic() + T(10)
-        while metric(d.metrics(), "moeserve:num_requests_running") < 1:
-            check(time.monotonic() < deadline, "the request never ran")
-            time.sleep(0.01)
+        d.wait_running(1, "the request never ran")
         t_sig = time.monotonic()
         d.signal(signal.SIGTERM)
         rc = d.wait_exit(T(20))
