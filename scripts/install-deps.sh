@@ -7,8 +7,8 @@ PKGS=(
   gcc libc6-dev pkg-config cmake meson ninja-build   # toolchain; cmake finds oneDNN
   libcjson-dev libmicrohttpd-dev libdnnl-dev libnuma-dev check libpcre2-dev
   ocl-icd-opencl-dev   # dnnl-config.cmake requires OpenCL; only a Recommends of libdnnl-dev
-  python3 python3-numpy python3-yaml python3-jinja2 wrk  # tools/ and the golden tests; yaml: tests/deploy_check.py; jinja2: tests/chat_template_check.py; wrk: tests/load.sh
-  openssl curl libgnutls28-dev   # tests/security.py's certificate and HTTPS client; gnutls: serve's TLS checks (libmicrohttpd-dev pulls it in too)
+  python3 python3-numpy python3-yaml python3-jinja2 wrk  # tools/ and the golden tests; yaml: tests/deploy/deploy_check.py; jinja2: tests/models/chat_template.py; wrk: tests/deploy/load.sh
+  openssl curl libgnutls28-dev   # tests/e2e/security.py's certificate and HTTPS client; gnutls: serve's TLS checks (libmicrohttpd-dev pulls it in too)
   hipcc libamdhip64-dev   # the rocm backend's GPU kernels (Debian's HIP 5.2: compiles for gfx90a/gfx940 without a GPU)
   clang   # libFuzzer targets (tests/fuzz, -Dfuzz=enabled): clang-14 and its libclang_rt.fuzzer
 )

@@ -78,7 +78,7 @@ PRESETS = {
 
 
 # Quantized-checkpoint presets (issue 3), kept apart from PRESETS so that
-# tests/golden.py, which iterates PRESETS, is unaffected; tests/quant_golden.py
+# tests/e2e/golden.py, which iterates PRESETS, is unaffected; tests/quant/quant_golden.py
 # iterates these.  `quant` describes the producer's format:
 #   GPTQ  method "gptq": bits, group_size (-1 = one group), sym,
 #         checkpoint_format "gptq" (v1, zero-1 stored) | "gptq_v2", desc_act,

@@ -28,7 +28,7 @@ chunks only), --threads N (daemon and bench threads, default 2), --json.
 Speed (--table, or --speed for one model) comes from `moeserve bench
 --model DIR --json`: decode_tokens_per_s is batch-1 greedy decoding.
 
-Only the standard library is used (tests/default_models.py imports it).
+Only the standard library is used (tests/e2e/default_models.py imports it).
 """
 
 import argparse

@@ -40,7 +40,7 @@ count or CPU changes the rounding, and so the weights):
  1. corpus: the 1189 chapters, each a document of its verses, one per line
     (no verse numbers).  Held out: every 50th chapter (index % 50 == 49, 23
     chapters), written to OUT/heldout.txt (chapters separated by a blank
-    line) for tools/perplexity.py and tests/default_models.py.
+    line) for tools/perplexity.py and tests/e2e/default_models.py.
  2. tokenizer: byte-level BPE trained here on the training chapters (and the
     chat samples' text): 256 byte tokens + 3824 merges + 16 special tokens
     = 4096 ids; pre-tokenizer = o200k's split regex as gpt-oss uses it; the

@@ -8,10 +8,10 @@
 #   configure     meson setup build-device -Dgpu_platform=nvidia (the rocm
 #                 backend's kernels built by nvcc), -Dtests=enabled where
 #                 Check is there
-#   build         moeserve and tests/test-rocm only
-#   kernels       tests/test-rocm against the GPU (MOESERVE_TEST_BACKEND=rocm)
-#   golden        tests/golden.py, MOESERVE_BACKEND=rocm MOESERVE_EXACT=1
-#   quant-golden  tests/quant_golden.py, the same
+#   build         moeserve and tests/engine/test-rocm only
+#   kernels       tests/engine/test-rocm against the GPU (MOESERVE_TEST_BACKEND=rocm)
+#   golden        tests/e2e/golden.py, MOESERVE_BACKEND=rocm MOESERVE_EXACT=1
+#   quant-golden  tests/quant/quant_golden.py, the same
 #   ckpt-mxfp4,   the issue-7 bench checkpoint (tools/bench_ckpt.py) in MXFP4
 #   ckpt-quark    and Quark W4A8, written in the background from the start
 #                 into a temporary folder (not under $OUT)
@@ -474,7 +474,7 @@ if [ $DEPS_OK = 1 ]; then
 	fi
 	if [ "$(status_of configure)" = pass ]; then
 		targets=(server/moeserve)
-		[ $TESTS = enabled ] && targets+=(tests/test-rocm)
+		[ $TESTS = enabled ] && targets+=(tests/engine/test-rocm)
 		step build $BUILD_CAP $KEEP_BUILD ninja -C "$BUILD" "${targets[@]}" && BUILT=1
 	else
 		skip build "configure failed"
@@ -484,22 +484,22 @@ else
 	skip build "missing dependencies"
 fi
 
-# kernels: every comparison of tests/test-rocm.c on the device
+# kernels: every comparison of tests/engine/test-rocm.c on the device
 if [ $BUILT = 1 ] && [ $TESTS = enabled ]; then
 	step kernels 90 $((KEEP_BENCH + 2 * KEEP_GOLDEN)) env MOESERVE_TEST_BACKEND=$BACKEND \
-		"$BUILD/tests/test-rocm"
+		"$BUILD/tests/engine/test-rocm"
 elif [ $BUILT = 1 ]; then
-	skip kernels "Check (libcheck, Debian check) is missing: tests/test-rocm was not built"
+	skip kernels "Check (libcheck, Debian check) is missing: tests/engine/test-rocm was not built"
 else
 	skip kernels "no build"
 fi
 
 # golden: the whole model on the device against the numpy reference
 if [ $BUILT = 1 ]; then
-	step golden 120 $((KEEP_BENCH + KEEP_GOLDEN)) env MOESERVE_BACKEND=$BACKEND MOESERVE_EXACT=1 "$PY" tests/golden.py \
+	step golden 120 $((KEEP_BENCH + KEEP_GOLDEN)) env MOESERVE_BACKEND=$BACKEND MOESERVE_EXACT=1 "$PY" tests/e2e/golden.py \
 		--moeserve "$MOESERVE" --workdir "$TMPD/golden" --timeout 60 "${GOLDEN_PRESETS[@]}"
 	step quant-golden 120 $KEEP_BENCH env MOESERVE_BACKEND=$BACKEND MOESERVE_EXACT=1 "$PY" \
-		tests/quant_golden.py --moeserve "$MOESERVE" --workdir "$TMPD/quant-golden" --timeout 60 \
+		tests/quant/quant_golden.py --moeserve "$MOESERVE" --workdir "$TMPD/quant-golden" --timeout 60 \
 		"${QUANT_PRESETS[@]}"
 else
 	skip golden "no build"

@@ -3,7 +3,7 @@
 of every parser: request bodies like the tests send, the default model's
 configs and tokenizer (trimmed), every quantization config form that
 tools/gptoss_ckpt.py's presets write, small safetensors files, schemas,
-regexes and grammars from tests/structured_schemas.json. The output is
+regexes and grammars from tests/grammar/structured_schemas.json. The output is
 committed; rerun after changing this script:
 
     /usr/bin/python3 tests/fuzz/make_seeds.py
@@ -244,7 +244,7 @@ def harmony_parse():
 
 
 def grammar():
-    data = json.load(open(os.path.join(ROOT, "tests", "structured_schemas.json")))
+    data = json.load(open(os.path.join(ROOT, "tests", "grammar", "structured_schemas.json")))
     out = []
     for s in data[:24]:
         good = s.get("valid")

@@ -1,4 +1,4 @@
-// gen-cases.mjs: deterministic tokenizer test strings for tests/tokenizer_npm.mjs.
+// gen-cases.mjs: deterministic tokenizer test strings for tests/models/tokenizer_npm.mjs.
 //
 //   node tools/npm-ref/gen-cases.mjs [N] [--seed S] [--with-category]
 //       N (default 12000) cases, one JSON string per line on stdout

@@ -3,7 +3,7 @@
 // Everything here comes from the npm package js-tiktoken (pinned in
 // package.json) and from ../../../shared/docs/gpt-oss.md section 4.1; nothing
 // is read from moeserve's C sources.  Used by build-tokenizer.mjs,
-// gen-cases.mjs, bench-encode.mjs and tests/tokenizer_npm.mjs.
+// gen-cases.mjs, bench-encode.mjs and tests/models/tokenizer_npm.mjs.
 
 import { Tiktoken } from "js-tiktoken/lite";
 import o200kBase from "js-tiktoken/ranks/o200k_base";
@@ -85,7 +85,7 @@ export function loadRanks() {
 // spells (?i:'s|...) out as ('s|'S|'t|'T|'re|'rE|'Re|'RE|...) and uses JS
 // `\s`.  findRegexDeviations() below finds the code points where that
 // matters (class membership over every code point 0..0x10FFFF): U+0085,
-// U+FEFF and U+017F; tests/tokenizer_npm.mjs keeps them, with the reasons,
+// U+FEFF and U+017F; tests/models/tokenizer_npm.mjs keeps them, with the reasons,
 // in its DEVIATIONS table and checks the scan at every run.  The fold
 // closures of the contraction letters s t r e v m l d hold only their ASCII
 // case pairs plus U+017F (U+212A KELVIN SIGN folds to 'k', which no

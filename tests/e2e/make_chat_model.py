@@ -1,0 +1,38 @@
+#!/usr/bin/python3
+"""A small chat-capable GPT-OSS checkpoint for the server tests.
+
+    /usr/bin/python3 tests/e2e/make_chat_model.py --gen tools/gptoss_ckpt.py \
+        --tokenizer o200k_harmony.json --out DIR
+
+Writes a random GPT-OSS checkpoint (preset tiny-bf16: one layer, hidden 40)
+with the o200k_harmony vocabulary (201088 ids; the embedding and the head
+are most of its 32 MB) into DIR, and copies the tokenizer there as
+DIR/tokenizer.json.  Its output is gibberish, but the harmony machinery of
+`moeserve serve` (chat rendering, encoding, the parser that turns malformed
+model output into content, tool-call plumbing) runs for real on it.
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gen", required=True, help="tools/gptoss_ckpt.py")
+    ap.add_argument("--tokenizer", required=True, help="o200k_harmony tokenizer.json")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    tmp = a.out + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    subprocess.run([sys.executable, a.gen, "--preset", "tiny-bf16", "--vocab", "201088",
+                    "--hidden", "40", "--out", tmp], check=True, stdout=subprocess.DEVNULL)
+    shutil.copyfile(a.tokenizer, os.path.join(tmp, "tokenizer.json"))
+    # replace the folder at once: a half-written model is never left in place
+    shutil.rmtree(a.out, ignore_errors=True)
+    os.rename(tmp, a.out)
+
+
+if __name__ == "__main__":
+    main()
