@@ -1,7 +1,11 @@
 /*
- * options.h: the configuration of `moeserve serve`.
+ * options.h: the options of every moeserve command, from one table
+ * (options-table.c): serve's configuration, and the flags of generate,
+ * inspect, dequant, tokenize and bench. A row says which commands accept
+ * it; the model-loading options (--model, --backend, --threads, ...) are
+ * one row each, shared by every command that loads a model.
  *
- * Every setting comes from, highest precedence first:
+ * `serve` reads every setting from, highest precedence first:, highest precedence first:
  *   1. a command-line flag        --max-queue 512   (or --max-queue=512)
  *   2. an environment variable    MOESERVE_MAX_QUEUE=512
  *   3. the JSON config file       {"max_queue": 512}
@@ -27,6 +31,7 @@
 #include "cpu.h"     /* ms_cpu_kernel_sets */
 #include "kv-cache.h" /* enum ms_kv_dtype */
 #include "ms-error.h"
+#include "ms-strbuf.h"
 
 enum ms_log_format {
 	MS_LOG_FORMAT_TEXT,   /* one human-readable line per event */
@@ -137,5 +142,86 @@ const char *ms_log_level_name(enum ms_log_level l);
 const char *ms_serve_numa_name(enum ms_numa_mode n);
 /* The KV cache's dtype these options ask for, "auto" resolved. */
 enum ms_kv_dtype ms_serve_kv_dtype(const struct ms_serve_options *o);
+
+/* ---- every command ---- */
+
+/* The commands of the table; a row's cmds mask has bit 1u << cmd. */
+enum ms_cli_cmd {
+	MS_CLI_SERVE,
+	MS_CLI_GENERATE,
+	MS_CLI_INSPECT,
+	MS_CLI_DEQUANT,
+	MS_CLI_TOKENIZE,
+	MS_CLI_BENCH,
+	MS_CLI_N_CMDS,
+};
+
+/* The rows the table may hold (the tools' deferred values are kept per row). */
+#define MS_CLI_MAX_ROWS 96
+
+/* Up to four counts: bench --context N[,N...]. */
+struct ms_cli_counts {
+	int64_t v[4];
+	int n;
+};
+
+/* The options of any command. serve's come first, the model-loading ones
+ * among them (every command that loads a model reads those fields); then
+ * the other commands' own. Strings are owned (ms_cli_options_free). */
+struct ms_cli_options {
+	struct ms_serve_options s;  /* first: serve's rows' offsets hold in both */
+	struct ms_cli_generate {
+		char *tokens;           /* --tokens IDS, parsed by generate */
+		char *prompt, *prompt_file, *logits_out;
+		int64_t max_tokens;     /* 16 */
+		bool ignore_eos;
+	} generate;
+	struct ms_cli_dequant {
+		char *module, *out;
+	} dequant;
+	struct ms_cli_tokenize {
+		char *tokenizer, *bench;
+		bool special, decode, jsonl, chat;
+	} tokenize;
+	struct ms_cli_bench {
+		char *baseline, *tokenizer;
+		int64_t prompt_tokens, decode_tokens, baseline_tokens;  /* 0: the backend's */
+		bool json, structured, attention;
+		struct ms_cli_counts contexts;
+	} bench;
+	/* The commands other than serve check the values of --device, --dense,
+	 * --numa, --kv-dtype and --attn-products when the model loads (where
+	 * they always did): the text given (flag, else environment), per row,
+	 * until ms_cli_options_resolve. Not owned. */
+	const char *deferred[MS_CLI_MAX_ROWS];
+};
+
+/* Fill o for cmd, any command but serve (serve: ms_serve_options_parse).
+ * argv[0] is the command's name; flags are read with getopt_long, as these
+ * commands always were: long options may be abbreviated, getopt prints its
+ * own complaint about an unknown option or a missing value (and err says
+ * "invalid option"). A flag's value is checked as it is read (err:
+ * "--threads: \"0\" is not in [1, 1024]"), except the deferred ones
+ * above. The environment (envp: "NAME=value", NULL-terminated) is read for
+ * the rows that say so, below the flags. Not reentrant (getopt).
+ * Returns 0 (free o with ms_cli_options_free), 1 for -h or --help (o holds
+ * nothing), or -EINVAL / -ENOMEM with err (o holds nothing). */
+int ms_cli_options_parse(struct ms_cli_options *o, enum ms_cli_cmd cmd, int argc, char **argv,
+			 char *const *envp, struct ms_err *err);
+
+/* Check and store the deferred values; -EINVAL with err ("--numa \"x\"
+ * (use auto, off or interleave)") for a bad one. */
+int ms_cli_options_resolve(struct ms_cli_options *o, struct ms_err *err);
+
+/* Release the strings; o is zeroed. NULL is a no-op. */
+void ms_cli_options_free(struct ms_cli_options *o);
+
+/* Append cmd's --help to b: usage, what the command does, every option the
+ * table gives it (with its environment variable and default), the
+ * epilogue. builtin_model: the built-in model's path to name, or NULL. */
+void ms_cli_options_help(struct ms_strbuf *b, enum ms_cli_cmd cmd, const char *builtin_model);
+
+/* The command's name ("generate"). */
+const char *ms_cli_cmd_name(enum ms_cli_cmd cmd);
 
 #endif

@@ -3,6 +3,7 @@
  * "loading"), load the model, serve; on SIGTERM or SIGINT stop accepting,
  * let running requests finish up to --shutdown-timeout, cancel the rest,
  * exit 0. SIGHUP rereads --api-key-file and the TLS certificate and key.
+ * The backend and the model load as every command's do (load.c).
  */
 #include <errno.h>
 #include <libgen.h>
@@ -15,62 +16,35 @@
 #include <unistd.h>
 
 #include "http.h"
+#include "load.h"
 #include "model.h"
 #include "options.h"
 #include "serve.h"
 #include "ms-clock.h"
-#include "ms-malloc.h"
 
 extern char **environ;
 
 /* What the daemon loaded (each part only when it loaded). */
 struct served {
-	struct ms_backend *be;
-	struct ms_model m;
-	struct ms_tokenizer *tok;
+	struct ms_cli_model lm;     /* backend, model, tokenizer (load.h) */
 	struct ms_engine *eng;
-	bool have_m;
 };
-
-/* The backend, before the server listens: a machine without the device
- * asked for is not going to get one by waiting, so the daemon exits (69)
- * rather than report it on /health forever. */
-static int serve_backend(const struct ms_serve_options *o, struct served *sv, struct ms_err *err)
-{
-	struct ms_backend_opts bo = {.backend = o->backend, .kernels = o->kernels,
-				     .threads = o->threads, .exact = o->exact,
-				     .dense = o->dense_int8 ? MS_DENSE_INT8 : o->dense, .numa = o->numa,
-				     .attn_products = o->attn_products, .device = o->device};
-	return ms_backend_open(&bo, &sv->be, err);
-}
 
 /* Model, tokenizer (optional: without one, prompts are ids and chat is
  * off), engine, on the open backend. */
 static int serve_load(const struct ms_serve_options *o, const char *model_dir, struct served *sv,
 		      struct ms_err *err)
 {
-	int rc;
-	if ((rc = ms_model_load(&sv->m, model_dir, sv->be, err)))
+	int rc = ms_cli_model_load(o, model_dir, MS_CLI_LOAD_TOKENIZER, &sv->lm, err);
+	if (rc)
 		return rc;
-	sv->have_m = true;
-	sv->m.lm.kv.dtype = ms_serve_kv_dtype(o); /* the engine's pool checks the backend reads it */
-	ms_keep_freed_memory();
-	char tp[4096];
-	snprintf(tp, sizeof(tp), "%s/tokenizer.json", model_dir);
-	if (access(tp, F_OK) == 0) {
-		if ((rc = ms_tokenizer_load(&sv->tok, tp, err)))
-			return rc;
-	} else {
-		fprintf(stderr, "moeserve: note: %s has no tokenizer.json: prompts must be token ids, "
-			"and /v1/chat/completions is off\n", model_dir);
-	}
 	struct ms_engine_config ec = {
 		.kv_cache_bytes = o->kv_cache_bytes, .max_queue = o->max_queue,
 		.max_running = o->max_running, .max_batch_tokens = o->max_batch_tokens,
 		.max_context = o->ctx_size, .no_prefix_cache = o->no_prefix_cache,
 	};
-	struct ms_text text = ms_tokenizer_text(sv->tok);
-	if ((rc = ms_engine_init(&sv->eng, &sv->m.lm, &text, &ec, err)))
+	struct ms_text text = ms_tokenizer_text(sv->lm.tok);
+	if ((rc = ms_engine_init(&sv->eng, &sv->lm.m.lm, &text, &ec, err)))
 		return rc;
 	if ((rc = ms_engine_start(sv->eng, err))) {
 		ms_engine_free(sv->eng);
@@ -91,17 +65,18 @@ static int serve_model(const struct ms_serve_options *o, const char *model_dir, 
 		ms_server_set_failed(srv, err.msg);
 		return EX_DATAERR;
 	}
-	ms_server_set_ready(srv, &sv->m, sv->tok, sv->eng);
+	struct ms_model *m = &sv->lm.m;
+	struct ms_backend *be = sv->lm.be;
+	ms_server_set_ready(srv, m, sv->lm.tok, sv->eng);
 	/* the context the server advertises is the engine's */
-	srv->api.max_model_len = o->ctx_size && o->ctx_size < sv->m.cfg.max_pos ? o->ctx_size
-			     : (sv->m.cfg.max_pos < 8192 ? sv->m.cfg.max_pos : 8192);
+	srv->api.max_model_len = o->ctx_size && o->ctx_size < m->cfg.max_pos ? o->ctx_size
+				 : (m->cfg.max_pos < 8192 ? m->cfg.max_pos : 8192);
 	fprintf(stderr, "moeserve: ready in %.2f s: %s (%s backend, %s kernels, %d threads, %s KV "
 		"cache, %s attention products; repacked %lld of %lld matrices, %.1f MiB, in %.2f s)\n",
-		ms_now_s() - t0, name, sv->be->name, sv->be->kernels, sv->be->threads,
-		ms_kv_dtype_name(sv->m.lm.kv.dtype), ms_attn_products_name(sv->be, sv->m.lm.kv.dtype),
-		(long long)sv->m.pack_stats.packed,
-		(long long)sv->m.pack_stats.matrices,
-		(double)sv->m.pack_stats.packed_bytes / 1048576.0, sv->m.pack_stats.seconds);
+		ms_now_s() - t0, name, be->name, be->kernels, be->threads,
+		ms_kv_dtype_name(m->lm.kv.dtype), ms_attn_products_name(be, m->lm.kv.dtype),
+		(long long)m->pack_stats.packed, (long long)m->pack_stats.matrices,
+		(double)m->pack_stats.packed_bytes / 1048576.0, m->pack_stats.seconds);
 	return EX_OK;
 }
 
@@ -120,10 +95,7 @@ static void serve_drain(const struct ms_serve_options *o, struct ms_server *srv,
 	for (double end = ms_now_s() + 1.0; atomic_load(&srv->api.in_flight) > 0 && ms_now_s() < end;)
 		usleep(10000);
 	ms_server_stop(srv);
-	ms_tokenizer_free(sv->tok);
-	if (sv->have_m)
-		ms_model_free(&sv->m);
-	ms_backend_close(sv->be);
+	ms_cli_model_free(&sv->lm);
 }
 
 /* SIGHUP: reread the API key file and the TLS certificate and key, each
@@ -189,7 +161,10 @@ int ms_cmd_serve(int argc, char **argv, const char *default_model)
 	signal(SIGPIPE, SIG_IGN);
 
 	struct served sv = {0};
-	if ((rc = serve_backend(&o, &sv, &err))) {
+	/* The backend, before the server listens: a machine without the device
+	 * asked for is not going to get one by waiting, so the daemon exits (69)
+	 * rather than report it on /health forever. */
+	if ((rc = ms_cli_backend_open(&o, &sv.lm, &err))) {
 		fprintf(stderr, "moeserve: error: %s\n", err.msg);
 		ms_serve_options_free(&o);
 		return rc == -EINVAL ? EX_USAGE : (rc == -ENODEV || rc == -ENOTSUP ? EX_UNAVAILABLE
@@ -198,7 +173,7 @@ int ms_cmd_serve(int argc, char **argv, const char *default_model)
 	struct ms_metrics *metrics = NULL;
 	if ((rc = ms_metrics_init(&metrics, name, &err))) {
 		fprintf(stderr, "moeserve: error: %s\n", err.msg);
-		ms_backend_close(sv.be);
+		ms_cli_model_free(&sv.lm);
 		ms_serve_options_free(&o);
 		return EX_SOFTWARE;
 	}
@@ -218,7 +193,7 @@ int ms_cmd_serve(int argc, char **argv, const char *default_model)
 	if ((rc = ms_server_start(&srv, &sc, metrics, &err))) {
 		fprintf(stderr, "moeserve: error: %s\n", err.msg);
 		ms_metrics_free(metrics);
-		ms_backend_close(sv.be);
+		ms_cli_model_free(&sv.lm);
 		ms_serve_options_free(&o);
 		/* a bad certificate, key or key file is the options' fault */
 		return rc == -EINVAL ? EX_USAGE : rc == -ENOENT ? EX_NOINPUT : EX_UNAVAILABLE;
