@@ -658,7 +658,7 @@ static inline __attribute__((always_inline)) void lane_chunk(const struct ms_att
  * inputs to 0) before their products, as GPU flash attention computes
  * from bf16 inputs. A prefill block's products are then vdpbf16ps on
  * pairs, twice the multiply-adds of an f32 FMA a cycle, which an 8k
- * prompt's attention needs on two cores (README, issue 24).
+ * prompt's attention needs on two cores (docs/numerics.md).
  *
  * What a score and an output value are, bit for bit, whichever of the two
  * paths below computes them:

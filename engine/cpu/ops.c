@@ -271,8 +271,8 @@ static int cpu_open(const struct ms_backend_opts *o, struct ms_backend **out, st
 		return ms_err_set(err, -ENOMEM, "cpu backend: out of memory");
 	/* int8 dense weights by default: on GPT-OSS-20B the attention
 	 * projections and lm_head are two thirds of a decode step's bytes, and
-	 * a scale per 32 columns keeps the logits within the issue-24 bound
-	 * (tests/dense_int8.py); --exact keeps the checkpoint's weights. */
+	 * a scale per 32 columns keeps the logits within the bound
+	 * (tests/e2e/dense_int8.py); --exact keeps the checkpoint's weights. */
 	struct ms_cpu_opts co = {.kernels = o->kernels, .threads = o->threads, .exact = o->exact,
 				 .dense_int8 = o->dense == MS_DENSE_INT8 ||
 					       (o->dense == MS_DENSE_AUTO && !o->exact),

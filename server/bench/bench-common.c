@@ -326,9 +326,9 @@ int bench_targets_judge(struct bench_target *t, int n)
 	return n_pass;
 }
 
-void bench_targets_print(const char *issue, const struct bench_target *t, int n)
+void bench_targets_print(const char *what, const struct bench_target *t, int n)
 {
-	printf("  targets (%s; informational)\n", issue);
+	printf("  targets (%s; informational)\n", what);
 	for (int i = 0; i < n; i++)
 		printf("    %-40s %9.3f%s %s %.2f%s  %s\n", t[i].name, t[i].value, t[i].unit,
 		       !t[i].below_is_good ? ">=" : t[i].at_most ? "<=" : "< ", t[i].threshold, t[i].unit,

@@ -136,5 +136,5 @@ void bench_contexts_targets_print(const struct bench_ctx *c, int n)
 	struct bench_target t[2 * MS_BENCH_MAX_CONTEXTS];
 	int k = ctx_targets(c, n, t);
 	if (k)
-		bench_targets_print("issue 24", t, k);
+		bench_targets_print("context depth", t, k);
 }

@@ -243,8 +243,8 @@ struct bench_target {
 
 /* Sets each pass; the count that pass. */
 int bench_targets_judge(struct bench_target *t, int n);
-/* The table's lines under "targets (ISSUE; informational)". */
-void bench_targets_print(const char *issue, const struct bench_target *t, int n);
+/* The table's lines under "targets (WHAT; informational)": what they measure. */
+void bench_targets_print(const char *what, const struct bench_target *t, int n);
 /* pass_JSON per target, targets_passed, targets. */
 void bench_targets_json(struct ms_strbuf *j, const struct bench_target *t, int n);
 

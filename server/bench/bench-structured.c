@@ -1,6 +1,6 @@
 /*
  * bench-structured.c: `moeserve bench --structured`, what structured
- * outputs (issue 22) cost on this machine: for each of a fixed set of JSON
+ * outputs cost on this machine: for each of a fixed set of JSON
  * Schemas, the grammar's compile time and the time of every token's mask
  * and accept during constrained generation; then the model's decode speed
  * with a grammar against the same run without one.
@@ -511,7 +511,7 @@ static void print_table(const struct ms_bench_opts *o, const struct sreport *r)
 		       "    the constraint: %.1f us a token, %.4f of a step\n",
 		       r->d[i].n, r->d[i].plain_tps, r->sc[0].name, r->d[i].cons_tps, r->d[i].ratio,
 		       r->d[i].cons_us, r->d[i].share);
-	bench_targets_print("issue 22", r->tg, 4);
+	bench_targets_print("structured outputs", r->tg, 4);
 }
 
 static void json_schema_fig(struct ms_strbuf *j, const char *name, const struct mask_fig *f)

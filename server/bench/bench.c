@@ -590,7 +590,7 @@ static void print_table(const struct ms_model *m, const struct ms_cpu *be,
 		printf("    decode, batch 8                    %10.1f tokens/s  speedup %.2fx\n",
 		       p->base.d8.tps, p->sp8);
 	}
-	bench_targets_print("issue 7", p->tg, p->n_tg);
+	bench_targets_print("speed", p->tg, p->n_tg);
 	bench_contexts_targets_print(p->ctx, p->n_ctx);
 }
 

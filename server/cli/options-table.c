@@ -356,7 +356,7 @@ const struct cmd_text ms_opt_cmds[MS_CLI_N_CMDS] = {
 	    "Measure load time and memory, prefill speed against oneDNN's bf16 matmul,\n"
 	    "decode speed at batch 1, 4, 8 and 16 against the memory-bandwidth roofline\n"
 	    "(weight bytes the backend counts per step over the bandwidth measured in\n"
-	    "the same run), and print the issue-7 targets with PASS/BELOW. Prints a\n"
+	    "the same run), and print the speed targets with PASS/BELOW. Prints a\n"
 	    "table and, last, one JSON line.\n\n"
 	    "On a GPU backend (--backend rocm, rocm-sim): load time, prefill, decode at\n"
 	    "batch 1, 8 and 32 (rocm-sim: 1, 2, 4), and each decode step's weight bytes\n"
