@@ -58,7 +58,7 @@
 #   $PODMAN build $PODMAN_BUILD_FLAGS --format docker -t moeserve .
 #   $PODMAN run $PODMAN_RUN_FLAGS -d -e MOESERVE_PORT=8080 moeserve   # host network
 #   curl http://127.0.0.1:8080/health
-# tests/container.sh does this end to end (both variants; the rocm one only up
+# tests/deploy/container.sh does this end to end (both variants; the rocm one only up
 # to the missing GPU); deploy/ has Kubernetes examples (CPU and ROCm).
 
 # cpu | rocm (see above); declared before the first FROM so both stages see it.

@@ -20,7 +20,7 @@ const char *ms_actq_name(enum ms_actq_kind k)
 
 /* v saturated to +-448 and rounded to the nearest e4m3 value, ties to even:
  * the value ms_fp8_e4m3_to_f32(ms_f32_to_fp8_e4m3(v)) gives (checked against
- * it over every exponent in tests/test-quant.c), computed on the float's
+ * it over every exponent in tests/quant/test-quant.c), computed on the float's
  * bits without branches so that the compiler vectorizes the row loop (the
  * byte round trip cost a W4A8 model ~10% of its decode step). Normal range
  * (|v| >= 2^-6): the mantissa rounded to 3 bits, a carry moving into the

@@ -5,7 +5,7 @@
  * (the first exact in few bits, so n * LN2_HI is exact), e^r = 1 + r +
  * r^2 P(r) with a degree-5 P on |r| <= ln2 / 2, then 2^n. Without FMA,
  * within 1.28 ulp of the exact value for every float in [-87, 88]
- * (tests/test-model.c checks 1.5); exactly 1 at 0.
+ * (tests/models/test-model.c checks 1.5); exactly 1 at 0.
  *
  * Every user computes this formula with these constants: the experts'
  * SwiGLU (ms_exp_clamped below, vectorized by the compiler), the sampler's

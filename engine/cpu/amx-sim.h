@@ -47,7 +47,7 @@
  *   exponent, exact ones included) returned as zero of their sign (FTZ);
  *   MXCSR is neither read nor written. NaN payloads are not modelled (a NaN
  *   in gives some quiet NaN out). The tiny rule is this CPU's: VDPBF16PS
- *   and FMA under MXCSR.FTZ flush exactly these results (tests/test-amx.c).
+ *   and FMA under MXCSR.FTZ flush exactly these results (tests/engine/test-amx.c).
  *   (Unlike VDPBF16PS, which chains both products of a pair into its
  *   accumulator, odd element first, AMX sums even and odd elements apart
  *   from zero and adds them to dst once per instruction.)
@@ -337,7 +337,7 @@ static inline float ms_amx_bf16_f32(uint16_t h)
  * 2^-94. (It cannot overflow: a result that small means |c| and |a * b| are
  * below 2^64, otherwise their bits would leave a multiple of 2^16.)
  * Checked against this CPU's VDPBF16PS and its FMA under MXCSR.FTZ|DAZ
- * (tests/test-amx.c). */
+ * (tests/engine/test-amx.c). */
 static inline float ms_amx_fma(float a, float b, float c)
 {
 	a = ms_amx_daz(a);

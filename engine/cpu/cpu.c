@@ -148,7 +148,7 @@ static int choose_kernels(struct ms_cpu *be, const char *kernels, const char *am
 /* --attn-products on the chosen attention kernel. auto: bf16 products
  * where the CPU multiplies bf16 pairs (AVX512-BF16: twice the f32 FMA's
  * multiply-adds, which a long prompt's attention needs; the accuracy is
- * measured as the int8 dense default's, tests/dense_int8.py), unless
+ * measured as the int8 dense default's, tests/e2e/dense_int8.py), unless
  * exact. */
 static int choose_products(struct ms_cpu *be, enum ms_attn_products p, struct ms_err *err)
 {

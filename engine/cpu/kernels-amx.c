@@ -60,7 +60,7 @@
  * Exports: ms_kernels_amx[] (real tiles) and ms_kernels_amx_sim[] (the
  * model), declared in kernels.h; ms_amx_request_perm() and
  * ms_kernels_amx_sim_faults(), declared where they are used (cpu.c,
- * tests/test-amx.c).
+ * tests/engine/test-amx.c).
  */
 #include <errno.h>
 #include <stdlib.h>

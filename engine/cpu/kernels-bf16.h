@@ -11,7 +11,7 @@
  *
  * Error: each activation is rounded to bf16 (relative 2^-9), the products
  * and sums are fp32 with VDPBF16PS's DAZ/FTZ: |y - y_ref| <= 2^-8 sum|w x|
- * plus fp32 summation (tests/test-bf16.c).
+ * plus fp32 summation (tests/engine/test-bf16.c).
  */
 #ifndef MS_KERNELS_BF16_H
 #define MS_KERNELS_BF16_H

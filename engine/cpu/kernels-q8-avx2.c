@@ -3,7 +3,7 @@
  * but without AVX-512 VNNI, compiled with its own flags (engine/meson.build).
  * It reads the same packs and prepared activations as the AVX-512 kernel and
  * computes the same integers and the same epilogue in the same order, so its
- * results are bitwise those of ms_q8_gemmq_ref (tests/test-kernels-q8.c).
+ * results are bitwise those of ms_q8_gemmq_ref (tests/engine/test-kernels-q8.c).
  *
  * A 64-byte sub-step of a block (16 lanes x 4 code bytes) is taken as two
  * 32-byte halves, lanes 0-7 and 8-15. Without vpdpbusd, a lane's sum of four

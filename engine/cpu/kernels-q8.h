@@ -53,7 +53,7 @@
  * and d), and 0 in blocks the power-of-two rule takes, plus fp32 summation
  * (the reference's, and here one rounding of scale * d and one of the fma
  * per block). So |y - y_ref| <= sum_b amax_b / 254 (1 + 2^-14) sum_{j in b}
- * |w_j| + summation error, which tests/test-kernels-q8.c checks. (Blocks
+ * |w_j| + summation error, which tests/engine/test-kernels-q8.c checks. (Blocks
  * with amax < 2^-96, taken as zero, err by less than 2^-96 per element.)
  * The scalar emulation and the AVX-512 kernels agree bit for bit.
  */

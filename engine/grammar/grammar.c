@@ -158,7 +158,7 @@ struct dfa_build {
  * compiled on its HTTP thread, and some regexes of a few hundred bytes
  * (".{60}" after ".*") reach the state bound only after ~10^8 visits,
  * seconds of CPU and 100+ MB. The largest schema of
- * tests/structured_schemas.json takes 4 x 10^5. Counted: closure visits
+ * tests/grammar/structured_schemas.json takes 4 x 10^5. Counted: closure visits
  * and the (class, target) pairs of each state's members. */
 #define MS_GRAMMAR_MAX_WORK (8u << 20)
 

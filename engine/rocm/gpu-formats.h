@@ -1,6 +1,6 @@
 /*
  * gpu-formats.h: the weight and activation formats on the device, the same
- * definitions as engine/wmat.c and engine/actq.c (tests/test-rocm.c checks
+ * definitions as engine/wmat.c and engine/actq.c (tests/engine/test-rocm.c checks
  * them against those, bit for bit, on every code). Included by kernel
  * sources only, after gpu-compat.h.
  */

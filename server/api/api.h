@@ -7,7 +7,7 @@
  * path's argument) and fills a struct ms_api_reply: a JSON answer, an
  * error envelope already printed, or a submitted job whose answer the
  * transport streams or waits for (job.h). Nothing here knows of
- * libmicrohttpd (tests/layering.py), so the endpoints run on JSON text in
+ * libmicrohttpd (tests/tree/layering.py), so the endpoints run on JSON text in
  * tests, and another transport could serve them.
  */
 #ifndef MS_API_H

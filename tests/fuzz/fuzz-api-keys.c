@@ -1,4 +1,4 @@
-/* api-keys: --api-key-file's text (server/auth.c) and the Bearer tokens
+/* api-keys: --api-key-file's text (server/http/auth.c) and the Bearer tokens
  * matched against it. Input: the file; optionally FUZZ_SEP and a token.
  * Every key line of a file that loads must match itself, and a token
  * that matches must be one of the key lines. */

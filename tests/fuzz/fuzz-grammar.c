@@ -1,5 +1,5 @@
 /* grammar: structured outputs' grammars compiled as requests name them
- * (server/grammar-cache.c: JSON Schema, any JSON object, regex, GBNF, a
+ * (engine/grammar/grammar-cache.c: JSON Schema, any JSON object, regex, GBNF, a
  * list of choices), then a sentence walked through the matcher with the
  * token masks of its first steps. Input: one byte, the kind (mod 5); the
  * grammar's text; FUZZ_SEP; the sentence. Properties: the matcher takes

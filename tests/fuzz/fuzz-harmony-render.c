@@ -1,5 +1,5 @@
 /* harmony-render: a chat body's "messages", "tools", "reasoning_effort"
- * and answer schema as server/request.c hands them to the harmony
+ * and answer schema as server/api/request.c hands them to the harmony
  * renderer (ms_req_chat_messages, ms_req_answer_schema), rendered with
  * ms_harmony_render_ex. The special-token spans must be in order, inside
  * the text, and each a special token of the tokenizer; the plain

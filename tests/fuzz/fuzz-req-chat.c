@@ -1,4 +1,4 @@
-/* req-chat: POST /v1/chat/completions bodies as server/http.c takes them:
+/* req-chat: POST /v1/chat/completions bodies as server/api/api.c takes them:
  * ms_req_body, ms_req_unknown_field, then ms_req_chat; everything freed. */
 #include "fuzz.h"
 #include "fuzz-req.h"

@@ -1,4 +1,4 @@
-/* req-responses: POST /v1/responses bodies as server/http.c takes them:
+/* req-responses: POST /v1/responses bodies as server/api/api.c takes them:
  * ms_req_body, then ms_req_responses with a previous_response_id's stored
  * items. Input: the body, then optionally FUZZ_SEP and the stored items
  * (a JSON array, as the store keeps them). */

@@ -1,4 +1,4 @@
-/* req-tokenize: POST /tokenize and /detokenize bodies as server/http.c
+/* req-tokenize: POST /tokenize and /detokenize bodies as server/api/api.c
  * takes them (ms_req_body, then ms_req_tokenize and ms_req_detokenize on
  * the same tree); tokenized ids are in the vocabulary, and decoding them
  * back through /detokenize's parser must be accepted. */

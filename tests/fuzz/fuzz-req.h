@@ -1,7 +1,7 @@
 /*
  * fuzz-req.h: the request model of the req-* and harmony-render targets:
  * the default model's tokenizer with its harmony tokens, a grammar cache,
- * cJSON's counting allocator, as server/http.c sets them up; it defines
+ * cJSON's counting allocator, as server/http/http.c sets them up; it defines
  * the target's LLVMFuzzerInitialize. Include after fuzz.h.
  */
 #ifndef MS_TEST_FUZZ_REQ_H
@@ -20,7 +20,7 @@ static void fuzz_grammars_free(void)
 	fuzz_grammars = NULL;
 }
 
-/* What server/http.c's req_model gives the parsers for the default model
+/* What server/api/api.c's req_model gives the parsers for the default model
  * (4,096 ids, an 8,192-token context). */
 static inline struct ms_req_model fuzz_req_model(void)
 {
@@ -54,7 +54,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	return 0;
 }
 
-/* The body as server/http.c's dispatch_body takes it: ms_req_body on
+/* The body as server/api/api.c's ms_api_body takes it: ms_req_body on
  * exactly size bytes. The error, when refused, must say something. */
 static inline cJSON *fuzz_req_body(const struct ms_req_model *m, const uint8_t *data, size_t size)
 {
@@ -89,7 +89,7 @@ static inline void fuzz_req_outcome(int rc, const struct ms_req_gen *r, const st
 }
 
 /* A body of POST /v1/completions or /v1/chat/completions as
- * server/http.c takes it: ms_req_body, ms_req_unknown_field, then the
+ * server/api/api.c takes it: ms_req_body, ms_req_unknown_field, then the
  * endpoint's parser (which takes the tree); everything freed. */
 typedef int (*fuzz_req_parser)(const struct ms_req_model *m, cJSON *req, struct ms_req_gen **out,
 			       struct ms_req_error *e);

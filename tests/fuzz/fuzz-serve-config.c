@@ -1,4 +1,4 @@
-/* serve-config: the daemon's options (server/options.c): the JSON config
+/* serve-config: the daemon's options (server/cli/options.c): the JSON config
  * file given by --config, with flags after it and MOESERVE_* variables.
  * Input: the config file; optionally FUZZ_SEP and flags, one a line;
  * optionally FUZZ_SEP and environment entries, one a line. */

@@ -61,7 +61,7 @@ def completions():
         b'{"prompt": [1, 2]\x00, "max_tokens": 1}',
         {"prompt": "", "max_tokens": 1, "temperature": 2, "ignore_eos": True},
         # found by fuzzing (each a regression seed): a regex whose DFA's
-        # first state is the empty set (server/grammar.c, intern)
+        # first state is the empty set (engine/grammar/grammar.c, intern)
         b'{"prompt": "a", "guided_regex": "[]a-z]bf15}", "max_tokens": 5}',
     ]
 

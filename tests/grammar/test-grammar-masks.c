@@ -1,5 +1,5 @@
 /*
- * test-grammar-masks.c: token masks (server/token-mask.c) against brute
+ * test-grammar-masks.c: token masks (engine/grammar/token-mask.c) against brute
  * force (every token fed to a copy of the state) on a synthetic vocabulary
  * and, with MS_O200K, the real o200k_harmony one; the cache under threads,
  * eviction, refusals. Its cases run in test-grammar (grammar_masks_tcase,

@@ -1,5 +1,5 @@
 /*
- * test-grammar.c: the structured-output grammar engine (server/grammar.c,
+ * test-grammar.c: the structured-output grammar engine (engine/grammar/grammar.c,
  * grammar-text.c, grammar-json.c, token-mask.c, grammar-cache.c) against
  * independent matchers. Regexes against PCRE2 on strings the compiled
  * grammar generates (random walks of its matcher), random strings and

@@ -1,5 +1,5 @@
 /*
- * test-auth.c: API key sets (server/auth.c) without a socket.
+ * test-auth.c: API key sets (server/http/auth.c) without a socket.
  *
  * The key file's rules (comments, blank lines, trimming, a bad line named
  * by its number and never echoed, the limits), the match (every key, no

@@ -1,5 +1,5 @@
 /*
- * test-json-strict.c: server/json.c's strict RFC 8259 parser and the
+ * test-json-strict.c: config/ms-json.c's strict RFC 8259 parser and the
  * carried NUL (config/ms-utf8.h).
  *
  * accepts: valid texts give the tree cJSON gives (printed alike), numbers,

@@ -1,5 +1,5 @@
 /*
- * test-server-requests.c: the OpenAI request parsers (server/request.c) on
+ * test-server-requests.c: the OpenAI request parsers (server/api/request.c) on
  * JSON text, without a daemon.
  *
  * Every field of /v1/completions, /v1/chat/completions, /tokenize and
@@ -583,7 +583,7 @@ START_TEST(chat_content_and_tools)
 END_TEST
 
 /* tool_choice: none renders no tools; required and a named function force
- * a call (server/tool-force.c), which the next test drives. */
+ * a call (models/tool-force.c), which the next test drives. */
 START_TEST(chat_tool_choice)
 {
 	const char *tools = "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": "

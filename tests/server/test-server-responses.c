@@ -1,14 +1,14 @@
 /*
  * test-server-responses.c: POST /v1/responses without a daemon.
  *
- * The request (server/responses-request.c): every kind of input item, the
+ * The request (server/api/responses-request.c): every kind of input item, the
  * instructions, flat and nested function tools, tool_choice none, a
  * stored conversation and reasoning effort render exactly the prompt the
  * equivalent chat request renders (the same ids); hosted tools are
  * ignored and named; the fields Codex sends are accepted; every refusal
  * names the Responses field.
  *
- * The answer (server/responses-answer.c): scripted harmony output (reasoning,
+ * The answer (server/api/responses-answer.c): scripted harmony output (reasoning,
  * a function call, a final answer, a cut-off one) fed token by token as
  * the engine's events: the output items in the order generated, their
  * status, the usage's reasoning tokens; streamed, every event's "event:"
