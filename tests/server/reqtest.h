@@ -2,19 +2,33 @@
  * reqtest.h: what the request parsers' tests share (test-server-requests.c,
  * test-server-responses.c): the model they parse for (the default model's
  * tokenizer, harmony tokens included), parsing a body as the server does,
- * and the checks of an accepted and a refused body. Include once, in the
- * test's one source file, after its own includes.
+ * and the checks of an accepted and a refused body. The tokenizer and the
+ * grammar cache are one per program, in reqtest.c, whatever files include
+ * this.
  */
 #ifndef MS_TEST_REQTEST_H
 #define MS_TEST_REQTEST_H
+
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar-cache.h"
+#include "harmony.h"
+#include "request.h"
+#include "tokenizer.h"
 
 #ifndef MS_DEFAULT_MODEL
 #define MS_DEFAULT_MODEL "models/default/bf16"
 #endif
 
-static struct ms_tokenizer *tok;
-static struct ms_grammar_cache *grammars; /* made at the first model(), kept */
-static const int32_t eos[] = {4084, 4081};
+/* reqtest.c: one of each per test program, whatever its files */
+extern struct ms_tokenizer *tok;
+extern struct ms_grammar_cache *grammars; /* made at the first model(), kept */
+extern const int32_t eos[2];               /* the default model's */
 
 #define VOCAB 4096
 #define CONTEXT 8192
@@ -116,15 +130,17 @@ static inline char *prompt_text(const struct ms_req_gen *r, int i)
 
 /* The default model's tokenizer into tok; 1 (said on stderr) when it
  * cannot be read. */
-static inline int reqtest_load(const char *who)
+int reqtest_load(const char *who);
+
+/* How often id occurs in the first prompt of r. */
+static inline int count_id(const struct ms_req_gen *r, int32_t id)
 {
-	char path[4096];
-	struct ms_err err = {0};
-	snprintf(path, sizeof(path), "%s/tokenizer.json", MS_DEFAULT_MODEL);
-	if (!ms_tokenizer_load(&tok, path, &err))
-		return 0;
-	fprintf(stderr, "%s: %s\n", who, err.msg);
-	return 1;
+	int c = 0;
+	for (int64_t i = 0; i < r->n_prompt[0]; i++)
+		c += r->prompts[0][i] == id;
+	return c;
 }
+
+#define USER_HI "\"messages\": [{\"role\": \"user\", \"content\": \"Who is the king of Israel?\"}]"
 
 #endif
