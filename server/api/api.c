@@ -59,15 +59,21 @@ void ms_api_error_code(struct ms_api_reply *r, int status, const char *type, con
 	r->oom = !r->text;
 }
 
+void ms_api_verror(struct ms_api_reply *r, int status, const char *type, const char *param,
+		   const char *fmt, va_list ap)
+{
+	char msg[1024];
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	ms_api_error_code(r, status, type, param, NULL, msg);
+}
+
 void ms_api_error(struct ms_api_reply *r, int status, const char *type, const char *param,
 		  const char *fmt, ...)
 {
-	char msg[1024];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	ms_api_verror(r, status, type, param, fmt, ap);
 	va_end(ap);
-	ms_api_error_code(r, status, type, param, NULL, msg);
 }
 
 static void req_error(struct ms_api_reply *r, const struct ms_req_error *e)

@@ -14,6 +14,7 @@
 #define MS_API_H
 
 #include <cjson/cJSON.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -87,6 +88,8 @@ void ms_api_error_code(struct ms_api_reply *r, int status, const char *type, con
 		       const char *code, const char *msg);
 void ms_api_error(struct ms_api_reply *r, int status, const char *type, const char *param,
 		  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+void ms_api_verror(struct ms_api_reply *r, int status, const char *type, const char *param,
+		   const char *fmt, va_list ap) __attribute__((format(printf, 5, 0)));
 
 /* A POST body parsed (*req set, true); else false with r the refusal. */
 bool ms_api_body(struct ms_api *a, const char *body, size_t len, cJSON **req,

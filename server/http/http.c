@@ -148,13 +148,11 @@ static enum MHD_Result send_error(struct ms_server *s, struct MHD_Connection *c,
 static enum MHD_Result send_error(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
 				  int status, const char *type, const char *fmt, ...)
 {
-	char msg[1024];
+	struct ms_api_reply r = {0};
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	ms_api_verror(&r, status, type, NULL, fmt, ap);
 	va_end(ap);
-	struct ms_api_reply r = {0};
-	ms_api_error_code(&r, status, type, NULL, NULL, msg);
 	return send_reply(s, c, k, &r);
 }
 
@@ -487,11 +485,9 @@ static unsigned method_bit(const char *m)
 static enum MHD_Result method_not_allowed(struct ms_server *s, struct MHD_Connection *c,
 					  struct conn *k, const struct route *rt)
 {
-	char msg[512];
-	snprintf(msg, sizeof(msg), "method %s not allowed on %s (allowed: %s)", k->method, k->path,
-		 rt->allow);
 	struct ms_api_reply r = {.allow = rt->allow};
-	ms_api_error_code(&r, 405, "invalid_request_error", NULL, NULL, msg);
+	ms_api_error(&r, 405, "invalid_request_error", NULL, "method %s not allowed on %s (allowed: %s)",
+		     k->method, k->path, rt->allow);
 	return send_reply(s, c, k, &r);
 }
 
