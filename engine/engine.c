@@ -135,6 +135,11 @@ void ms_engine_config_defaults(struct ms_engine_config *c, const struct ms_lm *m
 		c->kv_tokens = 4 * c->max_context; /* four full contexts by default */
 }
 
+int64_t ms_engine_max_context(const struct ms_engine *e)
+{
+	return e->cfg.max_context;
+}
+
 int64_t ms_engine_pages_for(const struct ms_engine *e, int64_t positions)
 {
 	return ms_kv_geom_seq_pages(&e->m->kv, positions, e->cfg.max_batch_tokens);

@@ -153,6 +153,11 @@ void ms_engine_get_stats(struct ms_engine *e, struct ms_engine_stats *s);
  * counts add up. Returns 0 or -EFAULT with the first violation. */
 int ms_engine_check(struct ms_engine *e, struct ms_err *err);
 
+/* The context a request may fill, prompt and generation together
+ * (ms_engine_config's max_context once defaulted): what a server
+ * advertises. */
+int64_t ms_engine_max_context(const struct ms_engine *e);
+
 /* KV pages a sequence needs at most for `positions` (the reservation). */
 int64_t ms_engine_pages_for(const struct ms_engine *e, int64_t positions);
 

@@ -26,7 +26,8 @@ void ms_api_set_model(struct ms_api *a, struct ms_model *m, struct ms_tokenizer 
 	a->model = m;
 	a->tok = tok;
 	a->engine = e;
-	a->max_model_len = m->cfg.max_pos;
+	/* the context advertised is the engine's */
+	a->max_model_len = ms_engine_max_context(e);
 	a->n_eos = m->cfg.n_eos < 8 ? m->cfg.n_eos : 8;
 	for (int i = 0; i < a->n_eos; i++)
 		a->eos[i] = (int32_t)m->cfg.eos_ids[i];

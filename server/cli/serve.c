@@ -68,9 +68,6 @@ static int serve_model(const struct ms_serve_options *o, const char *model_dir, 
 	struct ms_model *m = &sv->lm.m;
 	struct ms_backend *be = sv->lm.be;
 	ms_server_set_ready(srv, m, sv->lm.tok, sv->eng);
-	/* the context the server advertises is the engine's */
-	srv->api.max_model_len = o->ctx_size && o->ctx_size < m->cfg.max_pos ? o->ctx_size
-				 : (m->cfg.max_pos < 8192 ? m->cfg.max_pos : 8192);
 	fprintf(stderr, "moeserve: ready in %.2f s: %s (%s backend, %s kernels, %d threads, %s KV "
 		"cache, %s attention products; repacked %lld of %lld matrices, %.1f MiB, in %.2f s)\n",
 		ms_now_s() - t0, name, be->name, be->kernels, be->threads,
