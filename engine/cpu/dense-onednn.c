@@ -873,16 +873,6 @@ static void ceil_task(void *ctx, int task, int worker)
 	omp_one_end(was);
 }
 
-static void ceil_fill(void *h, int64_t n, float scale, uint32_t seed)
-{
-	uint16_t *x = h;
-	for (int64_t i = 0; i < n; i++) {
-		seed = seed * 1664525u + 1013904223u;
-		union { float f; uint32_t u; } v = {.f = ((float)(seed >> 8) / 16777216.0f - 0.5f) * scale};
-		x[i] = (uint16_t)(v.u >> 16);
-	}
-}
-
 /* Slice i of N: its K x n weights reordered once into the layout its
  * primitive prefers (format_tag any), its primitive made. */
 static int ceil_slice_init(struct ceil_slice *s, const dnnl_memory_desc_t *src_md, int64_t M,
@@ -907,7 +897,7 @@ static int ceil_slice_init(struct ceil_slice *s, const dnnl_memory_desc_t *src_m
 	CEIL_TRY(dnnl_memory_create(&s->w, wpk_md, g_engine, DNNL_MEMORY_ALLOCATE));
 	CEIL_TRY(dnnl_memory_create(&s->dst, &dst_md, g_engine, DNNL_MEMORY_ALLOCATE));
 	CEIL_TRY(dnnl_memory_get_data_handle(wuser, &h));
-	ceil_fill(h, K * n, 1.0f / 32, seed);
+	random_bf16(h, K * n, seed);
 	CEIL_TRY(dnnl_stream_create(&s->st, g_engine, dnnl_stream_default_flags));
 	CEIL_TRY(dnnl_reorder_primitive_desc_create(&rpd, &wuser_md, g_engine, wpk_md, g_engine, NULL));
 	CEIL_TRY(dnnl_primitive_create(&ro, rpd));
@@ -987,7 +977,7 @@ void ms_dense_onednn_ceiling(struct ms_pool *pool, int64_t M, int64_t K, int64_t
 	CEIL_TRY(dnnl_memory_desc_init_by_tag(&src_md, 2, sd, dnnl_bf16, dnnl_ab));
 	CEIL_TRY(dnnl_memory_create(&src, &src_md, g_engine, DNNL_MEMORY_ALLOCATE));
 	CEIL_TRY(dnnl_memory_get_data_handle(src, &h));
-	ceil_fill(h, M * K, 1.0f, 12345);
+	random_bf16(h, M * K, 12345);
 	for (int i = 0; i < ns; i++) {
 		int64_t n0 = N * i / ns, n = N * (i + 1) / ns - n0;
 		if (ceil_slice_init(&sl[i], &src_md, M, K, n, 777 + (uint32_t)i, r))
