@@ -81,8 +81,7 @@ char *ms_cli_read_path(const char *path, size_t *n)
 		fclose(f);
 	return b;
 }
-/* cmd's --help, from the table
-, on stdout. */
+/* cmd's --help, from the table, on stdout. */
 static int print_help(enum ms_cli_cmd cmd)
 {
 	struct ms_strbuf b = {0};
