@@ -67,12 +67,23 @@ static int get_num(const cJSON *obj, const char *where, const char *name, bool r
 	return 0;
 }
 
-static int positive(const char *name, int64_t v, struct ms_err *err)
+/* A size in [1, max]. The upper bounds are far past any real model and
+ * keep every size, and the products the loader forms from them, from
+ * allocating or overflowing on a config that lies. */
+static int in_range(const char *name, int64_t v, int64_t max, struct ms_err *err)
 {
 	if (v <= 0)
 		return ms_err_set(err, -EINVAL, "config.json: \"%s\" must be positive, got %lld", name,
 				  (long long)v);
+	if (v > max)
+		return ms_err_set(err, -EINVAL, "config.json: \"%s\" is %lld, past the limit of %lld",
+				  name, (long long)v, (long long)max);
 	return 0;
+}
+
+static int positive(const char *name, int64_t v, struct ms_err *err)
+{
+	return in_range(name, v, INT32_MAX, err);
 }
 
 /* YaRN's mscale (transformers get_mscale). */
@@ -171,23 +182,23 @@ static int parse_rope(struct ms_model_config *c, const cJSON *root, struct ms_er
 
 static int parse_layer_types(struct ms_model_config *c, const cJSON *root, struct ms_err *err)
 {
+	const cJSON *lt = field(root, "layer_types");
+	if (lt && !cJSON_IsArray(lt))
+		return ms_err_set(err, -EINVAL, "config.json: \"layer_types\" must be an array");
+	int n = lt ? cJSON_GetArraySize(lt) : 0;
+	if (lt && n != c->n_layers)
+		return ms_err_set(err, -EINVAL,
+				  "config.json: \"layer_types\" has %d entries but num_hidden_layers is %lld",
+				  n, (long long)c->n_layers);
 	c->layer_sliding = calloc((size_t)c->n_layers, sizeof(bool));
 	if (!c->layer_sliding)
 		return ms_err_set(err, -ENOMEM, "config.json: out of memory");
-	const cJSON *lt = field(root, "layer_types");
 	if (!lt) {
 		/* transformers' default: layers 0, 2, 4, ... slide. */
 		for (int64_t i = 0; i < c->n_layers; i++)
 			c->layer_sliding[i] = (i % 2) == 0;
 		return 0;
 	}
-	if (!cJSON_IsArray(lt))
-		return ms_err_set(err, -EINVAL, "config.json: \"layer_types\" must be an array");
-	int n = cJSON_GetArraySize(lt);
-	if (n != c->n_layers)
-		return ms_err_set(err, -EINVAL,
-				  "config.json: \"layer_types\" has %d entries but num_hidden_layers is %lld",
-				  n, (long long)c->n_layers);
 	int i = 0;
 	const cJSON *it;
 	cJSON_ArrayForEach(it, lt) {
@@ -246,26 +257,27 @@ static int parse_root(struct ms_model_config *c, const cJSON *root, struct ms_er
 
 	struct {
 		const char *name, *alias;
-		int64_t *dst;
+		int64_t *dst, max;
 	} ints[] = {
-		{"hidden_size", NULL, &c->hidden},
-		{"num_hidden_layers", NULL, &c->n_layers},
-		{"num_attention_heads", NULL, &c->n_heads},
-		{"num_key_value_heads", NULL, &c->n_kv_heads},
-		{"intermediate_size", NULL, &c->intermediate},
-		{"num_local_experts", "num_experts", &c->n_experts},
-		{"num_experts_per_tok", "experts_per_token", &c->top_k},
-		{"vocab_size", NULL, &c->vocab},
-		{"max_position_embeddings", NULL, &c->max_pos},
+		/* gpt-oss-120b: 2880, 36, 64, 8, 2880, 128, 4, 201088, 131072 */
+		{"hidden_size", NULL, &c->hidden, 1 << 20},
+		{"num_hidden_layers", NULL, &c->n_layers, 1 << 12},
+		{"num_attention_heads", NULL, &c->n_heads, 1 << 12},
+		{"num_key_value_heads", NULL, &c->n_kv_heads, 1 << 12},
+		{"intermediate_size", NULL, &c->intermediate, 1 << 20},
+		{"num_local_experts", "num_experts", &c->n_experts, 1 << 16},
+		{"num_experts_per_tok", "experts_per_token", &c->top_k, 1 << 16},
+		{"vocab_size", NULL, &c->vocab, 1 << 24},
+		{"max_position_embeddings", NULL, &c->max_pos, INT32_MAX},
 	};
 	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
 		if ((rc = get_int(root, ints[i].name, ints[i].alias, true, 0, ints[i].dst, err)) ||
-		    (rc = positive(ints[i].name, *ints[i].dst, err)))
+		    (rc = in_range(ints[i].name, *ints[i].dst, ints[i].max, err)))
 			return rc;
 	}
 	/* head_dim defaults to H / nH only when absent (transformers). */
 	if ((rc = get_int(root, "head_dim", NULL, false, c->hidden / c->n_heads, &c->head_dim, err)) ||
-	    (rc = positive("head_dim", c->head_dim, err)))
+	    (rc = in_range("head_dim", c->head_dim, 1 << 16, err)))
 		return rc;
 	if (c->head_dim % 2)
 		return ms_err_set(err, -EINVAL,

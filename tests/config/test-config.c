@@ -571,6 +571,22 @@ START_TEST(test_nonpositive_sizes)
 }
 END_TEST
 
+/* A lying size is refused by name before anything is sized from it (a
+ * fuzzer found num_hidden_layers 4.4e14 reaching calloc). */
+START_TEST(test_oversized_sizes)
+{
+	expect_error("{\"num_hidden_layers\":444444444444444}", RM("layer_types"), -EINVAL,
+		     "num_hidden_layers", "444444444444444", "limit");
+	expect_error("{\"num_hidden_layers\":5000}", NULL, -EINVAL, "num_hidden_layers", "limit");
+	expect_error("{\"vocab_size\":4294967296}", NULL, -EINVAL, "vocab_size", "4294967296");
+	expect_error("{\"hidden_size\":2147483648}", NULL, -EINVAL, "hidden_size", "limit");
+	expect_error("{\"num_local_experts\":100000}", NULL, -EINVAL, "num_local_experts", "limit");
+	expect_error("{\"head_dim\":1048576}", NULL, -EINVAL, "head_dim", "limit");
+	expect_error("{\"max_position_embeddings\":3000000000}", NULL, -EINVAL,
+		     "max_position_embeddings", "limit");
+}
+END_TEST
+
 START_TEST(test_fractional_integer_field)
 {
 	/* The message names the field and shows the value. */
@@ -1181,6 +1197,7 @@ static Suite *config_suite(void)
 	tcase_add_test(bad, test_bad_rope_values);
 	tcase_add_test(bad, test_missing_required_fields);
 	tcase_add_test(bad, test_nonpositive_sizes);
+	tcase_add_test(bad, test_oversized_sizes);
 	tcase_add_test(bad, test_fractional_integer_field);
 	tcase_add_test(bad, test_non_finite_and_duplicates);
 	tcase_add_test(bad, test_top_k_exceeds_experts);

@@ -187,6 +187,10 @@ def model_config():
         out.append(json.dumps(dict(base, quantization_config=q)).encode())
     out.append(json.dumps(dict(base, rope_scaling=None, rope_parameters={
         "rope_type": "default", "rope_theta": 10000.0}, eos_token_id=3)).encode())
+    # sizes past any model, which must be refused before anything is sized from them
+    big = {k: v for k, v in base.items() if k != "layer_types"}
+    out.append(json.dumps(dict(big, num_hidden_layers=444444444444444)).encode())
+    out.append(json.dumps(dict(base, vocab_size=2**40, num_local_experts=2**31)).encode())
     return out
 
 
