@@ -54,6 +54,7 @@ struct req {
 	int64_t reserved;             /* pages */
 	uint64_t *block_key;          /* chain hash of blocks 0..b */
 	int64_t n_published;          /* blocks published */
+	struct ms_spec_req spec;      /* this request's drafting */
 	/* output */
 	struct ms_sampler sampler;
 	bool has_sampler, has_stopper;
@@ -99,6 +100,9 @@ struct ms_engine {
 	pthread_t thread;
 	struct ms_engine_stats stats;  /* published copy */
 	/* engine thread only */
+	struct ms_spec spec;
+	bool spec_ready;
+	struct ms_spec_req **props;   /* [max_running] a step's drafting requests */
 	struct req **running;
 	int n_running;
 	int64_t reserved;             /* pages reserved by running requests */
@@ -133,6 +137,16 @@ void ms_engine_config_defaults(struct ms_engine_config *c, const struct ms_lm *m
 		c->max_context = m->max_pos < 8192 ? m->max_pos : 8192;
 	if (!c->kv_cache_bytes && !c->kv_tokens)
 		c->kv_tokens = 4 * c->max_context; /* four full contexts by default */
+	if (!c->spec_max_tokens)
+		c->spec_max_tokens = MS_SPEC_DEFAULT_TOKENS;
+	/* a draft and its token are one pass of one sequence, which the
+	 * reservation bounds by max_batch_tokens */
+	if (c->spec_max_tokens > c->max_batch_tokens - 1)
+		c->spec_max_tokens = (int)(c->max_batch_tokens - 1);
+	if (c->spec_max_tokens < 1)
+		c->spec_off = true, c->spec_max_tokens = 1;
+	if (!c->spec_cache_bytes)
+		c->spec_cache_bytes = (int64_t)MS_SPEC_DEFAULT_CACHE;
 }
 
 int64_t ms_engine_max_context(const struct ms_engine *e)
@@ -167,6 +181,7 @@ static void req_free(struct ms_engine *e, struct req *r)
 	if (!r)
 		return;
 	ms_kv_seq_free(&r->kv, &e->pool);
+	ms_spec_req_free(&e->spec, &r->spec);
 	if (r->has_sampler)
 		ms_sampler_free(&r->sampler);
 	if (r->has_stopper)
@@ -196,6 +211,7 @@ static void finish(struct ms_engine *e, struct req *r, enum ms_finish why, const
 	if (r->state == REQ_RUNNING) {
 		e->reserved -= r->reserved;
 		ms_kv_seq_release(&r->kv, &e->pool);
+		ms_spec_finished(&e->spec, r->tokens, r->n_prompt, r->n_tokens);
 	}
 	struct ms_event ev = {
 		.kind = MS_EV_FINISH, .id = r->id, .token = -1, .text = tail ? tail : "",
@@ -307,7 +323,7 @@ int ms_engine_submit(struct ms_engine *e, const int32_t *prompt, int64_t n_promp
 	if (e->text.ops)
 		r->detok = calloc(1, e->text.ops->state_size);
 	rc = (!r->tokens || !r->block_key || !r->stop_ids || !r->stop || !r->bias ||
-	      (e->text.ops && !r->detok)) ? -ENOMEM : 0;
+	      (e->text.ops && !r->detok) || ms_spec_req_init(&r->spec, &e->spec)) ? -ENOMEM : 0;
 	for (int i = 0; !rc && i < p->n_stop; i++)
 		if (!(r->stop[i] = strdup(p->stop[i])))
 			rc = -ENOMEM;
@@ -583,6 +599,7 @@ static void publish_stats(struct ms_engine *e)
 	s.steps = e->steps;
 	s.kv_usage = (double)s.kv_pages_held / (double)e->pool.n_pages;
 	s.retry_after_s = retry_after(e);
+	s.spec = e->spec.stats;
 	pthread_mutex_lock(&e->mu);
 	s.waiting = e->n_waiting;
 	e->stats = s;
@@ -673,24 +690,68 @@ static int step_batch_alloc(struct ms_engine *e, struct step_batch *s, struct ms
 	return 0;
 }
 
-/* Phase 3a: how many tokens each request runs, decodes first (one token
- * each), then prefill chunks in arrival order, up to max_batch_tokens. */
+/* Phase 3a, drafts: each decoding request (take 1) proposes a draft,
+ * spec.c chooses how much of each runs; the tokens they take. */
+static int64_t step_drafts(struct ms_engine *e, struct step_batch *s, int64_t decodes,
+			   int64_t budget)
+{
+	int np = 0;
+	if (e->cfg.spec_off || budget <= 0)
+		return 0;
+	for (int i = 0; i < e->n_running; i++) {
+		struct req *r = e->running[i];
+		if (s->take[i] != 1 || r->kv.len < r->n_prompt)
+			continue;
+		/* every token the draft could give must fit max_tokens and the
+		 * context: the reservation covers no more */
+		int64_t max = r->p.max_tokens - r->n_generated - 1;
+		int64_t room = e->cfg.max_context - r->n_tokens - 1;
+		max = max < room ? max : room;
+		ms_spec_propose(&e->spec, &r->spec, r->id, r->tokens, r->n_tokens,
+				(int)(max < MS_SPEC_MAX_TOKENS ? max : MS_SPEC_MAX_TOKENS));
+		if (r->spec.n_prop)
+			e->props[np++] = &r->spec;
+	}
+	if (!np)
+		return 0;
+	ms_spec_choose(&e->spec, e->props, np, decodes, (double)decodes, budget);
+	int64_t n = 0;
+	for (int i = 0; i < e->n_running; i++) {
+		struct req *r = e->running[i];
+		if (s->take[i] == 1 && r->kv.len >= r->n_prompt) {
+			s->take[i] += r->spec.n_draft;
+			n += r->spec.n_draft;
+		}
+	}
+	return n;
+}
+
+/* Phase 3a: how many tokens each request runs: decodes first (one token
+ * each, and its draft), then prefill chunks in arrival order, up to
+ * max_batch_tokens. */
 static void step_plan(struct ms_engine *e, struct step_batch *s)
 {
-	int64_t budget = e->cfg.max_batch_tokens;
-	for (int pass = 0; pass < 2; pass++)
-		for (int i = 0; i < e->n_running; i++) {
-			struct req *r = e->running[i];
-			bool decoding = r->kv.len >= r->n_prompt;
-			if ((pass == 0) != decoding || budget <= 0)
-				continue;
-			int64_t want = decoding ? 1 : r->n_prompt - r->kv.len;
-			/* prompt logprobs: every row is kept, so smaller chunks */
-			int64_t lim = r->p.prompt_logprobs >= 0 ? 64 : budget;
-			s->take[i] = want < budget ? want : budget;
-			s->take[i] = s->take[i] < lim ? s->take[i] : lim;
-			budget -= s->take[i];
+	int64_t budget = e->cfg.max_batch_tokens, decodes = 0;
+	for (int i = 0; i < e->n_running && budget > 0; i++) {
+		struct req *r = e->running[i];
+		r->spec.n_draft = 0;
+		if (r->kv.len >= r->n_prompt) {
+			s->take[i] = 1;
+			budget--, decodes++;
 		}
+	}
+	budget -= step_drafts(e, s, decodes, budget);
+	for (int i = 0; i < e->n_running && budget > 0; i++) {
+		struct req *r = e->running[i];
+		if (r->kv.len >= r->n_prompt)
+			continue;
+		int64_t want = r->n_prompt - r->kv.len;
+		/* prompt logprobs: every row is kept, so smaller chunks */
+		int64_t lim = r->p.prompt_logprobs >= 0 ? 64 : budget;
+		s->take[i] = want < budget ? want : budget;
+		s->take[i] = s->take[i] < lim ? s->take[i] : lim;
+		budget -= s->take[i];
+	}
 }
 
 /* Phase 3b: reserve the KV positions and lay out the batch's tokens and
@@ -711,11 +772,11 @@ static void step_gather(struct ms_engine *e, struct step_batch *s)
 		}
 		bool all = r->p.prompt_logprobs >= 0 && r->kv.len < r->n_prompt;
 		for (int64_t t = 0; t < s->take[i]; t++) {
-			int64_t p = r->kv.len + t;
-			s->tokens[s->n] = r->tokens[p];
+			int64_t p = r->kv.len + t; /* past n_tokens: the draft */
+			s->tokens[s->n] = p < r->n_tokens ? r->tokens[p] : r->spec.draft[p - r->n_tokens];
 			s->pos[s->n] = p;
 			s->seq[s->n] = i;
-			if (all || p == r->n_tokens - 1)
+			if (all || p >= r->n_tokens - 1)
 				s->rows[s->nl++] = s->n;
 			s->n++;
 		}
@@ -744,6 +805,7 @@ static int step_forward(struct ms_engine *e, struct step_batch *s, struct ms_err
 	if ((rc = weights_lost(e, err)))
 		return rc;
 	double dt = ms_now_s() - t0;
+	ms_spec_record(&e->spec, s->n, dt);
 	e->step_s = e->steps ? 0.9 * e->step_s + 0.1 * dt : dt;
 	e->steps++;
 	return 0;
@@ -803,30 +865,62 @@ static enum ms_finish step_sample(struct ms_engine *e, struct req *r, const floa
 	return MS_FINISH_NONE;
 }
 
-/* Phase 4 for batch request i: prompt logprobs, sampling, text, stops. */
+/* Sample r's next token from row 0 and, while each drawn token is the
+ * drafted one, the next rows: a drafted token is kept when the draw equals
+ * it, so every emitted token is one draw of the request's sampler, as
+ * without a draft. Each kept draft token's KV becomes r's. */
+static enum ms_finish step_verify(struct ms_engine *e, struct req *r, const float *rows,
+				  int n_draft, const char **stop_hit)
+{
+	enum ms_finish why;
+	int kept = 0;
+	bool differed = false;
+	for (int j = 0;; j++) {
+		why = step_sample(e, r, rows + (int64_t)j * e->V, stop_hit);
+		if (j == n_draft)
+			break;
+		if (r->tokens[r->n_tokens - 1] != r->spec.draft[j]) {
+			differed = true;
+			break;
+		}
+		r->kv.len++;
+		kept++;
+		if (why != MS_FINISH_NONE)
+			break;
+	}
+	if (n_draft)
+		ms_spec_verified(&e->spec, &r->spec, kept, kept + differed);
+	return why;
+}
+
+/* Phase 4 for batch request i: prompt logprobs, sampling (and the draft's
+ * verification), text, stops. Rejected draft positions leave no trace: kv.len
+ * counts only kept ones, so later passes overwrite them and the prefix
+ * cache publishes only full blocks below kv.len. */
 static void step_result(struct ms_engine *e, const struct step_batch *s, int i)
 {
 	struct req *r = s->batch_req[i];
 	int64_t take = s->take[i];
 	int64_t p0 = r->kv.len, fr = s->first_row[i];
 	bool was_prefill = p0 < r->n_prompt;
-	r->kv.len += take;
+	int n_draft = was_prefill ? 0 : (int)(take - 1);
+	r->kv.len += take - n_draft;
 	if (was_prefill)
 		e->prompt_tokens += (uint64_t)take;
 	if (r->p.prompt_logprobs >= 0 && was_prefill)
 		step_prompt_logprobs(e, r, s->logits, p0, fr, take);
-	publish_blocks(e, r);
-	ms_kv_geom_trim(&e->m->kv, &r->kv, &e->pool, r->kv.len);
-	if (r->kv.len < r->n_tokens) /* prefill continues next step */
-		return;
-	enum ms_finish why;
+	enum ms_finish why = MS_FINISH_NONE;
 	const char *stop_hit = NULL;
-	if (r->n_generated >= r->p.max_tokens) {
+	if (r->kv.len < r->n_tokens) {
+		/* prefill continues next step */
+	} else if (r->n_generated >= r->p.max_tokens) {
 		why = MS_FINISH_LENGTH; /* max_tokens 0: prompt only */
 	} else {
 		int64_t row = r->p.prompt_logprobs >= 0 && was_prefill ? fr + take - 1 : fr;
-		why = step_sample(e, r, s->logits + row * e->V, &stop_hit);
+		why = step_verify(e, r, s->logits + row * e->V, n_draft, &stop_hit);
 	}
+	publish_blocks(e, r);
+	ms_kv_geom_trim(&e->m->kv, &r->kv, &e->pool, r->kv.len);
 	if (why != MS_FINISH_NONE) {
 		for (int k = 0; k < e->n_running; k++)
 			if (e->running[k] == r) {
@@ -931,9 +1025,20 @@ int ms_engine_init(struct ms_engine **out, const struct ms_lm *m, const struct m
 		rc = ms_kv_pool_init(&e->pool, m->be, (int32_t)pages, e->P, kvd, m->kv.head_dim,
 				     m->kv.dtype, err);
 	if (!rc) {
+		struct ms_spec_config sc = {
+			.off = e->cfg.spec_off, .max_tokens = e->cfg.spec_max_tokens,
+			.cache_bytes = e->cfg.spec_cache_bytes > 0 ? (uint64_t)e->cfg.spec_cache_bytes : 0,
+			.drafter = e->cfg.drafter,
+		};
+		rc = ms_spec_init(&e->spec, &sc, e->cfg.max_batch_tokens + e->cfg.max_running,
+				  e->cfg.max_running, err);
+		e->spec_ready = !rc;
+	}
+	if (!rc) {
 		e->running = calloc((size_t)e->cfg.max_running, sizeof(*e->running));
+		e->props = calloc((size_t)e->cfg.max_running, sizeof(*e->props));
 		e->work = malloc((size_t)e->V * sizeof(float));
-		if (!e->running || !e->work)
+		if (!e->running || !e->props || !e->work)
 			rc = ms_err_set(err, -ENOMEM, "out of memory");
 	}
 	if (!rc)
@@ -970,7 +1075,10 @@ void ms_engine_free(struct ms_engine *e)
 		finish(e, r, MS_FINISH_CANCELLED, NULL, NULL);
 	}
 	ms_kv_pool_free(&e->pool);
+	if (e->spec_ready)
+		ms_spec_free(&e->spec);
 	free(e->running);
+	free(e->props);
 	step_batch_free(&e->sb);
 	free(e->work);
 	pthread_mutex_destroy(&e->mu);

@@ -28,6 +28,7 @@
 #include "lm.h"
 #include "ms-error.h"
 #include "sampler.h"
+#include "spec.h"
 
 struct ms_engine;
 
@@ -39,6 +40,11 @@ struct ms_engine_config {
 	int64_t max_batch_tokens;  /* tokens per forward pass: decodes + prefill chunks */
 	int64_t max_context;       /* prompt + generated, per request (<= max_position_embeddings) */
 	bool no_prefix_cache;      /* turn prefix reuse off */
+	/* speculative decoding (spec.h): drafted tokens verified in the pass */
+	bool spec_off;             /* none (--speculative off) */
+	int spec_max_tokens;       /* a draft's length at most; 0: MS_SPEC_DEFAULT_TOKENS */
+	int64_t spec_cache_bytes;  /* the shared cache of recent answers; 0: the default, < 0: none */
+	const struct ms_drafter *drafter; /* NULL: n-gram drafting */
 };
 
 /* Defaults for fields left 0. */
@@ -144,6 +150,7 @@ struct ms_engine_stats {
 	uint64_t steps;
 	double kv_usage;  /* held pages / all pages */
 	int retry_after_s; /* a refused request's likely wait (s, 1..60): engine.c's retry_after */
+	struct ms_spec_stats spec;
 };
 
 void ms_engine_get_stats(struct ms_engine *e, struct ms_engine_stats *s);

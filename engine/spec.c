@@ -1,0 +1,204 @@
+/*
+ * spec.c: how many tokens each request drafts; see spec.h.
+ */
+#include "spec.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Before a size is measured, a pass of n tokens is taken to cost
+ * 1 + PRIOR_SLOPE * (n - 1) passes of one: a mixture of experts' union of
+ * experts grows with n (measured on the bench checkpoint, 2 threads: 2.0x
+ * for 4 tokens, 2.7x for 8, 3.8x for 16, 5.9x for 32). */
+#define PRIOR_SLOPE 0.3
+#define PRIOR_WEIGHT 4.0   /* positions the engine-wide rate counts for */
+#define FORGET 0.95        /* a request's acceptance: recent steps count more */
+#define COST_EMA 0.2       /* weight of a new measurement of a pass's time */
+
+static double prior(int64_t n)
+{
+	return 1.0 + PRIOR_SLOPE * (double)(n - 1);
+}
+
+int ms_spec_init(struct ms_spec *s, const struct ms_spec_config *cfg, int64_t n_max, int max_reqs,
+		 struct ms_err *err)
+{
+	memset(s, 0, sizeof(*s));
+	s->cfg = *cfg;
+	if (s->cfg.max_tokens < 1 || s->cfg.max_tokens > MS_SPEC_MAX_TOKENS)
+		return ms_err_set(err, -EINVAL, "the draft length at most (--spec-max-tokens) is %d, "
+				  "outside [1, %d]", s->cfg.max_tokens, MS_SPEC_MAX_TOKENS);
+	s->n_max = n_max;
+	s->rate = 0.7;
+	s->max_reqs = max_reqs;
+	s->cost = calloc((size_t)(2 * (n_max + 1)), sizeof(double));
+	s->taken = calloc((size_t)(max_reqs > 0 ? max_reqs : 1), sizeof(int));
+	if (!s->cost || !s->taken) {
+		ms_spec_free(s);
+		return ms_err_set(err, -ENOMEM, "out of memory");
+	}
+	s->est = s->cost + n_max + 1;
+	int rc = s->cfg.off ? 0 : ms_ngram_cache_init(&s->cache, s->cfg.cache_bytes, err);
+	if (rc) {
+		ms_spec_free(s);
+		return rc;
+	}
+	s->stats.cache_bytes = s->cache.bytes;
+	s->dirty = true;
+	return 0;
+}
+
+void ms_spec_free(struct ms_spec *s)
+{
+	ms_ngram_cache_free(&s->cache);
+	free(s->cost);
+	free(s->taken);
+	s->cost = s->est = NULL;
+	s->taken = NULL;
+}
+
+int ms_spec_req_init(struct ms_spec_req *r, const struct ms_spec *s)
+{
+	memset(r, 0, sizeof(*r));
+	ms_ngram_init(&r->own);
+	if (s->cfg.off)
+		return 0;
+	r->draft = malloc((size_t)s->cfg.max_tokens * sizeof(int32_t));
+	r->value = malloc((size_t)s->cfg.max_tokens * sizeof(float));
+	return r->draft && r->value ? 0 : -ENOMEM;
+}
+
+void ms_spec_req_free(struct ms_spec *s, struct ms_spec_req *r)
+{
+	s->stats.index_bytes -= ms_ngram_bytes(&r->own);
+	ms_ngram_free(&r->own);
+	free(r->draft);
+	free(r->value);
+	memset(r, 0, sizeof(*r));
+}
+
+void ms_spec_propose(struct ms_spec *s, struct ms_spec_req *r, uint64_t id, const int32_t *t,
+		     int64_t n, int max)
+{
+	r->n_prop = r->n_draft = 0;
+	max = max < s->cfg.max_tokens ? max : s->cfg.max_tokens;
+	if (s->cfg.off || max <= 0)
+		return;
+	int k;
+	if (s->cfg.drafter) {
+		k = s->cfg.drafter->draft(s->cfg.drafter->ctx, id, t, n, r->draft, max);
+		k = k < 0 ? 0 : k > max ? max : k;
+		for (int j = 0; j < k; j++)
+			r->value[j] = 1.0f;
+	} else {
+		size_t before = ms_ngram_bytes(&r->own);
+		(void)ms_ngram_extend(&r->own, t, n); /* out of memory: drafts from what it has */
+		s->stats.index_bytes += ms_ngram_bytes(&r->own) - before;
+		k = ms_ngram_draft(&r->own, &s->cache, t, n, r->draft, r->value, max);
+	}
+	double a = (r->acc + PRIOR_WEIGHT * s->rate) / (r->tried + PRIOR_WEIGHT), aj = a;
+	for (int j = 0; j < k; j++, aj *= a)
+		r->value[j] = (float)(r->value[j] * aj);
+	r->n_prop = k;
+}
+
+/* est[n] for every n from the measured passes: linear between measured
+ * sizes, the prior's shape scaled to the nearest measurement outside
+ * them, never less than a smaller pass. */
+static void estimate(struct ms_spec *s)
+{
+	int64_t lo = -1, hi;
+	for (int64_t n = 1; n <= s->n_max; n++) {
+		if (!s->cost[n])
+			continue;
+		if (lo < 0)
+			for (int64_t m = 1; m < n; m++)
+				s->est[m] = s->cost[n] * prior(m) / prior(n);
+		else
+			for (int64_t m = lo + 1; m < n; m++)
+				s->est[m] = s->cost[lo] + (s->cost[n] - s->cost[lo]) *
+						  (double)(m - lo) / (double)(n - lo);
+		s->est[n] = s->cost[n];
+		lo = n;
+	}
+	for (hi = lo < 0 ? 1 : lo + 1; hi <= s->n_max; hi++)
+		s->est[hi] = lo < 0 ? prior(hi) : s->cost[lo] * prior(hi) / prior(lo);
+	for (int64_t n = 2; n <= s->n_max; n++)
+		s->est[n] = s->est[n] > s->est[n - 1] ? s->est[n] : s->est[n - 1];
+	s->dirty = false;
+}
+
+double ms_spec_cost(const struct ms_spec *s, int64_t n)
+{
+	if (s->dirty)
+		estimate((struct ms_spec *)s);
+	n = n < 1 ? 1 : n > s->n_max ? s->n_max : n;
+	return s->est[n];
+}
+
+void ms_spec_record(struct ms_spec *s, int64_t n, double seconds)
+{
+	if (n < 1 || n > s->n_max || !(seconds > 0))
+		return;
+	double *c = &s->cost[n];
+	*c = *c ? (1 - COST_EMA) * *c + COST_EMA * seconds : seconds;
+	s->dirty = true;
+}
+
+/* The request whose next proposed token is worth most, or -1. */
+static int next_best(struct ms_spec_req *const *reqs, int n, const int *taken)
+{
+	int best = -1;
+	for (int i = 0; i < n; i++)
+		if (taken[i] < reqs[i]->n_prop &&
+		    (best < 0 || reqs[i]->value[taken[i]] > reqs[best]->value[taken[best]]))
+			best = i;
+	return best;
+}
+
+void ms_spec_choose(struct ms_spec *s, struct ms_spec_req *const *reqs, int n, int64_t n0,
+		    double base, int64_t budget)
+{
+	int *taken = s->taken;
+	n = n < s->max_reqs ? n : s->max_reqs;
+	memset(taken, 0, (size_t)n * sizeof(*taken));
+	double worth = base, best = base / ms_spec_cost(s, n0);
+	int64_t m = 0, best_m = 0;
+	for (int i; m < budget && n0 + m < s->n_max && (i = next_best(reqs, n, taken)) >= 0;) {
+		worth += reqs[i]->value[taken[i]++];
+		m++;
+		double rate = worth / ms_spec_cost(s, n0 + m);
+		if (rate > best) {
+			best = rate;
+			best_m = m;
+		}
+	}
+	memset(taken, 0, (size_t)n * sizeof(*taken));
+	for (int64_t k = 0; k < best_m; k++)
+		taken[next_best(reqs, n, taken)]++;
+	for (int i = 0; i < n; i++)
+		reqs[i]->n_draft = taken[i];
+}
+
+void ms_spec_verified(struct ms_spec *s, struct ms_spec_req *r, int kept, int tried)
+{
+	r->acc = FORGET * r->acc + kept;
+	r->tried = FORGET * r->tried + tried;
+	if (tried > 0)
+		s->rate = 0.98 * s->rate + 0.02 * (double)kept / (double)tried;
+	s->stats.drafts++;
+	s->stats.draft_tokens += (uint64_t)r->n_draft;
+	s->stats.accepted += (uint64_t)kept;
+	for (int j = 0; j < kept && j < MS_SPEC_MAX_TOKENS; j++)
+		s->stats.accepted_at[j]++;
+}
+
+void ms_spec_finished(struct ms_spec *s, const int32_t *t, int64_t n_prompt, int64_t n)
+{
+	if (s->cfg.off || !s->cache.cap || n <= n_prompt)
+		return;
+	int64_t from = n_prompt > MS_NGRAM_TAIL ? n_prompt - MS_NGRAM_TAIL : 0;
+	ms_ngram_cache_add(&s->cache, t + from, n - from);
+	s->stats.cache_tokens += (uint64_t)(n - from);
+}
