@@ -22,6 +22,7 @@ struct ms_bench_opts {
 	int64_t contexts[MS_BENCH_MAX_CONTEXTS]; /* --context: decode at these depths too */
 	int n_contexts;
 	bool attention;           /* only one layer's attention at those depths */
+	bool speculative;         /* speculative decoding on and off: repeat, acceptance sweep, no match */
 };
 
 /* Runs everything and prints a table and one JSON line; returns an exit

@@ -37,7 +37,7 @@ static void bench_opts(const struct ms_cli_options *o, const char *model, struct
 		.model = model, .prompt_tokens = b->prompt_tokens, .decode_tokens = b->decode_tokens,
 		.json_only = b->json, .baseline = b->baseline, .baseline_tokens = b->baseline_tokens,
 		.structured = b->structured, .tokenizer = b->tokenizer, .attention = b->attention,
-		.n_contexts = b->contexts.n,
+		.n_contexts = b->contexts.n, .speculative = b->speculative,
 	};
 	memcpy(bo->contexts, b->contexts.v, sizeof(bo->contexts));
 }

@@ -11,6 +11,7 @@
 #include <sysexits.h>
 
 #include "cli.h"
+#include "engine.h"
 #include "load.h"
 #include "ms-clock.h"
 #include "ms-utf8.h"
@@ -143,6 +144,15 @@ static int write_logits(const char *path, const float *logits, size_t n)
 	return EX_OK;
 }
 
+/* The speeds on stderr: the prompt's from t0 to the first token (t1),
+ * the generation's from there to t2. */
+static void print_speeds(int64_t n_prompt, int64_t n_out, double t0, double t1, double t2)
+{
+	fprintf(stderr, "moeserve: prompt %lld tokens in %.3f s (%.1f tok/s), generated %lld in %.3f s (%.1f tok/s)\n",
+		(long long)n_prompt, t1 - t0, (double)n_prompt / (t1 - t0 + 1e-12), (long long)n_out,
+		t2 - t1, n_out > 1 ? (double)(n_out - 1) / (t2 - t1 + 1e-12) : 0.0);
+}
+
 /* The prompt's forward pass (every position's logits written with
  * --logits-out), then greedy decoding into out; the speeds on stderr. */
 static int generate_steps(struct ms_seq *seq, const struct ms_model *m, const struct gen *a,
@@ -170,11 +180,117 @@ static int generate_steps(struct ms_seq *seq, const struct ms_model *m, const st
 			return ms_cli_fail(&err);
 		next = argmax(logits, V);
 	}
-	double t2 = ms_now_s();
-	fprintf(stderr, "moeserve: prompt %lld tokens in %.3f s (%.1f tok/s), generated %lld in %.3f s (%.1f tok/s)\n",
-		(long long)n_prompt, t1 - t0, (double)n_prompt / (t1 - t0 + 1e-12), (long long)*n_out,
-		t2 - t1, *n_out > 1 ? (double)(*n_out - 1) / (t2 - t1 + 1e-12) : 0.0);
+	print_speeds(n_prompt, *n_out, t0, t1, ms_now_s());
 	return EX_OK;
+}
+
+/* The one request's events, gathered for generate_engine. */
+struct collect {
+	int32_t *out;
+	int64_t n, cap;
+	double t_first;     /* when the first token came */
+	bool done;
+	enum ms_finish finish;
+	char error[200];
+};
+
+static void on_event(void *ctx, const struct ms_event *ev)
+{
+	struct collect *c = ctx;
+	if (ev->kind == MS_EV_TOKEN) {
+		if (!c->n)
+			c->t_first = ms_now_s();
+		if (c->n < c->cap)
+			c->out[c->n++] = ev->token;
+	} else if (ev->kind == MS_EV_FINISH) {
+		c->done = true;
+		c->finish = ev->finish;
+		snprintf(c->error, sizeof(c->error), "%s", ev->error ? ev->error : "failed");
+	}
+}
+
+/* Steps until the request finishes; an exit status. */
+static int engine_drain(struct ms_engine *e, const struct collect *c)
+{
+	struct ms_err err = {0};
+	while (!c->done) {
+		int64_t rc = ms_engine_step(e, &err);
+		if (rc < 0)
+			return ms_cli_fail(&err);
+		if (!rc && !c->done) {
+			ms_err_set(&err, -EFAULT, "the engine went idle before the request finished");
+			return ms_cli_fail(&err);
+		}
+	}
+	if (c->finish == MS_FINISH_ERROR || c->finish == MS_FINISH_CANCELLED) {
+		ms_err_set(&err, -EFAULT, "generation %s: %s", ms_finish_name(c->finish), c->error);
+		return ms_cli_fail(&err);
+	}
+	return EX_OK;
+}
+
+/* Greedy decoding as generate_steps does it, but through a hand-stepped
+ * engine running the one request, so that it drafts from n-gram matches
+ * of its own tokens and verifies the drafts in the same pass. The engine's
+ * greedy draw is generate_steps' argmax (tests/engine checks that the two
+ * paths agree), and a draft only keeps what that draw would have chosen,
+ * so the ids are the same. */
+static int generate_engine(struct ms_model *m, const struct gen *a, const int32_t *prompt,
+			   int64_t n_prompt, int32_t *out, int64_t *n_out)
+{
+	struct ms_err err = {0};
+	int64_t n = n_prompt + a->g->max_tokens;
+	struct ms_engine_config ec = {
+		.kv_tokens = n, .max_queue = 1, .max_running = 1, .max_context = n,
+		.no_prefix_cache = true,
+		.spec_cache_bytes = -1, /* the shared cache only learns from finished requests */
+	};
+	struct ms_request_params p = {.max_tokens = a->g->max_tokens, .prompt_logprobs = -1};
+	ms_sampling_defaults(&p.sampling);
+	p.sampling.temperature = 0;
+	int32_t eos[8];
+	for (int i = 0; i < m->cfg.n_eos && i < 8 && !a->g->ignore_eos; i++)
+		eos[p.n_stop_ids++] = (int32_t)m->cfg.eos_ids[i];
+	p.stop_ids = eos;
+	struct collect c = {.out = out, .cap = a->g->max_tokens};
+	struct ms_engine *e;
+	if (ms_engine_init(&e, &m->lm, NULL, &ec, &err))
+		return ms_cli_fail(&err);
+	double t0 = ms_now_s();
+	int ex = ms_engine_submit(e, prompt, n_prompt, &p, on_event, &c, NULL, &err)
+			 ? ms_cli_fail(&err) : engine_drain(e, &c);
+	double t2 = ms_now_s(), t1 = c.n ? c.t_first : t2;
+	struct ms_engine_stats st;
+	ms_engine_get_stats(e, &st);
+	ms_engine_free(e);
+	if (ex)
+		return ex;
+	*n_out = c.n;
+	print_speeds(n_prompt, c.n, t0, t1, t2);
+	fprintf(stderr, "moeserve: speculation auto: %llu drafts, %llu drafted tokens, %llu "
+		"accepted\n", (unsigned long long)st.spec.drafts,
+		(unsigned long long)st.spec.draft_tokens, (unsigned long long)st.spec.accepted);
+	return EX_OK;
+}
+
+/* Why this run takes the single-sequence path (what stderr says), or
+ * NULL for the engine's. Under auto too where the engine's path would
+ * differ: it gives no one every prompt position's logits, refuses a
+ * request past the context (where generate_steps emits one last token)
+ * and words a bad id its own way. */
+static const char *single_path(const struct ms_model *m, const struct gen *a,
+			       const int32_t *prompt, int64_t n_prompt)
+{
+	if (a->o->s.speculative == MS_SERVE_SPEC_OFF)
+		return "speculation off";
+	if (a->g->logits_out)
+		return "speculation auto: not used with --logits-out";
+	if (n_prompt + a->g->max_tokens > m->cfg.max_pos)
+		return "speculation auto: not used past the model's context";
+	for (int64_t i = 0; i < n_prompt; i++)
+		if (prompt[i] < 0 || prompt[i] >= m->cfg.vocab)
+			return "speculation auto: not used";
+	return NULL;
 }
 
 /* Generate into *out (malloc'd, *n_out ids); an exit status. */
@@ -185,11 +301,16 @@ static int generate_run(struct ms_model *m, const struct gen *a, const int32_t *
 	if (cap > m->cfg.max_pos)
 		cap = m->cfg.max_pos;
 	struct ms_err err = {0};
-	float *logits = malloc((size_t)(n_prompt * V) * sizeof(float));
 	*out = malloc((size_t)(a->g->max_tokens + 1) * sizeof(int32_t));
 	*n_out = 0;
+	const char *why = single_path(m, a, prompt, n_prompt);
+	if (!why && *out)
+		return generate_engine(m, a, prompt, n_prompt, *out, n_out);
+	float *logits = malloc((size_t)(n_prompt * V) * sizeof(float));
 	int ex;
 	struct ms_seq seq;
+	if (why)
+		fprintf(stderr, "moeserve: %s\n", why);
 	if (!logits || !*out) {
 		ms_err_set(&err, -ENOMEM, "out of memory for %lld x %lld logits", (long long)n_prompt,
 			   (long long)V);

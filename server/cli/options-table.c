@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "options-int.h"
+#include "spec.h"
 
 #define F(field) offsetof(struct ms_cli_options, s.field)
 #define T(field) offsetof(struct ms_cli_options, field)
@@ -43,6 +44,7 @@ static const char *const numa_modes[] = {"auto", "off", "interleave", NULL};
 static const char *const kv_dtypes[] = {"auto", "f32", "bf16", "fp8", NULL};
 static const char *const dense_modes[] = {"auto", "bf16", "int8", NULL};
 static const char *const attn_products[] = {"auto", "f32", "bf16", NULL};
+static const char *const spec_modes[] = {"auto", "off", NULL};
 
 _Static_assert(sizeof(enum ms_log_format) == sizeof(int), "enums are stored through int *");
 _Static_assert(sizeof(enum ms_log_level) == sizeof(int), "enums are stored through int *");
@@ -56,6 +58,11 @@ _Static_assert(MS_DENSE_AUTO == 0 && MS_DENSE_KEEP == 1 && MS_DENSE_INT8 == 2,
 _Static_assert(sizeof(enum ms_attn_products) == sizeof(int), "enums are stored through int *");
 _Static_assert(MS_ATTN_PRODUCTS_AUTO == 0 && MS_ATTN_PRODUCTS_F32 == 1 && MS_ATTN_PRODUCTS_BF16 == 2,
 	       "attn_products[] follows enum ms_attn_products");
+_Static_assert(sizeof(enum ms_serve_spec) == sizeof(int), "enums are stored through int *");
+_Static_assert(MS_SERVE_SPEC_AUTO == 0 && MS_SERVE_SPEC_OFF == 1, "spec_modes[] follows enum ms_serve_spec");
+/* the defaults the rows give as text are the engine's */
+_Static_assert(MS_SPEC_DEFAULT_TOKENS == 32, "--spec-max-tokens' default is \"32\"");
+_Static_assert(MS_SPEC_DEFAULT_CACHE == 64ull << 20, "--spec-cache-bytes' default is \"64M\"");
 _Static_assert(MS_SERVE_KV_AUTO == 0 && MS_SERVE_KV_F32 == 1 && MS_SERVE_KV_BF16 == 2 &&
 	       MS_SERVE_KV_FP8 == 3,
 	       "kv_dtypes[] follows enum ms_serve_kv");
@@ -133,6 +140,10 @@ const struct opt_def ms_opt_rows[] = {
 	{"logits-out", 0, T_STR, T(generate.logits_out), 0, 0, NULL, NULL, NULL, "FILE",
 	 "write the logits of every prompt position as\nlittle-endian float32 [prompt tokens x vocab]",
 	 CMD(GENERATE), 0, {0}},
+	{"speculative", 0, T_ENUM, F(speculative), 0, 0, spec_modes, "auto", NULL, "MODE",
+	 "auto: decode through the engine, drafting\nfrom n-gram matches of the tokens so far and\n"
+	 "verifying the drafts in the same pass (the\nsame ids as off); off: one token a pass, as\n"
+	 "with --logits-out", CMD(GENERATE), CMD(GENERATE), {0}},
 	/* dequant */
 	{"module", 0, T_STR, T(dequant.module), 0, 0, NULL, NULL, NULL, "NAME",
 	 "the weight matrix (required; see above)", CMD(DEQUANT), 0, {0}},
@@ -185,6 +196,10 @@ const struct opt_def ms_opt_rows[] = {
 	 "structured outputs instead: per JSON Schema of\na fixed set, the grammar's compile time and\n"
 	 "each token's mask time (median, p99) in\nconstrained generation over the vocabulary,\n"
 	 "then decode at batch 1 and 8 with and without\na grammar (--decode-tokens each) and the ratio",
+	 CMD(BENCH), 0, {0}},
+	{"speculative", 0, T_BOOL, T(bench.speculative), 0, 0, NULL, NULL, NULL, NULL,
+	 "speculative decoding on and off instead: a\nrepeating text, an acceptance sweep (drafts\n"
+	 "right at set rates) and text with no match",
 	 CMD(BENCH), 0, {0}},
 	{"tokenizer", 0, T_STR, T(bench.tokenizer), 0, 0, NULL, NULL, "the model's", "FILE",
 	 "--structured: the vocabulary's tokenizer.json", CMD(BENCH), 0, {0}},
@@ -310,6 +325,18 @@ const struct opt_def ms_opt_rows[] = {
 	{"no-prefix-cache", 0, T_BOOL, F(no_prefix_cache), 0, 0, NULL, "false", NULL, NULL,
 	 "turn prefix-cache reuse off",
 	 SERVE, 0, {0}},
+	{"speculative", 0, T_ENUM, F(speculative), 0, 0, spec_modes, "auto", NULL, "MODE",
+	 "auto: draft tokens from n-gram matches of the\nrequest's own tokens and of a shared cache of\n"
+	 "recent answers, verified in the same batched\npass (output identical to off); each draft's\n"
+	 "length follows the measured cost of a pass\nand the acceptance seen; off: none",
+	 SERVE, 0, {0}},
+	{"spec-max-tokens", 0, T_INT, F(spec_max_tokens), 1, MS_SPEC_MAX_TOKENS, NULL, "32", NULL,
+	 "N", "a draft's length at most (and below\n--max-batch-tokens)",
+	 SERVE, 0, {0}},
+	{"spec-cache-bytes", 0, T_SIZE, F(spec_cache_bytes), 0, 1024 * GIB, NULL, "64M", NULL,
+	 "SIZE", "the shared cache of recent prompts' tails\nand answers that drafts come from (0: none;\n"
+	 "a request still drafts from its own tokens)",
+	 SERVE, 0, {0}},
 };
 
 const int ms_opt_n_rows = (int)(sizeof(ms_opt_rows) / sizeof(ms_opt_rows[0]));
@@ -352,7 +379,7 @@ const struct cmd_text ms_opt_cmds[MS_CLI_N_CMDS] = {
 	    "                      [--prompt-tokens N] [--decode-tokens N] [--json]\n"
 	    "                      [--baseline SET] [--baseline-tokens N]\n"
 	    "                      [--context N[,N...] [--attention]]\n"
-	    "                      [--structured [--tokenizer FILE]]",
+	    "                      [--structured [--tokenizer FILE]] [--speculative]",
 	    "Measure load time and memory, prefill speed against oneDNN's bf16 matmul,\n"
 	    "decode speed at batch 1, 4, 8 and 16 against the memory-bandwidth roofline\n"
 	    "(weight bytes the backend counts per step over the bandwidth measured in\n"

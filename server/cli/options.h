@@ -18,8 +18,9 @@
  * Parsing is strict and names the culprit and where it came from: unknown
  * flags and unknown JSON keys are errors, so is a JSON value of the wrong
  * type, and every value is range-checked. Sizes (max_body_bytes,
- * kv_cache_bytes) take an integer number of bytes, or a string with a
- * binary suffix K, M, G, T (KiB... accepted too): "512K", "8GiB".
+ * kv_cache_bytes, spec_cache_bytes) take an integer number of bytes, or a
+ * string with a binary suffix K, M, G, T (KiB... accepted too): "512K",
+ * "8GiB".
  */
 #ifndef MS_OPTIONS_H
 #define MS_OPTIONS_H
@@ -52,6 +53,12 @@ enum ms_serve_kv {
 	MS_SERVE_KV_F32,
 	MS_SERVE_KV_BF16,
 	MS_SERVE_KV_FP8,
+};
+
+/* --speculative: auto (drafts where they pay, engine/spec.h) or off */
+enum ms_serve_spec {
+	MS_SERVE_SPEC_AUTO,
+	MS_SERVE_SPEC_OFF,
 };
 
 struct ms_serve_options {
@@ -104,6 +111,10 @@ struct ms_serve_options {
 	int64_t max_tokens;        /* chat / responses requests that set no limit: at most
 	                              this many tokens; 0: the rest of the context */
 	bool no_prefix_cache;      /* turn prefix reuse off; false */
+	enum ms_serve_spec speculative; /* auto (generate takes it too) */
+	int spec_max_tokens;       /* a draft's length at most, 1..MS_SPEC_MAX_TOKENS; 32 */
+	uint64_t spec_cache_bytes; /* the shared n-gram cache; 64 MiB; 0: none (not the engine's
+	                              0, which is its default) */
 	/* where the configuration came from (informational) */
 	char *config;              /* the config file read, or NULL */
 };
@@ -187,6 +198,7 @@ struct ms_cli_options {
 		char *baseline, *tokenizer;
 		int64_t prompt_tokens, decode_tokens, baseline_tokens;  /* 0: the backend's */
 		bool json, structured, attention;
+		bool speculative;       /* speculative decoding on and off instead */
 		struct ms_cli_counts contexts;
 	} bench;
 	/* The commands other than serve check the values of --device, --dense,

@@ -30,6 +30,43 @@ struct served {
 	struct ms_engine *eng;
 };
 
+/* The engine's configuration from the options (0 where the engine's
+ * default is meant). */
+static void engine_config(const struct ms_serve_options *o, struct ms_engine_config *ec)
+{
+	*ec = (struct ms_engine_config){
+		.kv_cache_bytes = o->kv_cache_bytes, .max_queue = o->max_queue,
+		.max_running = o->max_running, .max_batch_tokens = o->max_batch_tokens,
+		.max_context = o->ctx_size, .no_prefix_cache = o->no_prefix_cache,
+		.spec_off = o->speculative == MS_SERVE_SPEC_OFF, .spec_max_tokens = o->spec_max_tokens,
+		/* an operator's 0 is no shared cache; the engine's 0 is its default */
+		.spec_cache_bytes = o->spec_cache_bytes ? (int64_t)o->spec_cache_bytes : -1,
+	};
+}
+
+/* What the engine does about speculation, for the start-up line: its
+ * values after its defaults and clamps (--spec-max-tokens below
+ * --max-batch-tokens), and the cache it allocated. */
+static void spec_words(const struct ms_serve_options *o, const struct served *sv, char *buf,
+		       size_t n)
+{
+	struct ms_engine_config ec;
+	struct ms_engine_stats st;
+	engine_config(o, &ec);
+	ms_engine_config_defaults(&ec, &sv->lm.m.lm);
+	ms_engine_get_stats(sv->eng, &st);
+	if (ec.spec_off) {
+		snprintf(buf, n, "speculation off");
+		return;
+	}
+	int k = snprintf(buf, n, "speculation auto (drafts up to %d tokens, ", ec.spec_max_tokens);
+	if (st.spec.cache_bytes)
+		snprintf(buf + k, n - (size_t)k, "%.1f MiB shared cache)",
+			 (double)st.spec.cache_bytes / 1048576.0);
+	else
+		snprintf(buf + k, n - (size_t)k, "no shared cache)");
+}
+
 /* Model, tokenizer (optional: without one, prompts are ids and chat is
  * off), engine, on the open backend. */
 static int serve_load(const struct ms_serve_options *o, const char *model_dir, struct served *sv,
@@ -38,11 +75,8 @@ static int serve_load(const struct ms_serve_options *o, const char *model_dir, s
 	int rc = ms_cli_model_load(o, model_dir, MS_CLI_LOAD_TOKENIZER, &sv->lm, err);
 	if (rc)
 		return rc;
-	struct ms_engine_config ec = {
-		.kv_cache_bytes = o->kv_cache_bytes, .max_queue = o->max_queue,
-		.max_running = o->max_running, .max_batch_tokens = o->max_batch_tokens,
-		.max_context = o->ctx_size, .no_prefix_cache = o->no_prefix_cache,
-	};
+	struct ms_engine_config ec;
+	engine_config(o, &ec);
 	struct ms_text text = ms_tokenizer_text(sv->lm.tok);
 	if ((rc = ms_engine_init(&sv->eng, &sv->lm.m.lm, &text, &ec, err)))
 		return rc;
@@ -67,13 +101,15 @@ static int serve_model(const struct ms_serve_options *o, const char *model_dir, 
 	}
 	struct ms_model *m = &sv->lm.m;
 	struct ms_backend *be = sv->lm.be;
+	char spec[128];
+	spec_words(o, sv, spec, sizeof(spec));
 	ms_server_set_ready(srv, m, sv->lm.tok, sv->eng);
 	fprintf(stderr, "moeserve: ready in %.2f s: %s (%s backend, %s kernels, %d threads, %s KV "
-		"cache, %s attention products; repacked %lld of %lld matrices, %.1f MiB, in %.2f s)\n",
-		ms_now_s() - t0, name, be->name, be->kernels, be->threads,
+		"cache, %s attention products; repacked %lld of %lld matrices, %.1f MiB, in %.2f s); "
+		"%s\n", ms_now_s() - t0, name, be->name, be->kernels, be->threads,
 		ms_kv_dtype_name(m->lm.kv.dtype), ms_attn_products_name(be, m->lm.kv.dtype),
 		(long long)m->pack_stats.packed, (long long)m->pack_stats.matrices,
-		(double)m->pack_stats.packed_bytes / 1048576.0, m->pack_stats.seconds);
+		(double)m->pack_stats.packed_bytes / 1048576.0, m->pack_stats.seconds, spec);
 	return EX_OK;
 }
 

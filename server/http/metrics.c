@@ -411,6 +411,33 @@ static void histogram(struct ms_strbuf *b, const char *ml, const struct hist_def
 	ms_strbuf_printf(b, "%s_count{model_name=\"%s\"} %" PRIu64 "\n", d->name, ml, h->count);
 }
 
+/* Speculative decoding (engine/spec.h), under vLLM's names and label. */
+static void spec_decode(struct ms_strbuf *b, const char *ml, const struct ms_spec_stats *sp)
+{
+	counter(b, ml, "moeserve:spec_decode_num_drafts_total",
+		"Drafts verified: requests' steps that ran drafted tokens.", sp->drafts);
+	counter(b, ml, "moeserve:spec_decode_num_draft_tokens_total", "Drafted tokens verified.",
+		sp->draft_tokens);
+	counter(b, ml, "moeserve:spec_decode_num_accepted_tokens_total",
+		"Drafted tokens accepted (kept as the model's own draws).", sp->accepted);
+	/* positions up to the last that ever counted, so that a scrape does not
+	 * carry 64 series of zeros, and a position once shown stays */
+	int top = 0;
+	for (int j = 0; j < MS_SPEC_MAX_TOKENS; j++)
+		if (sp->accepted_at[j])
+			top = j;
+	const char *name = "moeserve:spec_decode_num_accepted_tokens_per_pos_total";
+	header(b, name, "counter", "Drafts whose token at this position (0: the first) was accepted.");
+	for (int j = 0; j <= top; j++)
+		ms_strbuf_printf(b, "%s{model_name=\"%s\",position=\"%d\"} %" PRIu64 "\n", name, ml, j,
+				 sp->accepted_at[j]);
+	gauge(b, ml, "moeserve:spec_decode_cache_bytes",
+	      "Bytes of the shared n-gram cache of recent answers (--spec-cache-bytes).",
+	      (double)sp->cache_bytes);
+	gauge(b, ml, "moeserve:spec_decode_index_bytes",
+	      "Bytes of the running requests' own n-gram indexes.", (double)sp->index_bytes);
+}
+
 int ms_metrics_render(struct ms_metrics *m, const struct ms_engine_stats *st, char **out,
 		      size_t *len, struct ms_err *err)
 {
@@ -450,6 +477,8 @@ int ms_metrics_render(struct ms_metrics *m, const struct ms_engine_stats *st, ch
 		"Prompt tokens served from the prefix cache.", st ? st->cached_tokens : 0);
 	counter(&b, ml, "moeserve:generation_tokens_total", "Generated tokens.",
 		st ? st->generation_tokens : 0);
+	static const struct ms_spec_stats no_spec;
+	spec_decode(&b, ml, st ? &st->spec : &no_spec);
 	counter(&b, ml, "moeserve:harmony_parse_errors_total",
 		"Malformed harmony output from the model, recovered as plain content.",
 		s->harmony_errors);

@@ -6,9 +6,10 @@
  * Names follow vLLM's with the prefix `moeserve:` instead of `vllm:`, so a
  * vLLM dashboard ports by renaming the prefix (inter-token latency keeps the
  * older name time_per_output_token_seconds, which SGLang uses too). Every
- * sample carries model_name="<served model name>". Gauges and the token
- * counters are read from the engine's stats at render time; the rest is
- * recorded by the HTTP layer through the calls below.
+ * sample carries model_name="<served model name>". Gauges, the token
+ * counters and speculative decoding's are read from the engine's stats at
+ * render time; the rest is recorded by the HTTP layer through the calls
+ * below.
  *
  * README table (copy as is):
  *
@@ -25,6 +26,12 @@
  * | `moeserve:request_success_total` | counter | `model_name`, `finished_reason` | Finished requests by reason: `stop`, `length`, `tool_calls`, `cancelled`, `error` (others as reported, `other` past 16 distinct reasons) |
  * | `moeserve:http_requests_total` | counter | `model_name`, `method`, `status` | HTTP responses by method (`GET`, `POST`, ..., `other`) and status code |
  * | `moeserve:harmony_parse_errors_total` | counter | `model_name` | Malformed harmony output from the model, recovered as plain content |
+ * | `moeserve:spec_decode_num_drafts_total` | counter | `model_name` | Speculative decoding: drafts verified (a request's step that ran drafted tokens) |
+ * | `moeserve:spec_decode_num_draft_tokens_total` | counter | `model_name` | Drafted tokens verified |
+ * | `moeserve:spec_decode_num_accepted_tokens_total` | counter | `model_name` | Drafted tokens accepted (the model's own draw at that position) |
+ * | `moeserve:spec_decode_num_accepted_tokens_per_pos_total` | counter | `model_name`, `position` | Drafts whose token at `position` (0: the first) was accepted; positions 0 up to the last that ever counted |
+ * | `moeserve:spec_decode_cache_bytes` | gauge | `model_name` | Bytes of the shared n-gram cache of recent answers (at most `--spec-cache-bytes`; 0: none, or `--speculative off`) |
+ * | `moeserve:spec_decode_index_bytes` | gauge | `model_name` | Bytes of the running requests' own n-gram indexes |
  * | `moeserve:tls_enabled` | gauge | `model_name` | 1 when the server speaks HTTPS only (`--tls-cert`) |
  * | `moeserve:api_keys` | gauge | `model_name` | API keys accepted now (`--api-key` and `--api-key-file`; 0: no authentication) |
  * | `moeserve:http_connections` | gauge | `model_name` | Open HTTP connections (at `--max-connections`, new ones wait) |

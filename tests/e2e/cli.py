@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """CLI contract of `moeserve`: help, exit codes, error messages that name the
-field, file or tensor, --logits-out, eos handling, inspect.
+field, file or tensor, --logits-out, eos handling, generate --speculative,
+inspect.
 
     /usr/bin/python3 tests/e2e/cli.py --moeserve BUILD/server/moeserve --workdir DIR
 
@@ -10,6 +11,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -109,6 +111,43 @@ def serve_on_rocm_sim(b, model):
          texts["cpu"] == texts["rocm-sim"] and not isinstance(texts["cpu"], str), repr(texts))
 
 
+def generate_speculative(b, base):
+    """--speculative: auto (the default) decodes through the engine with
+    n-gram drafts, off one token a pass; the ids are the same. The built-in
+    model, whose text repeats, so that drafts are made and kept (the random
+    one's continuation matches nothing)."""
+    text = ("generate", "--prompt", "The quick brown fox jumps over the lazy dog. The quick brown fox",
+            "--max-tokens", "160", "--ignore-eos")
+    builtin = {"MOESERVE_MODEL": ""}
+    off = run(b, *text, "--speculative", "off", env=builtin)
+    on = run(b, *text, env=builtin)
+    m = re.search(r"speculation auto: (\d+) drafts, (\d+) drafted tokens, (\d+) accepted", on.stderr)
+    case("generate --speculative auto gives off's ids, drafts made and accepted",
+         off.returncode == 0 and on.returncode == 0 and on.stdout == off.stdout
+         and len(off.stdout.splitlines()[-1].split()) == 160 and "speculation off" in off.stderr
+         and m is not None and int(m.group(3)) > 0,
+         f"{off.stdout[-300:]!r} vs {on.stdout[-300:]!r}\n{off.stderr}{on.stderr}")
+    rep = ",".join(["3", "1", "4", "1", "5", "9", "2", "6"] * 4)
+    gen = ("generate", "--model", base, "--tokens", rep, "--max-tokens", "48", "--ignore-eos")
+    off = run(b, *gen, "--speculative", "off")
+    on = run(b, *gen)
+    case("the random model's ids too", off.returncode == 0 and on.stdout == off.stdout
+         and len(off.stdout.split()) == 48, f"{off.stdout!r} vs {on.stdout!r}\n{on.stderr}")
+    expect("bad --speculative names the flag and the value", run(b, *gen, "--speculative", "on"), EX_USAGE,
+           "--speculative", '"on"', "auto or off")
+    r = run(b, *gen, env={"MOESERVE_SPECULATIVE": "off"})
+    case("MOESERVE_SPECULATIVE=off is honoured", r.returncode == 0 and "speculation off" in r.stderr
+         and r.stdout == off.stdout, r.stderr)
+    r = run(b, *gen, "--speculative", "auto", env={"MOESERVE_SPECULATIVE": "off"})
+    case("the flag wins over MOESERVE_SPECULATIVE", r.returncode == 0 and "speculation auto: " in r.stderr, r.stderr)
+    expect("a bad MOESERVE_SPECULATIVE is refused", run(b, *gen, env={"MOESERVE_SPECULATIVE": "maybe"}),
+           EX_USAGE, "--speculative", '"maybe"')
+    lp = os.path.join(os.path.dirname(base), "spec-logits.f32")
+    r = run(b, *gen, "--logits-out", lp)
+    case("--logits-out takes the single-sequence path, the same ids",
+         r.returncode == 0 and "not used with --logits-out" in r.stderr and r.stdout == off.stdout, r.stderr)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--moeserve", required=True)
@@ -126,7 +165,8 @@ def main():
 
     # --- help and usage ---
     expect("help", run(b, "--help"), EX_OK, "generate", "inspect", "Exit codes")
-    expect("generate --help", run(b, "generate", "--help"), EX_OK, "--tokens", "--logits-out", "--threads")
+    expect("generate --help", run(b, "generate", "--help"), EX_OK, "--tokens", "--logits-out", "--threads",
+           "--speculative MODE", "MOESERVE_SPECULATIVE")
     expect("inspect --help", run(b, "inspect", "--help"), EX_OK, "--model")
     expect("no command", run(b), EX_USAGE)
     expect("unknown command", run(b, "frobnicate"), EX_USAGE, "frobnicate")
@@ -197,6 +237,11 @@ def main():
              f"got {got}, want {ids[:stop_at + 1]}")
         r = run(b, "generate", "--model", eosd, "--tokens", "3,1,4,1,5", "--max-tokens", "7", "--ignore-eos")
         case("--ignore-eos goes on", r.stdout.strip().split() == ids, r.stdout)
+        r = run(b, "generate", "--model", eosd, "--tokens", "3,1,4,1,5", "--max-tokens", "7", "--speculative", "off")
+        case("eos stops the single-sequence path alike", r.returncode == 0 and r.stdout.strip().split() == got,
+             f"{r.stdout!r} vs {got}")
+
+    generate_speculative(b, base)
 
     d = copy_model(base, os.path.join(a.workdir, "bad-eos"))
     edit_config(d, eos_token_id=[1, vocab + 5])

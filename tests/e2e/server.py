@@ -648,7 +648,11 @@ def chat_cases(d, model_name, sdk):
         check(metric(ms, "moeserve:model_loaded", model_name=M) == 1, "model_loaded is not 1")
         for name in ("moeserve:num_requests_running", "moeserve:num_requests_waiting",
                      "moeserve:kv_cache_usage_perc", "moeserve:generation_tokens_total",
-                     "moeserve:time_to_first_token_seconds_count"):
+                     "moeserve:time_to_first_token_seconds_count",
+                     "moeserve:spec_decode_num_drafts_total", "moeserve:spec_decode_num_draft_tokens_total",
+                     "moeserve:spec_decode_num_accepted_tokens_total",
+                     "moeserve:spec_decode_num_accepted_tokens_per_pos_total",
+                     "moeserve:spec_decode_cache_bytes", "moeserve:spec_decode_index_bytes"):
             check(any(n == name for n, _ in ms), f"/metrics lacks {name}")
 
     def completion_string():
@@ -1369,6 +1373,18 @@ def chat_cases(d, model_name, sdk):
         check(metric(ms, "moeserve:generation_tokens_total") > 100, "generation tokens not counted")
         check(metric(ms, "moeserve:prompt_tokens_cached_total") > 0, "prefix-cache hits not counted")
         check(metric(ms, "moeserve:num_requests_running") == 0, "requests still running")
+        # speculative decoding (on by default): positions 0..k each once, adding
+        # up to the accepted tokens, which the drafted ones bound; the shared
+        # cache within --spec-cache-bytes' default
+        pos = sorted(int(dict(ls)["position"]) for n, ls in ms
+                     if n == "moeserve:spec_decode_num_accepted_tokens_per_pos_total")
+        check(pos == list(range(len(pos))) and pos, f"positions {pos}")
+        acc = metric(ms, "moeserve:spec_decode_num_accepted_tokens_total")
+        check(metric(ms, "moeserve:spec_decode_num_accepted_tokens_per_pos_total") == acc,
+              "per-position counts do not add up to the accepted tokens")
+        check(acc <= metric(ms, "moeserve:spec_decode_num_draft_tokens_total"), "more accepted than drafted")
+        check(0 < metric(ms, "moeserve:spec_decode_cache_bytes") <= 64 << 20, "shared cache size")
+        check(metric(ms, "moeserve:spec_decode_index_bytes") == 0, "indexes held with nothing running")
 
     cases = [
         ("chat: /health /live /v1/models /metrics", endpoints),

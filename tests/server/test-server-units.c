@@ -2,11 +2,13 @@
  * test-server-units.c: the HTTP server's pure parts, without a socket.
  *
  * metrics: exact lines for a small scenario (labels escaped, histogram
- * buckets cumulative with +Inf == _count, _sum), every rendering accepted by
- * a small exposition-format validator (itself checked on bad inputs), bounded
+ * buckets cumulative with +Inf == _count, _sum; speculative decoding's
+ * counters by draft position), every rendering accepted by a small
+ * exposition-format validator (itself checked on bad inputs), bounded
  * finish reasons, several writer threads while another renders.
  * options: defaults, the precedence flags > environment > config file >
- * defaults, every refusal naming the option and its source, --help.
+ * defaults (--speculative among them), every refusal naming the option and
+ * its source, --help.
  */
 #include <check.h>
 #include <math.h>
@@ -407,6 +409,8 @@ START_TEST(metrics_exact)
 	struct ms_engine_stats st = {
 		.waiting = 1, .running = 2, .kv_pages = 64, .kv_pages_held = 16, .kv_usage = 0.25,
 		.prompt_tokens = 100, .generation_tokens = 50, .cached_tokens = 20,
+		.spec = {.drafts = 9, .draft_tokens = 40, .accepted = 12, .accepted_at = {6, 4, 0, 2},
+			 .cache_bytes = 1 << 20, .index_bytes = 4096},
 	};
 	char *t = render(m, &st);
 	ck_assert_msg(!strncmp(t, "# HELP moeserve:model_loaded ", 29), "starts with: %.60s", t);
@@ -421,6 +425,22 @@ START_TEST(metrics_exact)
 	HAS_LINE(t, "moeserve:prompt_tokens_cached_total{" ML "} 20");
 	HAS_LINE(t, "moeserve:generation_tokens_total{" ML "} 50");
 	HAS_LINE(t, "moeserve:harmony_parse_errors_total{" ML "} 3");
+	/* speculative decoding: vLLM's names and position label; positions up
+	 * to the last that counted, a zero among them kept */
+	HAS_LINE(t, "# TYPE moeserve:spec_decode_num_drafts_total counter");
+	HAS_LINE(t, "moeserve:spec_decode_num_drafts_total{" ML "} 9");
+	HAS_LINE(t, "moeserve:spec_decode_num_draft_tokens_total{" ML "} 40");
+	HAS_LINE(t, "moeserve:spec_decode_num_accepted_tokens_total{" ML "} 12");
+	HAS_LINE(t, "# TYPE moeserve:spec_decode_num_accepted_tokens_per_pos_total counter");
+	HAS_LINE(t, "moeserve:spec_decode_num_accepted_tokens_per_pos_total{" ML ",position=\"0\"} 6");
+	HAS_LINE(t, "moeserve:spec_decode_num_accepted_tokens_per_pos_total{" ML ",position=\"1\"} 4");
+	HAS_LINE(t, "moeserve:spec_decode_num_accepted_tokens_per_pos_total{" ML ",position=\"2\"} 0");
+	HAS_LINE(t, "moeserve:spec_decode_num_accepted_tokens_per_pos_total{" ML ",position=\"3\"} 2");
+	ck_assert_ptr_null(strstr(t, "position=\"4\""));
+	HAS_LINE(t, "# TYPE moeserve:spec_decode_cache_bytes gauge");
+	HAS_LINE(t, "moeserve:spec_decode_cache_bytes{" ML "} 1048576");
+	HAS_LINE(t, "# TYPE moeserve:spec_decode_index_bytes gauge");
+	HAS_LINE(t, "moeserve:spec_decode_index_bytes{" ML "} 4096");
 	HAS_LINE(t, "# TYPE moeserve:request_success_total counter");
 	HAS_LINE(t, "moeserve:request_success_total{" ML ",finished_reason=\"stop\"} 1");
 	HAS_LINE(t, "moeserve:request_success_total{" ML ",finished_reason=\"length\"} 1");
@@ -494,6 +514,10 @@ START_TEST(metrics_exact)
 		"moeserve:num_requests_waiting", "moeserve:kv_cache_usage_perc",
 		"moeserve:kv_cache_pages_total", "moeserve:prompt_tokens_total",
 		"moeserve:prompt_tokens_cached_total", "moeserve:generation_tokens_total",
+		"moeserve:spec_decode_num_drafts_total", "moeserve:spec_decode_num_draft_tokens_total",
+		"moeserve:spec_decode_num_accepted_tokens_total",
+		"moeserve:spec_decode_num_accepted_tokens_per_pos_total",
+		"moeserve:spec_decode_cache_bytes", "moeserve:spec_decode_index_bytes",
 		"moeserve:harmony_parse_errors_total", "moeserve:structured_grammar_compiles_total",
 		"moeserve:structured_grammar_cache_hits_total",
 		"moeserve:structured_grammar_compile_seconds_total", "moeserve:request_success_total",
@@ -543,6 +567,11 @@ START_TEST(metrics_loading_and_refusals)
 	HAS_LINE(t, "moeserve:generation_tokens_total{model_name=\"gpt-oss-20b\"} 0");
 	HAS_LINE(t, "moeserve:e2e_request_latency_seconds_count{model_name=\"gpt-oss-20b\"} 0");
 	HAS_LINE(t, "moeserve:e2e_request_latency_seconds_sum{model_name=\"gpt-oss-20b\"} 0");
+	/* nothing accepted yet: position 0 alone, so that the family has a sample */
+	HAS_LINE(t, "moeserve:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"gpt-oss-20b\","
+		 "position=\"0\"} 0");
+	ck_assert_ptr_null(strstr(t, "position=\"1\""));
+	HAS_LINE(t, "moeserve:spec_decode_cache_bytes{model_name=\"gpt-oss-20b\"} 0");
 	free(t);
 
 	/* finish reasons are bounded: 5 seeded + 10 more, then "other" */
@@ -684,6 +713,9 @@ START_TEST(options_defaults)
 	ck_assert_int_eq(o.max_batch_tokens, 256);
 	ck_assert_int_eq(o.ctx_size, 0);
 	ck_assert(!o.no_prefix_cache);
+	ck_assert_int_eq(o.speculative, MS_SERVE_SPEC_AUTO);
+	ck_assert_int_eq(o.spec_max_tokens, 32);
+	ck_assert_uint_eq(o.spec_cache_bytes, 64u << 20);
 	ck_assert_ptr_null(o.config);
 	ms_serve_options_free(&o);
 	ms_serve_options_free(&o);  /* twice is harmless */
@@ -700,7 +732,8 @@ START_TEST(options_precedence)
 	write_tmp("{\"port\": 9000, \"host\": \"0.0.0.0\", \"max_queue\": 100, \"log_format\": \"json\",\n"
 		  " \"api_key\": \"file-key\", \"threads\": 4, \"max_body_bytes\": \"2M\",\n"
 		  " \"no_prefix_cache\": true, \"kv_cache_bytes\": 1073741824, \"numa\": \"off\",\n"
-		  " \"cors_origin\": null, \"ctx_size\": 4096, \"model\": \"/models/file\"}\n",
+		  " \"cors_origin\": null, \"ctx_size\": 4096, \"model\": \"/models/file\",\n"
+		  " \"speculative\": \"off\", \"spec_max_tokens\": 8, \"spec_cache_bytes\": \"1M\"}\n",
 		  path, sizeof(path));
 	snprintf(envcfg, sizeof(envcfg), "MOESERVE_CONFIG=%s", path);
 	char *env[] = {
@@ -729,6 +762,9 @@ START_TEST(options_precedence)
 	ck_assert_str_eq(o.model, "/models/flag");
 	ck_assert_str_eq(o.config, path);
 	ck_assert_int_eq(o.keepalive_s, 10);         /* untouched: default */
+	ck_assert_int_eq(o.speculative, MS_SERVE_SPEC_OFF);  /* file > default */
+	ck_assert_int_eq(o.spec_max_tokens, 8);
+	ck_assert_uint_eq(o.spec_cache_bytes, 1u << 20);
 	ms_serve_options_free(&o);
 
 	/* --config beats $MOESERVE_CONFIG (which names no file here) */
@@ -739,6 +775,30 @@ START_TEST(options_precedence)
 	ck_assert_str_eq(o.host, "::1");
 	ck_assert(!o.no_prefix_cache);
 	ck_assert_str_eq(o.model, "/models/file");
+	ms_serve_options_free(&o);
+
+	/* speculation: the environment over the file, a flag over both; 0 bytes
+	 * is a value (no shared cache), not the default */
+	char *env4[] = {envcfg, "MOESERVE_SPECULATIVE=auto", "MOESERVE_SPEC_CACHE_BYTES=0", NULL};
+	rc = parse(&o, ARGV("--spec-max-tokens", "64"), env4, &err);
+	ck_assert_msg(rc == 0, "%s", err.msg);
+	ck_assert_int_eq(o.speculative, MS_SERVE_SPEC_AUTO);
+	ck_assert_int_eq(o.spec_max_tokens, 64);
+	ck_assert_uint_eq(o.spec_cache_bytes, 0);
+	ms_serve_options_free(&o);
+	char *env5[] = {"MOESERVE_SPECULATIVE=off", NULL};
+	rc = parse(&o, NOARGS, env5, &err);
+	ck_assert_msg(rc == 0, "%s", err.msg);
+	ck_assert_int_eq(o.speculative, MS_SERVE_SPEC_OFF);
+	ms_serve_options_free(&o);
+	rc = parse(&o, ARGV("--speculative", "auto"), env5, &err);
+	ck_assert_msg(rc == 0, "%s", err.msg);
+	ck_assert_int_eq(o.speculative, MS_SERVE_SPEC_AUTO);
+	ms_serve_options_free(&o);
+	rc = parse(&o, ARGV("--speculative=off", "--spec-max-tokens=1"), NULL, &err);
+	ck_assert_msg(rc == 0, "%s", err.msg);
+	ck_assert_int_eq(o.speculative, MS_SERVE_SPEC_OFF);
+	ck_assert_int_eq(o.spec_max_tokens, 1);
 	ms_serve_options_free(&o);
 
 	/* sizes with suffixes, booleans from the environment */
@@ -856,6 +916,15 @@ START_TEST(options_refusals)
 		"boolean", NULL);
 	refused(ARGV("--threads", "-1"), NULL, -EINVAL, "--threads", "[0, 1024]", NULL);
 	refused(ARGV("--max-running", "1.5"), NULL, -EINVAL, "--max-running", "\"1.5\"", NULL);
+	refused(ARGV("--speculative", "on"), NULL, -EINVAL, "--speculative", "\"on\"", "auto or off",
+		NULL);
+	refused(ARGV("--speculative"), NULL, -EINVAL, "--speculative: missing value", NULL);
+	refused(ARGV("--spec-max-tokens", "0"), NULL, -EINVAL, "--spec-max-tokens", "\"0\"",
+		"[1, 64]", NULL);
+	refused(ARGV("--spec-max-tokens", "65"), NULL, -EINVAL, "--spec-max-tokens", "\"65\"",
+		"[1, 64]", NULL);
+	refused(ARGV("--spec-cache-bytes", "-1"), NULL, -EINVAL, "--spec-cache-bytes", "\"-1\"",
+		"size", NULL);
 	refused(ARGV("--config", "/nonexistent/c.json"), NULL, -ENOENT, "--config",
 		"/nonexistent/c.json", NULL);
 	refused(ARGV("--config="), NULL, -EINVAL, "--config: must not be empty", NULL);
@@ -872,6 +941,10 @@ START_TEST(options_refusals)
 	/* a flag's good value does not hide a bad environment value */
 	char *e5[] = {"MOESERVE_PORT=99999", NULL};
 	refused(ARGV("--port", "80"), e5, -EINVAL, "MOESERVE_PORT", NULL);
+	char *e6[] = {"MOESERVE_SPECULATIVE=maybe", NULL};
+	refused(NOARGS, e6, -EINVAL, "MOESERVE_SPECULATIVE: \"maybe\" is not auto or off", NULL);
+	char *e7[] = {"MOESERVE_SPEC_MAX_TOKENS=65", NULL};
+	refused(NOARGS, e7, -EINVAL, "MOESERVE_SPEC_MAX_TOKENS: \"65\" is not in [1, 64]", NULL);
 
 	/* config file */
 	refused_file("{\"port\": 70000}", -EINVAL, "key \"port\": 70000 is not in [1, 65535]", NULL);
@@ -882,6 +955,10 @@ START_TEST(options_refusals)
 	refused_file("{\"config\": \"x\"}", -EINVAL, "unknown key \"config\"", NULL);
 	refused_file("{\"no_prefix_cache\": \"yes\"}", -EINVAL, "key \"no_prefix_cache\"",
 		     "expected true or false");
+	refused_file("{\"speculative\": false}", -EINVAL, "key \"speculative\"",
+		     "expected a string, got a boolean");
+	refused_file("{\"spec_max_tokens\": 0}", -EINVAL, "key \"spec_max_tokens\": 0 is not in [1, 64]",
+		     NULL);
 	refused_file("{\"host\": 1}", -EINVAL, "key \"host\"", "expected a string, got a number");
 	refused_file("{\"host\": null}", -EINVAL, "key \"host\"", "got null");
 	refused_file("{\"log_format\": [\"json\"]}", -EINVAL, "key \"log_format\"", "got an array");
@@ -938,6 +1015,9 @@ START_TEST(options_help)
 		{"--max-batch-tokens N", "MOESERVE_MAX_BATCH_TOKENS", "256"},
 		{"--ctx-size N", "MOESERVE_CTX_SIZE", "0 (the model's, at most 8192)"},
 		{"--no-prefix-cache", "MOESERVE_NO_PREFIX_CACHE", "false"},
+		{"--speculative MODE", "MOESERVE_SPECULATIVE", "auto"},
+		{"--spec-max-tokens N", "MOESERVE_SPEC_MAX_TOKENS", "32"},
+		{"--spec-cache-bytes SIZE", "MOESERVE_SPEC_CACHE_BYTES", "64M"},
 	};
 	for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
 		char flag[64], env[80], def[80];
