@@ -113,8 +113,10 @@ int bench_run_with(struct ms_model *m, int n_seq, int64_t prompt_len, int64_t ge
 	 * prompts split over steps would put the sequences' decode steps out
 	 * of phase, and a short run would then have no step where all decode */
 	int64_t all = (int64_t)n_seq * prompt_len;
+	/* plain decode: one token a request a step (bench --speculative
+	 * measures drafts) */
 	struct ms_engine_config cfg = {.max_running = n_seq, .no_prefix_cache = true,
-				       .max_context = prompt_len + gen + 1,
+				       .spec_off = true, .max_context = prompt_len + gen + 1,
 				       .max_batch_tokens = all > 256 ? all : 256};
 	cfg.kv_tokens = (prompt_len + gen + 16) * n_seq;
 	struct ms_engine *e;
@@ -158,6 +160,7 @@ int bench_context_runs(struct ms_model *m, int64_t ctx, int64_t gen, int64_t chu
 	/* admission reserves every request's whole context, shared or not:
 	 * the pool is sized for that, and only what is written is touched */
 	struct ms_engine_config cfg = {.max_running = max_b, .max_context = ctx + gen + 2,
+				       .spec_off = true,
 				       .max_batch_tokens = chunk > 256 ? chunk : 256,
 				       .kv_tokens = (ctx + gen + 32) * (max_b + 1)};
 	struct ms_engine *e;

@@ -117,6 +117,10 @@ int bench_device(struct ms_model *m, struct ms_backend *be, const struct ms_benc
  * and constrained decode, on any backend. */
 int bench_structured(struct ms_model *m, const struct ms_bench_opts *o);
 
+/* `bench --speculative` (bench-spec.c): decode with speculation on
+ * against off, per scenario and batch. */
+int bench_speculative(struct ms_model *m, struct ms_backend *b, const struct ms_bench_opts *o);
+
 /* ---- decode at depth (bench-context.c) ---- */
 
 /* The short-context figures a context's runs are compared with: decode at

@@ -681,6 +681,8 @@ int ms_cmd_bench(struct ms_model *m, struct ms_backend *b, const struct ms_bench
 	/* structured outputs: the engine's runs, on any backend */
 	if (o->structured)
 		return bench_structured(m, o);
+	if (o->speculative)
+		return bench_speculative(m, b, o);
 	/* A GPU's memory is its own: its bandwidth is its copy kernel's, and
 	 * its bench is bench-device.c's. */
 	if (!b->host && o->n_contexts) {
