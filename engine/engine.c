@@ -805,7 +805,6 @@ static int step_forward(struct ms_engine *e, struct step_batch *s, struct ms_err
 	if ((rc = weights_lost(e, err)))
 		return rc;
 	double dt = ms_now_s() - t0;
-	ms_spec_record(&e->spec, s->n, dt);
 	e->step_s = e->steps ? 0.9 * e->step_s + 0.1 * dt : dt;
 	e->steps++;
 	return 0;
@@ -944,6 +943,7 @@ int64_t ms_engine_step(struct ms_engine *e, struct ms_err *err)
 	s->n = s->nl = 0;
 	step_plan(e, s);
 	step_gather(e, s);
+	double t0 = ms_now_s();
 	int64_t rc = step_forward(e, s, err);
 	if (!rc) {
 		/* finished requests leave `running` as the results are handed out */
@@ -953,6 +953,8 @@ int64_t ms_engine_step(struct ms_engine *e, struct ms_err *err)
 		for (int i = 0; i < s->n_batch; i++)
 			if (s->take[i])
 				step_result(e, s, i);
+		/* what a step of n tokens costs, its rows' draws included */
+		ms_spec_record(&e->spec, s->n, ms_now_s() - t0);
 		rc = s->n;
 	}
 	publish_stats(e);

@@ -12,6 +12,11 @@
 /* longest first: the first length that matches proposes */
 static const int lens[MS_NGRAM_N] = {16, 8, 6, 4, 3, 2};
 
+/* a match's weight by its length (lens[]'s, 2 and 3 below 1) */
+static const float short_match[MS_NGRAM_MAX_LEN + 1] = {
+	[2] = 0.5f, [3] = 0.75f, [4] = 1, [6] = 1, [8] = 1, [16] = 1,
+};
+
 #define CACHE_PROBES 8  /* a cache key lives in one of this many slots */
 #define SEP (-1)        /* between the cache's sequences: no n-gram spans it */
 
@@ -275,7 +280,8 @@ static int32_t predict(const struct ms_ngram *own, const struct ms_ngram_cache *
 				sl = NULL;
 		}
 		if (sl) {
-			*p = (float)sl->same / (float)sl->seen;
+			/* two or three tokens in common say less than four or more */
+			*p = (float)sl->same / (float)sl->seen * short_match[lens[i]];
 			return sl->tok;
 		}
 	}

@@ -6,7 +6,8 @@
  * the n-gram was seen and how often that same token followed it. Drafting
  * walks forward one token at a time: the longest n-gram ending at the
  * current end (the request's tokens, then the draft so far) that either
- * index knows proposes its next token, with the confidence same / seen;
+ * index knows proposes its next token, with the confidence same / seen
+ * (halved for a match of 2 tokens, 3/4 for 3);
  * the walk stops at the first end no index knows, or where the product of
  * confidences falls below MS_NGRAM_MIN_CONF (the continuation has become
  * uncertain). So a long match drafts long, a repeated loop drafts around

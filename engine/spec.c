@@ -12,9 +12,13 @@
  * experts grows with n (measured on the bench checkpoint, 2 threads: 2.0x
  * for 4 tokens, 2.7x for 8, 3.8x for 16, 5.9x for 32). */
 #define PRIOR_SLOPE 0.3
-#define PRIOR_WEIGHT 4.0   /* positions the engine-wide rate counts for */
+#define PRIOR_WEIGHT 2.0   /* positions the engine-wide rate counts for */
 #define FORGET 0.95        /* a request's acceptance: recent steps count more */
 #define COST_EMA 0.2       /* weight of a new measurement of a pass's time */
+/* A drafted token worth less is not run: a step's time is noisy, and an
+ * estimate that a token costs almost nothing in a large batch would
+ * otherwise run drafts that are nearly always thrown away. */
+#define MIN_VALUE 0.25f
 
 static double prior(int64_t n)
 {
@@ -151,7 +155,7 @@ static int next_best(struct ms_spec_req *const *reqs, int n, const int *taken)
 {
 	int best = -1;
 	for (int i = 0; i < n; i++)
-		if (taken[i] < reqs[i]->n_prop &&
+		if (taken[i] < reqs[i]->n_prop && reqs[i]->value[taken[i]] >= MIN_VALUE &&
 		    (best < 0 || reqs[i]->value[taken[i]] > reqs[best]->value[taken[best]]))
 			best = i;
 	return best;
@@ -186,7 +190,7 @@ void ms_spec_verified(struct ms_spec *s, struct ms_spec_req *r, int kept, int tr
 	r->acc = FORGET * r->acc + kept;
 	r->tried = FORGET * r->tried + tried;
 	if (tried > 0)
-		s->rate = 0.98 * s->rate + 0.02 * (double)kept / (double)tried;
+		s->rate = 0.9 * s->rate + 0.1 * (double)kept / (double)tried;
 	s->stats.drafts++;
 	s->stats.draft_tokens += (uint64_t)r->n_draft;
 	s->stats.accepted += (uint64_t)kept;

@@ -28,7 +28,7 @@
 #include "engine.h"
 #include "ms-clock.h"
 
-#define GEN 96        /* tokens each request makes */
+#define GEN 128       /* tokens each request makes */
 #define PROMPT 32     /* a random prompt's tokens */
 #define MAXB 8
 
@@ -62,7 +62,7 @@ struct oracle {
 static uint32_t next_u32(uint64_t *s)
 {
 	*s = *s * 6364136223846793005ull + 1442695040888963407ull;
-	return (uint32_t)(*s >> 33);
+	return (uint32_t)(*s >> 32);
 }
 
 static int oracle_draft(void *ctx, uint64_t id, const int32_t *t, int64_t n, int32_t *out, int max)
@@ -200,7 +200,12 @@ static void random_prompts(struct bset *s, int n, int64_t vocab, uint64_t seed)
 	}
 }
 
-/* One scenario at batch n, off then on, each on a fresh engine. */
+static double tps(const struct srun *r)
+{
+	return r->secs > 0 ? (double)r->tokens / r->secs : 0;
+}
+
+/* One scenario at batch n, off and on, each run on a fresh engine. */
 static int scenario(struct ms_model *m, struct ms_backend *b, enum scen sc, int n,
 		    struct result *res, struct ms_err *err)
 {
@@ -233,22 +238,25 @@ static int scenario(struct ms_model *m, struct ms_backend *b, enum scen sc, int 
 	for (int i = 0; i < n; i++)
 		o.ref[i] = s.prompt[i], o.n_ref[i] = PROMPT + s.ans[i].n;
 	bool oracle = sc >= ACC10 && sc <= ACC05;
-	for (int on = 0; !rc && on < 2; on++) {
+	/* off and on in turn, twice: the better of each (a shared machine's
+	 * bandwidth drifts within seconds) */
+	memset(res, 0, sizeof(*res));
+	for (int k = 0; !rc && k < 4; k++) {
 		struct ms_engine *e;
+		struct srun r;
+		bool on = k % 2;
 		if ((rc = new_engine(m, on, oracle ? &o.d : NULL, &e, err)))
 			return rc;
 		if (sc == REPEAT) /* the first answers, unmeasured */
 			rc = run_set(e, b, &s, NULL, NULL, err);
 		if (!rc)
-			rc = run_set(e, b, &s, oracle ? &o : NULL, on ? &res->on : &res->off, err);
+			rc = run_set(e, b, &s, oracle ? &o : NULL, &r, err);
 		ms_engine_free(e);
+		struct srun *best = on ? &res->on : &res->off;
+		if (!rc && tps(&r) > tps(best))
+			*best = r;
 	}
 	return rc;
-}
-
-static double tps(const struct srun *r)
-{
-	return r->secs > 0 ? (double)r->tokens / r->secs : 0;
 }
 
 static double per_tok(double x, const struct srun *r)

@@ -33,7 +33,8 @@ static const int lens_desc[MS_NGRAM_N] = {16, 8, 6, 4, 3, 2};
 /* What ms_ngram_draft should give from own alone: at each step the longest
  * indexed length whose last occurrence (next token inside t[0..n)) ends
  * like the sequence does; its confidence = the trailing run of occurrences
- * followed by the last one's token, over all occurrences. */
+ * followed by the last one's token, over all occurrences (times 1/2 for a
+ * 2-token match, 3/4 for 3). */
 static int brute_draft(const int32_t *t, int64_t n, int32_t *out, float *conf, int max)
 {
 	int32_t s[4096];
@@ -59,7 +60,7 @@ static int brute_draft(const int32_t *t, int64_t n, int32_t *out, float *conf, i
 			}
 			if (seen) {
 				tok = last;
-				p = (float)same / (float)seen;
+				p = (float)same / (float)seen * (L == 2 ? 0.5f : L == 3 ? 0.75f : 1.0f);
 			}
 		}
 		if (tok < 0 || (run *= p) < MS_NGRAM_MIN_CONF)
