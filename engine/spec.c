@@ -181,8 +181,13 @@ void ms_spec_choose(struct ms_spec *s, struct ms_spec_req *const *reqs, int n, i
 	memset(taken, 0, (size_t)n * sizeof(*taken));
 	for (int64_t k = 0; k < best_m; k++)
 		taken[next_best(reqs, n, taken)]++;
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n; i++) {
 		reqs[i]->n_draft = taken[i];
+		/* a request whose drafts are declined forgets why, slowly: its
+		 * acceptance drifts back to the engine's, so it tries again */
+		if (!taken[i])
+			reqs[i]->acc *= FORGET, reqs[i]->tried *= FORGET;
+	}
 }
 
 void ms_spec_verified(struct ms_spec *s, struct ms_spec_req *r, int kept, int tried)
