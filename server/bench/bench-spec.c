@@ -94,7 +94,6 @@ struct bset {                     /* a batch's requests */
 	int n;
 	int32_t prompt[MAXB][PROMPT + GEN];
 	int64_t plen[MAXB];
-	struct answer ans[MAXB];
 };
 
 static uint64_t bytes_now(struct ms_backend *b)
@@ -112,10 +111,30 @@ static void spec_diff(struct ms_spec_stats *d, const struct ms_spec_stats *a,
 		d->accepted_at[j] -= a->accepted_at[j];
 }
 
-/* Submit the set and step until done; measured (when r) from the step
- * after every request has its first token. */
-static int run_set(struct ms_engine *e, struct ms_backend *b, struct bset *s,
-		   struct oracle *o, struct srun *r, struct ms_err *err)
+/* One engine's run of a set, stepped by the caller: measured from the
+ * step after every request has its first token, over its own steps only
+ * (so two runs stepped in turn see the same bandwidth). */
+struct runner {
+	struct ms_engine *e;
+	struct ms_backend *b;
+	const struct bset *s;
+	struct answer ans[MAXB];
+	bool measure, measuring, done;
+	struct ms_engine_stats st0;
+	int64_t tok0;
+	struct srun r;
+};
+
+static int64_t runner_tokens(const struct runner *rn)
+{
+	int64_t t = 0;
+	for (int i = 0; i < rn->s->n; i++)
+		t += rn->ans[i].n;
+	return t;
+}
+
+/* Submit the set's requests (the oracle told their ids when given). */
+static int runner_start(struct runner *rn, struct oracle *o, struct ms_err *err)
 {
 	struct ms_request_params p = {0};
 	ms_sampling_defaults(&p.sampling);
@@ -123,51 +142,76 @@ static int run_set(struct ms_engine *e, struct ms_backend *b, struct bset *s,
 	p.sampling.n_logprobs = -1;
 	p.prompt_logprobs = -1;
 	p.max_tokens = GEN;
-	for (int i = 0; i < s->n; i++) {
+	memset(rn->ans, 0, sizeof(rn->ans));
+	memset(&rn->r, 0, sizeof(rn->r));
+	rn->measuring = rn->done = false;
+	for (int i = 0; i < rn->s->n; i++) {
 		uint64_t id;
-		memset(&s->ans[i], 0, sizeof(s->ans[i]));
-		int rc = ms_engine_submit(e, s->prompt[i], s->plen[i], &p, answer_cb, &s->ans[i], &id, err);
+		int rc = ms_engine_submit(rn->e, rn->s->prompt[i], rn->s->plen[i], &p, answer_cb,
+					  &rn->ans[i], &id, err);
 		if (rc)
 			return rc;
 		if (o)
 			o->id[i] = id;
 	}
-	struct ms_engine_stats st0, st1;
-	bool measuring = false;
-	double t0 = 0;
-	uint64_t b0 = 0;
-	int64_t tok0 = 0;
-	for (;;) {
-		bool all_started = true, all_done = true;
-		int64_t toks = 0;
-		for (int i = 0; i < s->n; i++) {
-			all_started &= s->ans[i].n > 0;
-			all_done &= s->ans[i].done;
-			toks += s->ans[i].n;
-		}
-		if (all_done)
-			break;
-		if (all_started && !measuring && r) {
-			measuring = true;
-			ms_engine_get_stats(e, &st0);
-			t0 = ms_now_s(), b0 = bytes_now(b), tok0 = toks;
-		}
-		int64_t rc = ms_engine_step(e, err);
-		if (rc < 0)
-			return (int)rc;
-	}
-	if (!r)
-		return 0;
-	ms_engine_get_stats(e, &st1);
-	int64_t toks = 0;
-	for (int i = 0; i < s->n; i++)
-		toks += s->ans[i].n;
-	r->secs = ms_now_s() - t0;
-	r->bytes = (double)(bytes_now(b) - b0);
-	r->tokens = toks - tok0;
-	r->steps = (int64_t)(st1.steps - st0.steps);
-	spec_diff(&r->spec, &st0.spec, &st1.spec);
 	return 0;
+}
+
+static int runner_step(struct runner *rn, struct ms_err *err)
+{
+	bool started = true, done = true;
+	for (int i = 0; i < rn->s->n; i++)
+		started &= rn->ans[i].n > 0, done &= rn->ans[i].done;
+	if ((rn->done = done)) {
+		struct ms_engine_stats st1;
+		ms_engine_get_stats(rn->e, &st1);
+		rn->r.tokens = runner_tokens(rn) - rn->tok0;
+		rn->r.steps = (int64_t)(st1.steps - rn->st0.steps);
+		spec_diff(&rn->r.spec, &rn->st0.spec, &st1.spec);
+		return 0;
+	}
+	if (started && rn->measure && !rn->measuring) {
+		rn->measuring = true;
+		ms_engine_get_stats(rn->e, &rn->st0);
+		rn->tok0 = runner_tokens(rn);
+	}
+	double t0 = ms_now_s();
+	uint64_t b0 = bytes_now(rn->b);
+	int64_t rc = ms_engine_step(rn->e, err);
+	if (rn->measuring) {
+		rn->r.secs += ms_now_s() - t0;
+		rn->r.bytes += (double)(bytes_now(rn->b) - b0);
+	}
+	return rc < 0 ? (int)rc : 0;
+}
+
+/* Step runners [0, n) in turn until all are done. */
+static int run_turns(struct runner *rn, int n, struct ms_err *err)
+{
+	for (bool left = true; left;) {
+		left = false;
+		for (int i = 0; i < n; i++) {
+			if (rn[i].done)
+				continue;
+			int rc = runner_step(&rn[i], err);
+			if (rc)
+				return rc;
+			left |= !rn[i].done;
+		}
+	}
+	return 0;
+}
+
+/* One unmeasured run of the set on e (answers into ans, when given). */
+static int run_once(struct runner *rn, struct answer *ans, struct ms_err *err)
+{
+	rn->measure = false;
+	int rc = runner_start(rn, NULL, err);
+	if (!rc)
+		rc = run_turns(rn, 1, err);
+	if (!rc && ans)
+		memcpy(ans, rn->ans, sizeof(rn->ans));
+	return rc;
 }
 
 static int new_engine(struct ms_model *m, bool on, const struct ms_drafter *d,
@@ -205,57 +249,68 @@ static double tps(const struct srun *r)
 	return r->secs > 0 ? (double)r->tokens / r->secs : 0;
 }
 
-/* One scenario at batch n, off and on, each run on a fresh engine. */
+/* The greedy answers of the set: the quote's passage, the oracle's
+ * reference (after each prompt in s). */
+static int greedy_answers(struct ms_model *m, struct ms_backend *b, struct bset *s, bool quote,
+			  struct ms_err *err)
+{
+	static struct runner rn;
+	static struct answer ans[MAXB];
+	memset(&rn, 0, sizeof(rn));
+	rn.b = b, rn.s = s;
+	int rc = new_engine(m, false, NULL, &rn.e, err);
+	if (rc)
+		return rc;
+	rc = run_once(&rn, ans, err);
+	ms_engine_free(rn.e);
+	for (int i = 0; !rc && i < s->n; i++) {
+		memcpy(s->prompt[i] + PROMPT, ans[i].tok, (size_t)ans[i].n * sizeof(int32_t));
+		if (quote) { /* the passage, then its first 8 tokens again */
+			memmove(s->prompt[i], s->prompt[i] + PROMPT, (size_t)GEN * sizeof(int32_t));
+			memcpy(s->prompt[i] + GEN, s->prompt[i], 8 * sizeof(int32_t));
+			s->plen[i] = GEN + 8;
+		}
+	}
+	return rc;
+}
+
+/* One scenario at batch n: off and on, each on a fresh engine, stepped in
+ * turn (a shared machine's bandwidth drifts within seconds: both runs see
+ * the same). */
 static int scenario(struct ms_model *m, struct ms_backend *b, enum scen sc, int n,
 		    struct result *res, struct ms_err *err)
 {
 	static struct bset s;
 	static struct oracle o;
-	int64_t V = m->cfg.vocab;
-	random_prompts(&s, n, V, sc == NOMATCH ? 0xfeed : 0xbeef);
+	static struct runner rn[2];
+	random_prompts(&s, n, m->cfg.vocab, sc == NOMATCH ? 0xfeed : 0xbeef);
+	bool oracle = sc >= ACC10 && sc <= ACC05;
 	int rc = 0;
-	if (sc == QUOTE || (sc >= ACC10 && sc <= ACC05)) {
-		/* the greedy answers first: the quote's passage, the oracle's reference */
-		struct ms_engine *e;
-		if ((rc = new_engine(m, false, NULL, &e, err)))
-			return rc;
-		rc = run_set(e, b, &s, NULL, NULL, err);
-		ms_engine_free(e);
-		for (int i = 0; !rc && i < n; i++) {
-			memcpy(s.prompt[i] + PROMPT, s.ans[i].tok, (size_t)s.ans[i].n * sizeof(int32_t));
-			if (sc == QUOTE) { /* the passage, then its first 8 tokens again */
-				memmove(s.prompt[i], s.prompt[i] + PROMPT, (size_t)GEN * sizeof(int32_t));
-				memcpy(s.prompt[i] + GEN, s.prompt[i], 8 * sizeof(int32_t));
-				s.plen[i] = GEN + 8;
-			}
-		}
-	}
+	if (sc == QUOTE || oracle)
+		rc = greedy_answers(m, b, &s, sc == QUOTE, err);
 	memset(&o, 0, sizeof(o));
 	o.d = (struct ms_drafter){oracle_draft, &o};
 	o.noise = 1.0 - scen_acc[sc];
 	o.rng = 12345;
-	o.vocab = V;
+	o.vocab = m->cfg.vocab;
 	for (int i = 0; i < n; i++)
-		o.ref[i] = s.prompt[i], o.n_ref[i] = PROMPT + s.ans[i].n;
-	bool oracle = sc >= ACC10 && sc <= ACC05;
-	/* off and on in turn, twice: the better of each (a shared machine's
-	 * bandwidth drifts within seconds) */
-	memset(res, 0, sizeof(*res));
-	for (int k = 0; !rc && k < 4; k++) {
-		struct ms_engine *e;
-		struct srun r;
-		bool on = k % 2;
-		if ((rc = new_engine(m, on, oracle ? &o.d : NULL, &e, err)))
-			return rc;
-		if (sc == REPEAT) /* the first answers, unmeasured */
-			rc = run_set(e, b, &s, NULL, NULL, err);
+		o.ref[i] = s.prompt[i], o.n_ref[i] = PROMPT + GEN;
+	memset(rn, 0, sizeof(rn));
+	for (int k = 0; !rc && k < 2; k++) {
+		rn[k].b = b, rn[k].s = &s;
+		rc = new_engine(m, k == 1, oracle ? &o.d : NULL, &rn[k].e, err);
+		if (!rc && sc == REPEAT) /* the first answers, unmeasured */
+			rc = run_once(&rn[k], NULL, err);
+		rn[k].measure = true;
 		if (!rc)
-			rc = run_set(e, b, &s, oracle ? &o : NULL, &r, err);
-		ms_engine_free(e);
-		struct srun *best = on ? &res->on : &res->off;
-		if (!rc && tps(&r) > tps(best))
-			*best = r;
+			rc = runner_start(&rn[k], k == 1 && oracle ? &o : NULL, err);
 	}
+	if (!rc)
+		rc = run_turns(rn, 2, err);
+	res->off = rn[0].r, res->on = rn[1].r;
+	for (int k = 0; k < 2; k++)
+		if (rn[k].e)
+			ms_engine_free(rn[k].e);
 	return rc;
 }
 

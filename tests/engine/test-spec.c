@@ -386,6 +386,12 @@ START_TEST(greedy_same_on_and_off)
 	run_jobs(&f, j, 12, true, NULL, NULL, true);
 	for (int i = 0; i < 12; i++)
 		same_output(&j[i].off, &j[i].on, "n-gram", i);
+	/* alone, drafting from the answer */
+	static struct oracle o1;
+	memset(&o1, 0, sizeof(o1));
+	o1.d = (struct ms_drafter){oracle_draft, &o1};
+	run_jobs(&f, &j[4], 1, true, &o1.d, NULL, false);
+	same_output(&j[4].off, &j[4].on, "alone", 4);
 	unload(&f);
 }
 END_TEST
@@ -605,6 +611,32 @@ START_TEST(repeat_drafts_from_the_cache)
 }
 END_TEST
 
+/* Drafts that are always wrong stop being run: a request drafts a few
+ * times, learns, and decodes one token a step, with the same output. */
+START_TEST(failing_drafts_stop)
+{
+	struct fixture f;
+	load(&f);
+	static struct job j[1];
+	job_init(&j[0], 24, 77, 120);
+	run_jobs(&f, j, 1, false, NULL, NULL, false);
+	static struct oracle o;
+	memset(&o, 0, sizeof(o));
+	o.d = (struct ms_drafter){oracle_draft, &o};
+	o.noise = 1.0;
+	o.rs = 3;
+	struct ms_engine_stats st;
+	run_jobs(&f, j, 1, true, &o.d, &st, false);
+	same_output(&j[0].off, &j[0].on, "failing", 0);
+	ck_assert_uint_eq(st.spec.accepted, 0);
+	ck_assert(o.calls >= 100); /* it was asked every step */
+	ck_assert_msg(st.spec.drafts >= 1 && st.spec.drafts <= 12 && st.spec.draft_tokens <= 30,
+		      "%llu drafts of %llu tokens in %llu steps", (unsigned long long)st.spec.drafts,
+		      (unsigned long long)st.spec.draft_tokens, (unsigned long long)st.steps);
+	unload(&f);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("spec");
@@ -619,6 +651,7 @@ int main(void)
 	tcase_add_test(tc, limits_inside_a_draft);
 	tcase_add_test(tc, prefix_cache_sees_only_kept_positions);
 	tcase_add_test(tc, repeat_drafts_from_the_cache);
+	tcase_add_test(tc, failing_drafts_stop);
 	suite_add_tcase(s, tc);
 	return ms_check_run(s);
 }
