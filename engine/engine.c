@@ -69,6 +69,7 @@ struct req {
  * grow to the most rows a step has kept), reused every step. */
 struct step_batch {
 	int64_t n, nl;                /* batch tokens, logit rows */
+	int64_t n_prefill;            /* of which prompt tokens */
 	int32_t *tokens, *seq;        /* [n] */
 	int64_t *pos;                 /* [n] */
 	int64_t *rows;                /* [nl]: batch token of each logit row */
@@ -751,6 +752,7 @@ static void step_plan(struct ms_engine *e, struct step_batch *s)
 		s->take[i] = want < budget ? want : budget;
 		s->take[i] = s->take[i] < lim ? s->take[i] : lim;
 		budget -= s->take[i];
+		s->n_prefill += s->take[i];
 	}
 }
 
@@ -940,7 +942,7 @@ int64_t ms_engine_step(struct ms_engine *e, struct ms_err *err)
 	}
 	struct step_batch *s = &e->sb;
 	memset(s->take, 0, (size_t)e->n_running * sizeof(*s->take));
-	s->n = s->nl = 0;
+	s->n = s->nl = s->n_prefill = 0;
 	step_plan(e, s);
 	step_gather(e, s);
 	double t0 = ms_now_s();
@@ -954,7 +956,7 @@ int64_t ms_engine_step(struct ms_engine *e, struct ms_err *err)
 			if (s->take[i])
 				step_result(e, s, i);
 		/* what a step of n tokens costs, its rows' draws included */
-		ms_spec_record(&e->spec, s->n, ms_now_s() - t0);
+		ms_spec_record(&e->spec, s->n, s->n_prefill > 0, ms_now_s() - t0);
 		rc = s->n;
 	}
 	publish_stats(e);

@@ -13,8 +13,10 @@
  * for 4 tokens, 2.7x for 8, 3.8x for 16, 5.9x for 32). */
 #define PRIOR_SLOPE 0.3
 #define PRIOR_WEIGHT 2.0   /* positions the engine-wide rate counts for */
+#define PRIOR_RATE 0.7     /* the engine-wide rate before any draft, and where it drifts back */
 #define FORGET 0.95        /* a request's acceptance: recent steps count more */
 #define COST_EMA 0.2       /* weight of a new measurement of a pass's time */
+#define WARMUP_STEPS 4     /* an engine's first steps, not measured */
 /* A drafted token worth less is not run: a step's time is noisy, and an
  * estimate that a token costs almost nothing in a large batch would
  * otherwise run drafts that are nearly always thrown away. */
@@ -34,15 +36,17 @@ int ms_spec_init(struct ms_spec *s, const struct ms_spec_config *cfg, int64_t n_
 		return ms_err_set(err, -EINVAL, "the draft length at most (--spec-max-tokens) is %d, "
 				  "outside [1, %d]", s->cfg.max_tokens, MS_SPEC_MAX_TOKENS);
 	s->n_max = n_max;
-	s->rate = 0.7;
+	s->rate = PRIOR_RATE;
 	s->max_reqs = max_reqs;
-	s->cost = calloc((size_t)(2 * (n_max + 1)), sizeof(double));
+	s->cost = calloc((size_t)(4 * (n_max + 1)), sizeof(double));
 	s->taken = calloc((size_t)(max_reqs > 0 ? max_reqs : 1), sizeof(int));
 	if (!s->cost || !s->taken) {
 		ms_spec_free(s);
 		return ms_err_set(err, -ENOMEM, "out of memory");
 	}
 	s->est = s->cost + n_max + 1;
+	s->cost_all = s->est + n_max + 1;
+	s->est_all = s->cost_all + n_max + 1;
 	int rc = s->cfg.off ? 0 : ms_ngram_cache_init(&s->cache, s->cfg.cache_bytes, err);
 	if (rc) {
 		ms_spec_free(s);
@@ -58,7 +62,7 @@ void ms_spec_free(struct ms_spec *s)
 	ms_ngram_cache_free(&s->cache);
 	free(s->cost);
 	free(s->taken);
-	s->cost = s->est = NULL;
+	s->cost = s->est = s->cost_all = s->est_all = NULL;
 	s->taken = NULL;
 }
 
@@ -107,29 +111,40 @@ void ms_spec_propose(struct ms_spec *s, struct ms_spec_req *r, uint64_t id, cons
 	r->n_prop = k;
 }
 
-/* est[n] for every n from the measured passes: linear between measured
- * sizes, the prior's shape scaled to the nearest measurement outside
- * them, never less than a smaller pass. */
-static void estimate(struct ms_spec *s)
+/* out[n] for every n in [1, nm] from the sizes measured in cost (0: not
+ * measured): linear between them; outside them base's shape (its ratio
+ * below the first, its growth above the last); never less than a
+ * smaller size. base NULL: the prior. */
+static void fill(const double *cost, const double *base, int64_t nm, double *out)
 {
-	int64_t lo = -1, hi;
-	for (int64_t n = 1; n <= s->n_max; n++) {
-		if (!s->cost[n])
+	int64_t lo = -1;
+#define BASE(k) (base ? base[k] : prior(k))
+	for (int64_t n = 1; n <= nm; n++) {
+		if (!cost[n])
 			continue;
-		if (lo < 0)
-			for (int64_t m = 1; m < n; m++)
-				s->est[m] = s->cost[n] * prior(m) / prior(n);
-		else
-			for (int64_t m = lo + 1; m < n; m++)
-				s->est[m] = s->cost[lo] + (s->cost[n] - s->cost[lo]) *
-						  (double)(m - lo) / (double)(n - lo);
-		s->est[n] = s->cost[n];
+		for (int64_t m = lo < 0 ? 1 : lo + 1; m < n; m++)
+			out[m] = lo < 0 ? cost[n] * BASE(m) / BASE(n)
+					: cost[lo] + (cost[n] - cost[lo]) * (double)(m - lo) / (double)(n - lo);
+		out[n] = cost[n];
 		lo = n;
 	}
-	for (hi = lo < 0 ? 1 : lo + 1; hi <= s->n_max; hi++)
-		s->est[hi] = lo < 0 ? prior(hi) : s->cost[lo] * prior(hi) / prior(lo);
-	for (int64_t n = 2; n <= s->n_max; n++)
-		s->est[n] = s->est[n] > s->est[n - 1] ? s->est[n] : s->est[n - 1];
+	for (int64_t n = lo < 0 ? 1 : lo + 1; n <= nm; n++)
+		out[n] = lo < 0 ? BASE(n) : base ? cost[lo] + base[n] - base[lo]
+					       : cost[lo] * prior(n) / prior(lo);
+#undef BASE
+	for (int64_t n = 2; n <= nm; n++)
+		out[n] = out[n] > out[n - 1] ? out[n] : out[n - 1];
+}
+
+/* est from the decode steps (what a drafted token really costs: a row to
+ * draw), above the largest size they have reached growing as all steps
+ * do, prompt chunks included. A prompt token costs less than a drafted
+ * one, so that growth is optimistic: drafts of the next size up are tried,
+ * measured, and kept only if they pay. */
+static void estimate(struct ms_spec *s)
+{
+	fill(s->cost_all, NULL, s->n_max, s->est_all);
+	fill(s->cost, s->est_all, s->n_max, s->est);
 	s->dirty = false;
 }
 
@@ -141,12 +156,24 @@ double ms_spec_cost(const struct ms_spec *s, int64_t n)
 	return s->est[n];
 }
 
-void ms_spec_record(struct ms_spec *s, int64_t n, double seconds)
+static void ema(double *c, double seconds)
 {
+	*c = *c ? (1 - COST_EMA) * *c + COST_EMA * seconds : seconds;
+}
+
+void ms_spec_record(struct ms_spec *s, int64_t n, bool prompt, double seconds)
+{
+	/* an engine's first steps touch its KV pages and scratch for the
+	 * first time: far slower than any later step of their size */
+	if (s->warmup < WARMUP_STEPS) {
+		s->warmup++;
+		return;
+	}
 	if (n < 1 || n > s->n_max || !(seconds > 0))
 		return;
-	double *c = &s->cost[n];
-	*c = *c ? (1 - COST_EMA) * *c + COST_EMA * seconds : seconds;
+	ema(&s->cost_all[n], seconds);
+	if (!prompt)
+		ema(&s->cost[n], seconds);
 	s->dirty = true;
 }
 
@@ -166,6 +193,15 @@ void ms_spec_choose(struct ms_spec *s, struct ms_spec_req *const *reqs, int n, i
 {
 	int *taken = s->taken;
 	n = n < s->max_reqs ? n : s->max_reqs;
+	if (s->cfg.drafter && s->cfg.drafter->run_all) {
+		for (int i = 0; i < n; i++) {
+			int64_t k = reqs[i]->n_prop < budget ? reqs[i]->n_prop : budget;
+			k = k < s->n_max - n0 ? k : s->n_max - n0;
+			reqs[i]->n_draft = (int)(k > 0 ? k : 0);
+			budget -= reqs[i]->n_draft, n0 += reqs[i]->n_draft;
+		}
+		return;
+	}
 	memset(taken, 0, (size_t)n * sizeof(*taken));
 	double worth = base, best = base / ms_spec_cost(s, n0);
 	int64_t m = 0, best_m = 0;
@@ -178,6 +214,11 @@ void ms_spec_choose(struct ms_spec *s, struct ms_spec_req *const *reqs, int n, i
 			best_m = m;
 		}
 	}
+	/* the engine-wide rate changes only where drafts run: with none, it
+	 * drifts back to the prior, so that a bad phase does not end
+	 * speculation for good */
+	if (!best_m)
+		s->rate += 0.02 * (PRIOR_RATE - s->rate);
 	memset(taken, 0, (size_t)n * sizeof(*taken));
 	for (int64_t k = 0; k < best_m; k++)
 		taken[next_best(reqs, n, taken)]++;

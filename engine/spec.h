@@ -14,9 +14,11 @@
  *     is the drafter's confidence and a the request's acceptance so far
  *     (accepted / tried positions, recent steps weighted more, starting
  *     from the engine-wide rate);
- *   cost of a pass of n tokens = what such passes took on this machine
- *     and model (a table learned online from every step; unmeasured sizes
- *     interpolated, or extrapolated from a prior slope);
+ *   cost of a pass of n tokens = what decode steps of n tokens took on
+ *     this machine and model (learned online; unmeasured sizes
+ *     interpolated, and above the largest seen grown as steps with prompt
+ *     chunks grow, an optimistic guess that gets drafts of that size
+ *     tried and measured; a prior slope before anything is seen);
  *   the drafted tokens of all requests are taken in order of value and the
  *     count with the best (expected tokens) / cost is kept, so drafts that
  *     keep failing, or a batch large enough that a pass is no longer bound
@@ -41,6 +43,8 @@
 struct ms_drafter {
 	int (*draft)(void *ctx, uint64_t id, const int32_t *t, int64_t n, int32_t *out, int max);
 	void *ctx;
+	bool run_all;  /* run every drafted token, whatever it is worth (tests of
+			* verification, apart from the choice of lengths) */
 };
 
 struct ms_spec_config {
@@ -71,8 +75,10 @@ struct ms_spec {
 	struct ms_spec_config cfg;
 	struct ms_ngram_cache cache;
 	int64_t n_max;                 /* the largest pass */
-	double *cost;                  /* [n_max + 1] seconds of a pass of n tokens; 0: not seen */
+	double *cost;                  /* [n_max + 1] seconds of a decode step of n tokens; 0: not seen */
 	double *est;                   /* [n_max + 1] the estimate for every n (dirty: to redo) */
+	double *cost_all, *est_all;    /* the same over all steps, prompt chunks included */
+	int warmup;                    /* steps not measured so far */
 	bool dirty;
 	int *taken;                    /* [max_reqs] scratch of ms_spec_choose */
 	int max_reqs;
@@ -102,8 +108,8 @@ void ms_spec_choose(struct ms_spec *s, struct ms_spec_req *const *reqs, int n, i
  * finished first). */
 void ms_spec_verified(struct ms_spec *s, struct ms_spec_req *r, int kept, int tried);
 
-/* A pass of n tokens took seconds. */
-void ms_spec_record(struct ms_spec *s, int64_t n, double seconds);
+/* A step of n tokens (some of a prompt: prompt) took seconds. */
+void ms_spec_record(struct ms_spec *s, int64_t n, bool prompt, double seconds);
 /* What a pass of n tokens is expected to take (seconds, or prior units
  * before any pass was seen). */
 double ms_spec_cost(const struct ms_spec *s, int64_t n);

@@ -289,7 +289,7 @@ static int scenario(struct ms_model *m, struct ms_backend *b, enum scen sc, int 
 	if (sc == QUOTE || oracle)
 		rc = greedy_answers(m, b, &s, sc == QUOTE, err);
 	memset(&o, 0, sizeof(o));
-	o.d = (struct ms_drafter){oracle_draft, &o};
+	o.d = (struct ms_drafter){oracle_draft, &o, false};
 	o.noise = 1.0 - scen_acc[sc];
 	o.rng = 12345;
 	o.vocab = m->cfg.vocab;

@@ -359,7 +359,7 @@ START_TEST(greedy_same_on_and_off)
 	for (int pass = 0; pass < 3; pass++) {
 		static struct oracle o;
 		memset(&o, 0, sizeof(o));
-		o.d = (struct ms_drafter){oracle_draft, &o};
+		o.d = (struct ms_drafter){oracle_draft, &o, true};
 		o.noise = pass == 0 ? 0.0 : pass == 1 ? 0.15 : 0.5;
 		o.rs = 9 + (uint32_t)pass;
 		struct ms_engine_stats st;
@@ -389,7 +389,7 @@ START_TEST(greedy_same_on_and_off)
 	/* alone, drafting from the answer */
 	static struct oracle o1;
 	memset(&o1, 0, sizeof(o1));
-	o1.d = (struct ms_drafter){oracle_draft, &o1};
+	o1.d = (struct ms_drafter){oracle_draft, &o1, true};
 	run_jobs(&f, &j[4], 1, true, &o1.d, NULL, false);
 	same_output(&j[4].off, &j[4].on, "alone", 4);
 	unload(&f);
@@ -455,7 +455,7 @@ START_TEST(seeded_same_on_and_off)
 	run_jobs(&f, j, 24, false, NULL, NULL, true);
 	static struct oracle o;
 	memset(&o, 0, sizeof(o));
-	o.d = (struct ms_drafter){oracle_draft, &o};
+	o.d = (struct ms_drafter){oracle_draft, &o, true};
 	o.noise = 0.2;
 	o.rs = 77;
 	struct ms_engine_stats st;
@@ -479,7 +479,7 @@ START_TEST(limits_inside_a_draft)
 	run_jobs(&f, j, 1, false, NULL, NULL, false);
 	static struct oracle o;
 	memset(&o, 0, sizeof(o));
-	o.d = (struct ms_drafter){oracle_draft, &o};
+	o.d = (struct ms_drafter){oracle_draft, &o, true};
 	/* max_tokens: every length from 1 */
 	for (int64_t mt = 1; mt <= 12; mt++) {
 		j[1] = j[0];
@@ -501,9 +501,9 @@ START_TEST(limits_inside_a_draft)
 	ck_assert_int_eq(j[1].on.why, MS_FINISH_STOP);
 	ck_assert_int_eq(j[1].on.n, first + 1);
 	ck_assert(!memcmp(j[1].on.tokens, j[0].off.tokens, (size_t)(first + 1) * sizeof(int32_t)));
-	/* a cancellation after two steps */
+	/* a cancellation after three steps (drafts of 4: not done by then) */
 	struct ms_err err = {0};
-	struct ms_engine_config cfg = {.drafter = &o.d};
+	struct ms_engine_config cfg = {.drafter = &o.d, .spec_max_tokens = 4};
 	struct ms_engine *e;
 	ck_assert_int_eq(ms_engine_init(&e, &f.m.lm, NULL, &cfg, &err), 0);
 	uint64_t id;
@@ -540,7 +540,7 @@ START_TEST(prefix_cache_sees_only_kept_positions)
 	struct ms_err err = {0};
 	static struct oracle o;
 	memset(&o, 0, sizeof(o));
-	o.d = (struct ms_drafter){oracle_draft, &o};
+	o.d = (struct ms_drafter){oracle_draft, &o, true};
 	o.noise = 0.4;
 	o.rs = 5;
 	struct ms_engine_config cfg = {.drafter = &o.d};
@@ -622,7 +622,7 @@ START_TEST(failing_drafts_stop)
 	run_jobs(&f, j, 1, false, NULL, NULL, false);
 	static struct oracle o;
 	memset(&o, 0, sizeof(o));
-	o.d = (struct ms_drafter){oracle_draft, &o};
+	o.d = (struct ms_drafter){oracle_draft, &o, false};
 	o.noise = 1.0;
 	o.rs = 3;
 	struct ms_engine_stats st;
