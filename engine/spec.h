@@ -18,7 +18,8 @@
  *     this machine and model (learned online; unmeasured sizes
  *     interpolated, and above the largest seen grown as steps with prompt
  *     chunks grow, an optimistic guess that gets drafts of that size
- *     tried and measured; a prior slope before anything is seen);
+ *     tried and measured; an optimistic prior slope where nothing is
+ *     known);
  *   the drafted tokens of all requests are taken in order of value and the
  *     count with the best (expected tokens) / cost is kept, so drafts that
  *     keep failing, or a batch large enough that a pass is no longer bound
