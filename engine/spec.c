@@ -18,6 +18,7 @@
 #define PRIOR_WEIGHT 2.0   /* positions the engine-wide rate counts for */
 #define PRIOR_RATE 0.7     /* the engine-wide rate before any draft, and where it drifts back */
 #define FORGET 0.95        /* a request's acceptance: recent steps count more */
+#define DRIFT_FORGET 0.99  /* the same, a step nothing of it ran */
 #define COST_EMA 0.2       /* weight of a new measurement of a pass's time */
 #define WARMUP_STEPS 4     /* an engine's first steps, not measured */
 /* A drafted token worth less is not run: a step's time is noisy, and an
@@ -221,16 +222,17 @@ void ms_spec_choose(struct ms_spec *s, struct ms_spec_req *const *reqs, int n, i
 	 * drifts back to the prior, so that a bad phase does not end
 	 * speculation for good */
 	if (!best_m)
-		s->rate += 0.02 * (PRIOR_RATE - s->rate);
+		s->rate += (1 - DRIFT_FORGET) * (PRIOR_RATE - s->rate);
 	memset(taken, 0, (size_t)n * sizeof(*taken));
 	for (int64_t k = 0; k < best_m; k++)
 		taken[next_best(reqs, n, taken)]++;
 	for (int i = 0; i < n; i++) {
 		reqs[i]->n_draft = taken[i];
 		/* a request whose drafts are declined forgets why, slowly: its
-		 * acceptance drifts back to the engine's, so it tries again */
+		 * acceptance drifts back to the engine's, so it tries again
+		 * (every few dozen steps while they keep failing) */
 		if (!taken[i])
-			reqs[i]->acc *= FORGET, reqs[i]->tried *= FORGET;
+			reqs[i]->acc *= DRIFT_FORGET, reqs[i]->tried *= DRIFT_FORGET;
 	}
 }
 

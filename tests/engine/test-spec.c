@@ -630,7 +630,8 @@ START_TEST(failing_drafts_stop)
 	same_output(&j[0].off, &j[0].on, "failing", 0);
 	ck_assert_uint_eq(st.spec.accepted, 0);
 	ck_assert(o.calls >= 100); /* it was asked every step */
-	ck_assert_msg(st.spec.drafts >= 1 && st.spec.drafts <= 12 && st.spec.draft_tokens <= 30,
+	/* how often it tries again depends on this machine's costs: rarely */
+	ck_assert_msg(st.spec.drafts >= 1 && st.spec.draft_tokens * 6 <= st.steps,
 		      "%llu drafts of %llu tokens in %llu steps", (unsigned long long)st.spec.drafts,
 		      (unsigned long long)st.spec.draft_tokens, (unsigned long long)st.steps);
 	unload(&f);
