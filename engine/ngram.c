@@ -139,13 +139,18 @@ int ms_ngram_cache_init(struct ms_ngram_cache *c, uint64_t bytes, struct ms_err 
 				  (unsigned long long)(per * 64));
 	c->ring_cap = (int64_t)(bytes / per);
 	c->cap = (size_t)c->ring_cap * 2 * MS_NGRAM_N;
-	c->slot = calloc(c->cap, sizeof(*c->slot));
+	c->slot = malloc(c->cap * sizeof(*c->slot));
 	c->ring = malloc((size_t)c->ring_cap * sizeof(int32_t));
 	if (!c->slot || !c->ring) {
 		ms_ngram_cache_free(c);
 		return ms_err_set(err, -ENOMEM, "out of memory for a speculation cache of %llu bytes",
 				  (unsigned long long)bytes);
 	}
+	/* touched now, not as answers fill it: the daemon's memory is what
+	 * it will be from the start, and a filling cache never looks like a
+	 * leak */
+	memset(c->slot, 0, c->cap * sizeof(*c->slot));
+	memset(c->ring, 0xff, (size_t)c->ring_cap * sizeof(int32_t));
 	c->bytes = c->cap * sizeof(*c->slot) + (uint64_t)c->ring_cap * sizeof(int32_t);
 	return 0;
 }
