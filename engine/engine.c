@@ -101,8 +101,7 @@ struct ms_engine {
 	pthread_t thread;
 	struct ms_engine_stats stats;  /* published copy */
 	/* engine thread only */
-	struct ms_spec spec;
-	bool spec_ready;
+	struct ms_spec spec;           /* zeroed until init: ms_spec_free takes it either way */
 	struct ms_spec_req **props;   /* [max_running] a step's drafting requests */
 	struct req **running;
 	int n_running;
@@ -1036,7 +1035,6 @@ int ms_engine_init(struct ms_engine **out, const struct ms_lm *m, const struct m
 		};
 		rc = ms_spec_init(&e->spec, &sc, e->cfg.max_batch_tokens + e->cfg.max_running,
 				  e->cfg.max_running, err);
-		e->spec_ready = !rc;
 	}
 	if (!rc) {
 		e->running = calloc((size_t)e->cfg.max_running, sizeof(*e->running));
@@ -1079,8 +1077,7 @@ void ms_engine_free(struct ms_engine *e)
 		finish(e, r, MS_FINISH_CANCELLED, NULL, NULL);
 	}
 	ms_kv_pool_free(&e->pool);
-	if (e->spec_ready)
-		ms_spec_free(&e->spec);
+	ms_spec_free(&e->spec);
 	free(e->running);
 	free(e->props);
 	step_batch_free(&e->sb);
