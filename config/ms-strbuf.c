@@ -98,3 +98,48 @@ void ms_strbuf_free(struct ms_strbuf *b)
 	free(b->p);
 	*b = (struct ms_strbuf){0};
 }
+
+/* ---- base64 (RFC 4648, with padding) ---- */
+
+static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+void ms_strbuf_base64(struct ms_strbuf *b, const void *data, size_t n)
+{
+	const unsigned char *p = data;
+	for (size_t i = 0; i < n; i += 3) {
+		unsigned v = (unsigned)p[i] << 16 | (i + 1 < n ? (unsigned)p[i + 1] << 8 : 0) |
+			     (i + 2 < n ? p[i + 2] : 0);
+		char q[4] = {b64[v >> 18 & 63], b64[v >> 12 & 63],
+			     i + 1 < n ? b64[v >> 6 & 63] : '=', i + 2 < n ? b64[v & 63] : '='};
+		ms_strbuf_add(b, q, 4);
+	}
+}
+
+static int b64_value(char c)
+{
+	const char *at = c ? strchr(b64, c) : NULL;
+	return at ? (int)(at - b64) : -1;
+}
+
+bool ms_strbuf_unbase64(struct ms_strbuf *b, const char *s, size_t n)
+{
+	if (n % 4)
+		return false;
+	for (size_t i = 0; i < n; i += 4) {
+		int v[4], pad = 0;
+		for (int k = 0; k < 4; k++) {
+			bool last = i + 4 == n && k >= 2;
+			if (last && s[i + k] == '=' && (k == 3 || s[i + 3] == '=')) {
+				v[k] = 0, pad++;
+				continue;
+			}
+			if ((v[k] = b64_value(s[i + k])) < 0)
+				return false;
+		}
+		unsigned x = (unsigned)v[0] << 18 | (unsigned)v[1] << 12 | (unsigned)v[2] << 6 |
+			     (unsigned)v[3];
+		char out[3] = {(char)(x >> 16), (char)(x >> 8 & 255), (char)(x & 255)};
+		ms_strbuf_add(b, out, (size_t)(3 - pad));
+	}
+	return true;
+}

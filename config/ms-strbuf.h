@@ -37,4 +37,10 @@ void ms_strbuf_reset(struct ms_strbuf *b);
 char *ms_strbuf_take(struct ms_strbuf *b);
 void ms_strbuf_free(struct ms_strbuf *b);
 
+/* n bytes of data as base64 (RFC 4648, padded) onto b. */
+void ms_strbuf_base64(struct ms_strbuf *b, const void *data, size_t n);
+/* The bytes that base64 text s[0..n) spells, onto b; false (b as it was
+ * up to a partial group) when s is not padded base64. */
+bool ms_strbuf_unbase64(struct ms_strbuf *b, const char *s, size_t n);
+
 #endif

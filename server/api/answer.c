@@ -14,12 +14,59 @@
 #include "ms-json.h"
 #include "ms-utf8.h"
 #include "request.h"
+#include "messages-answer.h"
 #include "responses-answer.h"
 
 #define OOM_ERROR "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\"," \
 		  "\"param\":null,\"code\":500}}"
-const char ms_answer_oom_body[] = OOM_ERROR;
-const char ms_answer_oom_event[] = "data: " OOM_ERROR "\n\n";
+#define OOM_ANTHROPIC "{\"type\":\"error\",\"error\":{\"type\":\"api_error\"," \
+		      "\"message\":\"out of memory\"}}"
+
+const char *ms_answer_oom_body(enum ms_dialect d)
+{
+	return d == MS_DIALECT_ANTHROPIC ? OOM_ANTHROPIC : OOM_ERROR;
+}
+
+const char *ms_answer_oom_event(enum ms_dialect d)
+{
+	return d == MS_DIALECT_ANTHROPIC ? "event: error\ndata: " OOM_ANTHROPIC "\n\n"
+					 : "data: " OOM_ERROR "\n\n";
+}
+
+enum ms_dialect ms_answer_dialect(const struct ms_job *jb)
+{
+	return jb->rq->messages ? MS_DIALECT_ANTHROPIC : MS_DIALECT_OPENAI;
+}
+
+const char *ms_answer_keepalive(const struct ms_job *jb)
+{
+	/* Anthropic's clients read a ping event; others ignore an SSE comment */
+	return jb->rq->messages ? "event: ping\ndata: {\"type\":\"ping\"}\n\n" : ": keep-alive\n\n";
+}
+
+char *ms_answer_error_event(const struct ms_job *jb)
+{
+	int status;
+	const char *msg = ms_job_error(jb, &status);
+	bool anth = jb->rq->messages;
+	unsigned long f0 = ms_json_failures();
+	char *body = ms_json_print(anth ? ms_answer_anthropic_error("api_error", msg)
+				   : ms_answer_error(status, "server_error", NULL, msg), f0), *ev = NULL;
+	if (body && asprintf(&ev, "%sdata: %s\n\n", anth ? "event: error\n" : "", body) < 0)
+		ev = NULL;
+	free(body);
+	return ev;
+}
+
+cJSON *ms_answer_anthropic_error(const char *type, const char *msg)
+{
+	cJSON *j = cJSON_CreateObject(), *e;
+	cJSON_AddStringToObject(j, "type", "error");
+	e = cJSON_AddObjectToObject(j, "error");
+	cJSON_AddStringToObject(e, "type", type);
+	cJSON_AddStringToObject(e, "message", msg);
+	return j;
+}
 
 /* ---- small helpers ---- */
 
@@ -145,6 +192,10 @@ void ms_answer_stream_end(struct ms_job *jb)
 {
 	if (jb->rq->responses) {
 		ms_responses_stream_end(jb);
+		return;
+	}
+	if (jb->rq->messages) {
+		ms_messages_stream_end(jb);
 		return;
 	}
 	if (jb->rq->include_usage) {
@@ -500,6 +551,8 @@ void ms_answer_event(struct ms_job *jb, int i, const struct ms_ev *e)
 {
 	if (jb->rq->responses)
 		ms_responses_event(jb, e);
+	else if (jb->rq->messages)
+		ms_messages_event(jb, e);
 	else if (jb->rq->chat)
 		chat_event(jb, i, e);
 	else
@@ -553,6 +606,8 @@ cJSON *ms_answer_final(struct ms_job *jb)
 {
 	if (jb->rq->responses)
 		return ms_responses_final(jb);
+	if (jb->rq->messages)
+		return ms_messages_final(jb);
 	cJSON *j = cJSON_CreateObject(), *chs;
 	cJSON_AddStringToObject(j, "id", jb->id);
 	cJSON_AddStringToObject(j, "object", jb->rq->chat ? "chat.completion" : "text_completion");
@@ -615,6 +670,10 @@ cJSON *ms_answer_model(const char *name, int64_t max_model_len)
 	cJSON_AddNumberToObject(m, "created", 0);
 	cJSON_AddStringToObject(m, "owned_by", "moeserve");
 	cJSON_AddNumberToObject(m, "max_model_len", (double)max_model_len);
+	/* Anthropic's model object too: its SDKs list models with these */
+	cJSON_AddStringToObject(m, "type", "model");
+	cJSON_AddStringToObject(m, "display_name", name);
+	cJSON_AddStringToObject(m, "created_at", "1970-01-01T00:00:00Z");
 	return m;
 }
 
@@ -623,6 +682,10 @@ cJSON *ms_answer_models(const char *name, int64_t max_model_len)
 	cJSON *j = cJSON_CreateObject();
 	cJSON_AddStringToObject(j, "object", "list");
 	ms_json_push(cJSON_AddArrayToObject(j, "data"), ms_answer_model(name, max_model_len));
+	/* Anthropic's page of a list */
+	cJSON_AddBoolToObject(j, "has_more", false);
+	cJSON_AddStringToObject(j, "first_id", name);
+	cJSON_AddStringToObject(j, "last_id", name);
 	return j;
 }
 

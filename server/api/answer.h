@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "api.h"
 #include "job.h"
 
 /* One event of choice i: into the choice's answer, and for a stream the
@@ -35,11 +36,21 @@ cJSON *ms_answer_error(int status, const char *type, const char *param, const ch
 cJSON *ms_answer_error_code(int status, const char *type, const char *param, const char *code,
 			  const char *msg);
 
+/* Anthropic's {"type": "error", "error": {"type", "message"}}. */
+cJSON *ms_answer_anthropic_error(const char *type, const char *msg);
+
 /* What is sent when even the error cannot be built: a 500's envelope, and
- * the SSE event that ends a stream which cannot go on. Static, so that
- * sending them allocates nothing of ours. */
-extern const char ms_answer_oom_body[];
-extern const char ms_answer_oom_event[];
+ * the SSE event that ends a stream which cannot go on, in the endpoint's
+ * dialect. Static, so that sending them allocates nothing of ours. */
+const char *ms_answer_oom_body(enum ms_dialect d);
+const char *ms_answer_oom_event(enum ms_dialect d);
+
+/* A streamed job's dialect, its idle keep-alive (an SSE comment, or
+ * Anthropic's ping event), and the event that ends a failed stream
+ * (malloc'd; NULL when out of memory). */
+enum ms_dialect ms_answer_dialect(const struct ms_job *jb);
+const char *ms_answer_keepalive(const struct ms_job *jb);
+char *ms_answer_error_event(const struct ms_job *jb);
 
 cJSON *ms_answer_status(const char *status, const char *reason);   /* /health, /live */
 cJSON *ms_answer_model(const char *name, int64_t max_model_len);   /* /v1/models/{id} */

@@ -6,17 +6,28 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "job.h"
 #include "grammar-cache.h"
 #include "ms-json.h"
 #include "answer.h"
+#include "messages-answer.h"
 
 void ms_api_init(struct ms_api *a, const struct ms_api_config *cfg, struct ms_metrics *metrics)
 {
 	memset(a, 0, sizeof(*a));
 	a->cfg = *cfg;
 	a->metrics = metrics;
+	/* ids (resp_, msg_, toolu_, call_) from a random start: another
+	 * process, a restart or a replica behind the same balancer never
+	 * repeats one a client still holds */
+	unsigned long long start = 0;
+	if (getrandom(&start, sizeof(start), 0) != (ssize_t)sizeof(start))
+		start = (unsigned long long)time(NULL) << 20 ^ (unsigned long long)getpid();
+	atomic_store(&a->counter, start);
 	ms_responses_store_init(&a->rstore, cfg->responses_store);
 }
 
@@ -51,12 +62,38 @@ void ms_api_free(struct ms_api *a)
 
 /* ---- errors ---- */
 
+/* Anthropic's error type for a status; an engine out of KV cache is its
+ * 529 overloaded_error (a daemon loading or draining stays a 503, which
+ * load balancers retry elsewhere). */
+static const char *anthropic_error(int *status, const char *code)
+{
+	if (*status == 503 && code && !strcmp(code, "kv_cache_exhausted"))
+		*status = 529;
+	switch (*status) {
+	case 401: return "authentication_error";
+	case 403: return "permission_error";
+	case 404: return "not_found_error";
+	case 413: return "request_too_large";
+	case 429: return "rate_limit_error";
+	case 503:
+	case 529: return "overloaded_error";
+	default: return *status < 500 ? "invalid_request_error" : "api_error";
+	}
+}
+
 void ms_api_error_code(struct ms_api_reply *r, int status, const char *type, const char *param,
 		       const char *code, const char *msg)
 {
 	unsigned long f0 = ms_json_failures(); /* before building: its own failures count */
+	cJSON *j;
+	if (r->dialect == MS_DIALECT_ANTHROPIC) {
+		const char *t = anthropic_error(&status, code);
+		j = ms_answer_anthropic_error(t, msg);
+	} else {
+		j = ms_answer_error_code(status, type, param, code, msg);
+	}
 	r->status = status;
-	r->text = ms_json_print(ms_answer_error_code(status, type, param, code, msg), f0);
+	r->text = ms_json_print(j, f0);
 	r->oom = !r->text;
 }
 
@@ -137,6 +174,10 @@ bool ms_api_body(struct ms_api *a, const char *body, size_t len, cJSON **req,
 {
 	struct ms_req_model m = req_model(a);
 	struct ms_req_error e = {0}; /* ms_req_body's 404 leaves "code" unset */
+	/* Anthropic's clients name their own models (Claude Code's
+	 * claude-sonnet-...): the daemon serves one, so any name is it */
+	if (r->dialect == MS_DIALECT_ANTHROPIC)
+		m.name = NULL;
 	if (!ms_req_body(&m, body, len, req, &e))
 		return true;
 	req_error(r, &e);
@@ -210,6 +251,37 @@ void ms_api_responses(struct ms_api *a, cJSON *req, struct ms_api_reply *r)
 	run_job(a, rq, r);
 }
 
+/* POST /v1/messages: Anthropic's clients send server tools (web search,
+ * bash, text editor) that Anthropic runs: skipped, logged once. */
+void ms_api_messages(struct ms_api *a, cJSON *req, struct ms_api_reply *r)
+{
+	struct ms_req_model m = req_model(a);
+	struct ms_req_gen *rq;
+	struct ms_req_error e;
+	if (ms_req_messages(&m, req, &rq, &e))
+		return req_error(r, &e);
+	if (rq->ignored_tool && !atomic_exchange(&a->warned_tool, true))
+		fprintf(stderr, "moeserve: note: skipping tools of type \"%s\" (Anthropic's server "
+			"tools; custom tools only; logged once)\n", rq->ignored_tool);
+	run_job(a, rq, r);
+	if (r->job)
+		ms_messages_begin(r->job);
+}
+
+void ms_api_count_tokens(struct ms_api *a, cJSON *req, struct ms_api_reply *r)
+{
+	struct ms_req_model m = req_model(a);
+	struct ms_req_error e;
+	int64_t n;
+	int rc = ms_req_messages_count(&m, req, &n, &e);
+	cJSON_Delete(req);
+	if (rc)
+		return req_error(r, &e);
+	cJSON *j = cJSON_CreateObject();
+	cJSON_AddNumberToObject(j, "input_tokens", (double)n);
+	json_reply(r, 200, j);
+}
+
 void ms_api_response_id(struct ms_api *a, const char *id, bool del, struct ms_api_reply *r)
 {
 	cJSON *resp = NULL;
@@ -270,6 +342,7 @@ void ms_api_models(struct ms_api *a, const char *one, struct ms_api_reply *r)
 
 void ms_api_job_answer(struct ms_job *jb, struct ms_api_reply *r)
 {
+	r->dialect = ms_answer_dialect(jb);
 	if (ms_job_failed(jb)) {
 		int status;
 		char msg[sizeof(jb->error)];

@@ -63,8 +63,15 @@ struct ms_api {
 	void *failed_ctx;
 };
 
+/* The wire dialect of an endpoint's errors and stream events: OpenAI's
+ * envelope {"error": {"message", "type", "param", "code"}}, or
+ * Anthropic's {"type": "error", "error": {"type", "message"}} with its
+ * statuses (an overloaded engine is its 529). */
+enum ms_dialect { MS_DIALECT_OPENAI, MS_DIALECT_ANTHROPIC };
+
 /* What an endpoint answers: exactly one of json, text, oom and job. */
 struct ms_api_reply {
+	enum ms_dialect dialect; /* set by the caller: how errors are written */
 	int status;
 	cJSON *json;        /* the answer; the transport prints it against the request's
 			       count of failed allocations (ms-json.h) */
@@ -98,6 +105,9 @@ bool ms_api_body(struct ms_api *a, const char *body, size_t len, cJSON **req,
 /* The endpoints; each takes req. */
 void ms_api_generate(struct ms_api *a, cJSON *req, bool chat, struct ms_api_reply *r);
 void ms_api_responses(struct ms_api *a, cJSON *req, struct ms_api_reply *r);
+/* POST /v1/messages and /v1/messages/count_tokens (r->dialect Anthropic) */
+void ms_api_messages(struct ms_api *a, cJSON *req, struct ms_api_reply *r);
+void ms_api_count_tokens(struct ms_api *a, cJSON *req, struct ms_api_reply *r);
 void ms_api_tokenize(struct ms_api *a, cJSON *req, struct ms_api_reply *r);
 void ms_api_detokenize(struct ms_api *a, cJSON *req, struct ms_api_reply *r);
 /* GET or DELETE /v1/responses/{id} */

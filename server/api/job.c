@@ -15,6 +15,7 @@
 #include "ms-mapguard.h"
 #include "request.h"
 #include "answer.h"
+#include "messages-answer.h"
 #include "responses-answer.h"
 
 struct ms_call {
@@ -219,6 +220,8 @@ struct ms_job *ms_job_new(struct ms_api *api, struct ms_req_gen *rq)
 	uint64_t rid = ((uint64_t)atomic_fetch_add(&api->counter, 1) + 1) * 0x9e3779b97f4a7c15ull;
 	if (rq->responses)
 		snprintf(jb->id, sizeof(jb->id), "resp_%016" PRIx64, rid);
+	else if (rq->messages)
+		snprintf(jb->id, sizeof(jb->id), "msg_%016" PRIx64, rid);
 	else
 		snprintf(jb->id, sizeof(jb->id), "%s-%016" PRIx64, rq->chat ? "chatcmpl" : "cmpl", rid);
 	jb->n = rq->n_prompts * rq->n;
@@ -380,6 +383,7 @@ void ms_job_free(struct ms_job *jb)
 	free(jb->ch);
 	ms_strbuf_free(&jb->out);
 	ms_responses_free(jb->rsp);
+	ms_messages_free(jb->msg);
 	ms_req_gen_free(jb->rq);
 	if (jb->g)
 		gen_unref(jb->g);

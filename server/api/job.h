@@ -28,6 +28,7 @@ struct ms_api;
 struct ms_req_gen;
 struct ms_gen;   /* the calls and their queues (job.c) */
 struct ms_rsp;
+struct ms_msg;
 
 /* One engine event, copied (the engine's lives only during its callback). */
 struct ms_ev {
@@ -78,6 +79,7 @@ struct ms_job {
 	char error[256];         /* the engine's reason for the first failed step */
 	bool weights_gone;       /* a step failed because the weights' file shrank */
 	struct ms_rsp *rsp;      /* /v1/responses: the response being built (responses-answer.c) */
+	struct ms_msg *msg;      /* /v1/messages: the message being built (messages-answer.c) */
 };
 
 /* A job for rq (taken: freed with the job, or now when this fails); NULL

@@ -360,7 +360,7 @@ int ms_req_body(const struct ms_req_model *m, const char *body, size_t len, cJSO
 		return rc;
 	}
 	const cJSON *model = jget(req, "model");
-	if (model && cJSON_IsString(model) && strcmp(model->valuestring, m->name)) {
+	if (m->name && model && cJSON_IsString(model) && strcmp(model->valuestring, m->name)) {
 		snprintf(e->msg, sizeof(e->msg), "the model \"%s\" does not exist (this server has \"%s\")",
 			 model->valuestring, m->name);
 		e->status = 404;
@@ -1055,8 +1055,27 @@ static int chat_prompt(const struct ms_req_model *m, struct ms_req_gen *r, struc
 	return rc;
 }
 
-int ms_req_chat(const struct ms_req_model *m, cJSON *req, struct ms_req_gen **out,
-		struct ms_req_error *e)
+/* max_tokens as a ceiling (ms_req_chat_within): what the context leaves
+ * after the prompt, at most serve's --max-tokens; a prompt that leaves no
+ * room is refused in Anthropic's words, which Claude Code reads to compact
+ * the conversation. */
+static int clamp_max_tokens(const struct ms_req_model *m, struct ms_req_gen *r,
+			    struct ms_req_error *e)
+{
+	int64_t left = m->max_model_len - r->n_prompt[0];
+	if (left < 1)
+		return refuse(e, "messages", NULL, "prompt is too long: %lld tokens > %lld maximum (the "
+			      "context, less one token for the answer)", (long long)r->n_prompt[0],
+			      (long long)(m->max_model_len - 1));
+	if (r->params.max_tokens > left)
+		r->params.max_tokens = left;
+	if (m->default_max_tokens > 0 && r->params.max_tokens > m->default_max_tokens)
+		r->params.max_tokens = m->default_max_tokens;
+	return 0;
+}
+
+static int chat_request(const struct ms_req_model *m, cJSON *req, bool within,
+			struct ms_req_gen **out, struct ms_req_error *e)
 {
 	*out = NULL;
 	if (!m->tok || !m->harmony) {
@@ -1072,13 +1091,15 @@ int ms_req_chat(const struct ms_req_model *m, cJSON *req, struct ms_req_gen **ou
 	int rc = common_fields(m, r, e);
 	if (!rc)
 		rc = chat_prompt(m, r, e);
+	if (!rc && within)
+		rc = clamp_max_tokens(m, r, e);
 	if (rc) {
 		ms_req_gen_free(r);
 		return rc;
 	}
 	/* the rest of the context; at least one token, so that a prompt that
 	 * fills it is the engine's "exceeds the context" (both sizes named) */
-	if (!jget(req, "max_tokens") && !jget(req, "max_completion_tokens")) {
+	if (!within && !jget(req, "max_tokens") && !jget(req, "max_completion_tokens")) {
 		r->params.max_tokens = m->max_model_len - r->n_prompt[0] > 1
 				       ? m->max_model_len - r->n_prompt[0] : 1;
 		if (m->default_max_tokens > 0 && m->default_max_tokens < r->params.max_tokens)
@@ -1097,6 +1118,38 @@ int ms_req_chat(const struct ms_req_model *m, cJSON *req, struct ms_req_gen **ou
 	r->params.n_stop_ids = ne;
 	*out = r;
 	return 0;
+}
+
+int ms_req_chat(const struct ms_req_model *m, cJSON *req, struct ms_req_gen **out,
+		struct ms_req_error *e)
+{
+	return chat_request(m, req, false, out, e);
+}
+
+int ms_req_chat_within(const struct ms_req_model *m, cJSON *req, struct ms_req_gen **out,
+		       struct ms_req_error *e)
+{
+	return chat_request(m, req, true, out, e);
+}
+
+int ms_req_chat_count(const struct ms_req_model *m, const cJSON *req, int64_t *n,
+		      struct ms_req_error *e)
+{
+	*n = 0;
+	if (!m->tok || !m->harmony)
+		return refuse(e, NULL, NULL, "counting a conversation's tokens needs the model's "
+			      "tokenizer.json with the harmony special tokens");
+	/* the request is borrowed: the parsed request must not delete it */
+	struct ms_req_gen *r = gen_new(NULL, true);
+	if (!r)
+		return oom(e);
+	r->req = (cJSON *)req;
+	int rc = chat_prompt(m, r, e);
+	if (!rc)
+		*n = r->n_prompt[0];
+	r->req = NULL;
+	ms_req_gen_free(r);
+	return rc;
 }
 
 /* ---- POST /tokenize, /detokenize ---- */

@@ -81,6 +81,10 @@ struct ms_req_gen {
 	cJSON *items;                   /* the conversation: previous_response_id's items, then
 					 * this turn's input, as Responses items */
 	const char *ignored_tool;       /* the first tool type other than function (ignored) */
+	/* POST /v1/messages (messages-request.c) */
+	bool messages;
+	bool thinking;                  /* the answer shows the analysis as thinking blocks */
+	bool thinking_omitted;          /* ... with their text "" (the signature carries it) */
 	/* The answer's shape (request-structured.c): tool_choice, strict
 	 * tools, a grammar for the answer; force NULL when it is free. */
 	enum ms_req_tool_choice { MS_TC_AUTO, MS_TC_NONE, MS_TC_REQUIRED, MS_TC_NAMED } tool_choice;
@@ -89,7 +93,8 @@ struct ms_req_gen {
 	struct ms_constraint con;       /* params.constraint points here */
 };
 
-/* The body: a JSON object whose "model", when a string, is the served one.
+/* The body: a JSON object whose "model", when a string, is the served one
+ * (any, when m->name is NULL).
  * *out is the parsed body (the caller deletes it). */
 int ms_req_body(const struct ms_req_model *m, const char *body, size_t len, cJSON **out,
 		struct ms_req_error *e);
@@ -118,6 +123,27 @@ void ms_req_gen_free(struct ms_req_gen *r);   /* NULL is fine */
  * accepted and ignored. Errors name the Responses field. */
 int ms_req_responses(const struct ms_req_model *m, cJSON *req, const cJSON *prev,
 		     struct ms_req_gen **out, struct ms_req_error *e);
+
+/* POST /v1/messages (Anthropic's Messages API): the body req (taken) as
+ * the chat request of the same conversation, on the same renderer (see
+ * messages-request.c for what maps to what). max_tokens is required and is
+ * a ceiling: the answer gets what the context leaves after the prompt, at
+ * most serve's --max-tokens. Errors name the Messages field; a prompt that
+ * fills the context is "prompt is too long: N tokens > M maximum". */
+int ms_req_messages(const struct ms_req_model *m, cJSON *req, struct ms_req_gen **out,
+		    struct ms_req_error *e);
+/* POST /v1/messages/count_tokens: the prompt's token count of the same
+ * body (max_tokens not needed). req is not taken. */
+int ms_req_messages_count(const struct ms_req_model *m, const cJSON *req, int64_t *n,
+			  struct ms_req_error *e);
+
+/* The chat parser with max_tokens as a ceiling (see ms_req_messages);
+ * req taken as by ms_req_chat. */
+int ms_req_chat_within(const struct ms_req_model *m, cJSON *req, struct ms_req_gen **out,
+		       struct ms_req_error *e);
+/* A chat body's rendered prompt, counted (req not taken). */
+int ms_req_chat_count(const struct ms_req_model *m, const cJSON *req, int64_t *n,
+		      struct ms_req_error *e);
 
 /* A chat request's messages and tools as harmony takes them: strings point
  * into the body, or into strs (joined content parts, tool-call arguments

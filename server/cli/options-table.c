@@ -320,7 +320,8 @@ const struct opt_def ms_opt_rows[] = {
 	 SERVE, 0, {0}},
 	{"max-tokens", 0, T_I64, F(max_tokens), 0, 1 << 24, NULL, "0",
 	 "0 (the rest of the context)", "N", "tokens a chat or responses request may generate\n"
-	 "when it sets no limit (agents such as Codex\nsend none)",
+	 "when it sets no limit (agents such as Codex\nsend none); the most a messages request gets\n"
+	 "(Claude Code asks for 32000)",
 	 SERVE, 0, {0}},
 	{"no-prefix-cache", 0, T_BOOL, F(no_prefix_cache), 0, 0, NULL, "false", NULL, NULL,
 	 "turn prefix-cache reuse off",

@@ -227,8 +227,15 @@ bool ms_auth_check(struct ms_auth *a, const char *header)
 	const char *tok = header + 6;
 	while (*tok == ' ' || *tok == '\t')
 		tok++;
+	return ms_auth_check_key(a, tok);
+}
+
+bool ms_auth_check_key(struct ms_auth *a, const char *key)
+{
+	if (!a->enabled)
+		return true;
 	pthread_rwlock_rdlock(&a->lock);
-	bool ok = ms_keyset_match(a->set, tok, strlen(tok));
+	bool ok = ms_keyset_match(a->set, key, strlen(key));
 	pthread_rwlock_unlock(&a->lock);
 	return ok;
 }

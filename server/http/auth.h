@@ -68,6 +68,8 @@ bool ms_auth_enabled(const struct ms_auth *a);
  * "Bearer TOKEN", the scheme's case ignored (RFC 7235), spaces after it
  * skipped. */
 bool ms_auth_check(struct ms_auth *a, const char *header);
+/* A key as such (the x-api-key header's value). */
+bool ms_auth_check_key(struct ms_auth *a, const char *key);
 void ms_auth_free(struct ms_auth *a);
 
 #endif

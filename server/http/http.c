@@ -44,6 +44,7 @@ struct conn {
 	int64_t prompt_tokens, gen_tokens;
 	int status;
 	bool responding;  /* a generation's response is under way: counted in in_flight */
+	enum ms_dialect dialect; /* the route's: how its errors are written */
 	int retry_after;  /* a 429/503's Retry-After (s); 0: 1 */
 };
 
@@ -53,7 +54,8 @@ static void add_common_headers(struct ms_server *s, struct MHD_Response *r)
 {
 	if (s->cfg.cors_origin) {
 		MHD_add_response_header(r, "Access-Control-Allow-Origin", s->cfg.cors_origin);
-		MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+		MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type, "
+					"x-api-key, anthropic-version, anthropic-beta");
 		MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
 	}
 }
@@ -81,8 +83,9 @@ static enum MHD_Result queue(struct ms_server *s, struct MHD_Connection *c, stru
 /* The 500 sent when not even its message can be built. */
 static enum MHD_Result send_oom(struct ms_server *s, struct MHD_Connection *c, struct conn *k)
 {
-	struct MHD_Response *r = MHD_create_response_from_buffer(
-		strlen(ms_answer_oom_body), (void *)ms_answer_oom_body, MHD_RESPMEM_PERSISTENT);
+	const char *body = ms_answer_oom_body(k->dialect);
+	struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), (void *)body,
+								 MHD_RESPMEM_PERSISTENT);
 	return r ? queue(s, c, k, 500, "application/json", r) : MHD_NO;
 }
 
@@ -148,7 +151,7 @@ static enum MHD_Result send_error(struct ms_server *s, struct MHD_Connection *c,
 static enum MHD_Result send_error(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
 				  int status, const char *type, const char *fmt, ...)
 {
-	struct ms_api_reply r = {0};
+	struct ms_api_reply r = {.dialect = k->dialect};
 	va_list ap;
 	va_start(ap, fmt);
 	ms_api_verror(&r, status, type, NULL, fmt, ap);
@@ -175,37 +178,34 @@ static bool client_gone(void *ctx)
 	return r == 0;
 }
 
+/* The job's tokens, for the access log (every call finished). */
+static void count_tokens(struct conn *k, const struct ms_job *jb)
+{
+	k->prompt_tokens = k->gen_tokens = 0;
+	for (int i = 0; i < jb->n; i++) {
+		k->prompt_tokens += jb->ch[i].prompt_tok;
+		k->gen_tokens += jb->ch[i].completion_tok;
+	}
+}
+
 /* ---- streaming responses ---- */
 
 struct stream {
 	struct ms_job *jb;
 	struct MHD_Connection *c;
+	struct conn *k;     /* the request's: its access-log line gets the tokens */
 	double keepalive_at;
 	bool failing;       /* the job failed: the error event, then the end */
 	char *error_event;  /* its SSE text (NULL: ms_answer_oom_event) */
 	size_t error_sent;  /* bytes of it sent */
 };
 
-/* The job's error as one SSE event: the error envelope with the job's
- * reason; NULL when even that cannot be built. */
-static char *error_event(const struct ms_job *jb)
-{
-	int status;
-	const char *msg = ms_job_error(jb, &status);
-	unsigned long f0 = ms_json_failures();
-	char *body = ms_json_print(ms_answer_error(status, "server_error", NULL, msg), f0), *ev = NULL;
-	if (body && asprintf(&ev, "data: %s\n\n", body) < 0)
-		ev = NULL;
-	free(body);
-	return ev;
-}
-
 /* The stream cannot go on: what is pending may lack a part, so it is
  * dropped; the client gets the error event, then the connection ends
  * without the stream's end. */
 static ssize_t stream_fail(struct stream *st, char *buf, size_t max)
 {
-	const char *ev = st->error_event ? st->error_event : ms_answer_oom_event;
+	const char *ev = st->error_event ? st->error_event : ms_answer_oom_event(ms_answer_dialect(st->jb));
 	size_t len = strlen(ev), n = len - st->error_sent;
 	if (!n)
 		return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -233,19 +233,21 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 			}
 			return (ssize_t)n;
 		}
-		if (jb->finished_all)
+		if (jb->finished_all) {
+			count_tokens(st->k, jb);
 			return MHD_CONTENT_READER_END_OF_STREAM;
+		}
 		bool ka = false;
 		if (!ms_job_advance(jb, client_gone, st->c, st->keepalive_at, &ka))
 			return MHD_CONTENT_READER_END_WITH_ERROR; /* the client left: cancelled */
 		if (ms_job_failed(jb)) {
 			st->failing = true;
-			st->error_event = error_event(jb);
+			st->error_event = ms_answer_error_event(jb);
 			ms_job_cancel(jb);
 			continue;
 		}
 		if (ka && jb->out.len == 0)
-			ms_strbuf_str(&jb->out, ": keep-alive\n\n"); /* a comment: clients ignore it */
+			ms_strbuf_str(&jb->out, ms_answer_keepalive(jb));
 		st->keepalive_at = ms_now_s() + jb->api->cfg.keepalive_s;
 	}
 }
@@ -272,6 +274,7 @@ static enum MHD_Result respond_stream(struct ms_server *s, struct MHD_Connection
 	}
 	st->jb = jb;
 	st->c = c;
+	st->k = k;
 	st->keepalive_at = ms_now_s() + s->api.cfg.keepalive_s;
 	struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384,
 								   stream_read, st, stream_free);
@@ -302,10 +305,7 @@ static enum MHD_Result respond(struct ms_server *s, struct MHD_Connection *c, st
 			return MHD_NO;
 		}
 	}
-	for (int i = 0; i < jb->n; i++) {
-		k->prompt_tokens += jb->ch[i].prompt_tok;
-		k->gen_tokens += jb->ch[i].completion_tok;
-	}
+	count_tokens(k, jb);
 	struct ms_api_reply r = {0};
 	ms_api_job_answer(jb, &r);
 	return send_reply(s, c, k, &r);
@@ -420,7 +420,7 @@ static enum MHD_Result post_route(struct ms_server *s, struct MHD_Connection *c,
 				  "the body is larger than %zu bytes (--max-body-bytes)", s->cfg.max_body_bytes);
 	if (k->oom)
 		return OOM();
-	struct ms_api_reply r = {0};
+	struct ms_api_reply r = {.dialect = k->dialect};
 	cJSON *req;
 	if (ms_api_body(&s->api, k->body, k->len, &req, &r))
 		fn(&s->api, req, &r);
@@ -445,21 +445,34 @@ struct route {
 	bool open;             /* probes and Prometheus: no key, and in any state */
 	route_fn *fn;          /* a GET or DELETE route's handler, or */
 	api_post_fn *post;     /* a POST route's endpoint */
+	enum ms_dialect dialect; /* how its errors are written */
 };
 
 static const struct route routes[] = {
-	{"/health", M_GET, "GET", false, false, true, r_health, NULL},
-	{"/live", M_GET, "GET", false, false, true, r_live, NULL},
-	{"/metrics", M_GET, "GET", false, false, true, r_metrics, NULL},
-	{"/v1/completions", M_POST, "POST", false, false, false, NULL, api_completions},
-	{"/v1/chat/completions", M_POST, "POST", false, false, false, NULL, api_chat},
+	{"/health", M_GET, "GET", false, false, true, r_health, NULL, MS_DIALECT_OPENAI},
+	{"/live", M_GET, "GET", false, false, true, r_live, NULL, MS_DIALECT_OPENAI},
+	{"/metrics", M_GET, "GET", false, false, true, r_metrics, NULL, MS_DIALECT_OPENAI},
+	{"/v1/completions", M_POST, "POST", false, false, false, NULL, api_completions,
+	 MS_DIALECT_OPENAI},
+	{"/v1/chat/completions", M_POST, "POST", false, false, false, NULL, api_chat,
+	 MS_DIALECT_OPENAI},
 	/* Codex's extra fields are expected there: no unknown-field note */
-	{"/v1/responses", M_POST, "POST", false, false, false, NULL, ms_api_responses},
-	{"/v1/responses/", M_GET | M_DELETE, "GET, DELETE", true, true, false, r_response_id, NULL},
-	{"/v1/models", M_GET, "GET", false, false, false, r_models, NULL},
-	{"/v1/models/", M_GET, "GET", true, false, false, r_models, NULL},
-	{"/tokenize", M_POST, "POST", false, false, false, NULL, ms_api_tokenize},
-	{"/detokenize", M_POST, "POST", false, false, false, NULL, ms_api_detokenize},
+	{"/v1/responses", M_POST, "POST", false, false, false, NULL, ms_api_responses,
+	 MS_DIALECT_OPENAI},
+	{"/v1/responses/", M_GET | M_DELETE, "GET, DELETE", true, true, false, r_response_id, NULL,
+	 MS_DIALECT_OPENAI},
+	/* Anthropic's Messages API; its clients add ?beta=true, which is the
+	 * query, not the path */
+	{"/v1/messages", M_POST, "POST", false, false, false, NULL, ms_api_messages,
+	 MS_DIALECT_ANTHROPIC},
+	{"/v1/messages/count_tokens", M_POST, "POST", false, false, false, NULL, ms_api_count_tokens,
+	 MS_DIALECT_ANTHROPIC},
+	{"/v1/models", M_GET, "GET", false, false, false, r_models, NULL, MS_DIALECT_OPENAI},
+	{"/v1/models/", M_GET, "GET", true, false, false, r_models, NULL, MS_DIALECT_OPENAI},
+	{"/tokenize", M_POST, "POST", false, false, false, NULL, ms_api_tokenize,
+	 MS_DIALECT_OPENAI},
+	{"/detokenize", M_POST, "POST", false, false, false, NULL, ms_api_detokenize,
+	 MS_DIALECT_OPENAI},
 };
 
 /* u's route (*rest: the prefix route's rest, else NULL), or NULL. */
@@ -485,19 +498,22 @@ static unsigned method_bit(const char *m)
 static enum MHD_Result method_not_allowed(struct ms_server *s, struct MHD_Connection *c,
 					  struct conn *k, const struct route *rt)
 {
-	struct ms_api_reply r = {.allow = rt->allow};
+	struct ms_api_reply r = {.allow = rt->allow, .dialect = rt->dialect};
 	ms_api_error(&r, 405, "invalid_request_error", NULL, "method %s not allowed on %s (allowed: %s)",
 		     k->method, k->path, rt->allow);
 	return send_reply(s, c, k, &r);
 }
 
-/* The key is compared with every accepted key in constant time (auth.c). */
+/* The key is compared with every accepted key in constant time (auth.c):
+ * "Authorization: Bearer KEY" (OpenAI's clients), or "x-api-key: KEY"
+ * (Anthropic's). */
 static bool authorized(struct ms_server *s, struct MHD_Connection *c)
 {
 	if (!ms_auth_enabled(&s->auth))
 		return true;
 	const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-	if (ms_auth_check(&s->auth, h))
+	const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+	if (ms_auth_check(&s->auth, h) || (x && ms_auth_check_key(&s->auth, x)))
 		return true;
 	ms_metrics_auth_failure(s->metrics);
 	return false;
@@ -518,7 +534,8 @@ static enum MHD_Result dispatch(struct ms_server *s, struct MHD_Connection *c, s
 		return allowed ? rt->fn(s, c, k, rest) : method_not_allowed(s, c, k, rt);
 	if (!authorized(s, c))
 		return send_error(s, c, k, 401, "authentication_error",
-				  "a valid \"Authorization: Bearer <key>\" header is required");
+				  "a valid \"Authorization: Bearer <key>\" or \"x-api-key: <key>\" header is "
+				  "required");
 	if (!allowed)
 		return method_not_allowed(s, c, k, rt);
 	char reason[sizeof(s->reason)];
@@ -542,6 +559,9 @@ static struct conn *conn_new(struct ms_server *s, struct MHD_Connection *c, cons
 	k->json0 = ms_json_failures();
 	snprintf(k->method, sizeof(k->method), "%s", method);
 	snprintf(k->path, sizeof(k->path), "%s", url);
+	const char *rest;
+	const struct route *rt = route_of(url, &rest);
+	k->dialect = rt ? rt->dialect : MS_DIALECT_OPENAI;
 	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
 	if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body_bytes)
 		k->too_big = true;

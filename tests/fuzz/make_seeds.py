@@ -115,6 +115,36 @@ def responses():
     return out
 
 
+def messages():
+    tool = {"name": "get_weather", "description": "The weather in a city",
+            "input_schema": TOOL["function"]["parameters"], "cache_control": {"type": "ephemeral"}}
+    turn = [{"role": "user", "content": "Weather in Rome?"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "", "signature": "moeserve-thinking-1.aG1t"},
+                {"type": "text", "text": "Checking."},
+                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Rome"}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "sunny"}],
+                 "is_error": False},
+                {"type": "text", "text": "Thanks"}]}]
+    return [
+        {"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": [{"role": "user", "content": "Hi"}]},
+        {"max_tokens": 32000, "system": [{"type": "text", "text": "x-anthropic-billing-header: v;"},
+                                         {"type": "text", "text": "Be brief."}],
+         "messages": turn, "tools": [tool, {"type": "web_search_20250305", "name": "web_search"}],
+         "tool_choice": {"type": "auto", "disable_parallel_tool_use": True},
+         "thinking": {"type": "adaptive", "display": "omitted"}, "output_config": {"effort": "high"},
+         "context_management": {"edits": []}, "metadata": {"user_id": "u"}, "stream": True},
+        {"max_tokens": 30, "messages": [{"role": "user", "content": "Hi"},
+                                        {"role": "system", "content": [{"type": "text", "text": "env"}]}],
+         "tools": [tool], "tool_choice": {"type": "tool", "name": "get_weather"},
+         "thinking": {"type": "enabled", "budget_tokens": 2048}, "stop_sequences": ["END"],
+         "temperature": 0.5, "top_p": 0.9, "top_k": 40},
+        {"max_tokens": 30, "messages": [{"role": "user", "content": "Hi"}],
+         "output_config": {"format": {"type": "json_schema", "schema": SCHEMA}}},
+    ]
+
+
 def tokenize():
     return [{"prompt": "And the LORD said", "add_special_tokens": True}, {"text": "<|start|>hi"},
             {"tokens": [1, 2, 3, 4080, 4095]}, {"prompt": "x", "tokens": [0]},
@@ -283,6 +313,7 @@ def main():
     write("req-completions", completions())
     write("req-chat", chat())
     write("req-responses", responses())
+    write("req-messages", messages())
     write("req-tokenize", tokenize())
     write("safetensors-header", safetensors())
     write("model-config", model_config())
