@@ -561,7 +561,9 @@ static struct conn *conn_new(struct ms_server *s, struct MHD_Connection *c, cons
 	snprintf(k->path, sizeof(k->path), "%s", url);
 	const char *rest;
 	const struct route *rt = route_of(url, &rest);
-	k->dialect = rt ? rt->dialect : MS_DIALECT_OPENAI;
+	/* an Anthropic client's other paths (batches, files) get its 404 */
+	k->dialect = rt ? rt->dialect : !strncmp(url, "/v1/messages/", 13) ? MS_DIALECT_ANTHROPIC
+									 : MS_DIALECT_OPENAI;
 	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
 	if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body_bytes)
 		k->too_big = true;

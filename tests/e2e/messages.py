@@ -9,8 +9,9 @@
 Checked:
   - the key as `x-api-key` or `Authorization: Bearer`; a wrong or missing one
     is a 401 in Anthropic's envelope {"type": "error", "error": {"type":
-    "authentication_error", "message"}}; so are a 405 (with Allow), a 413
-    body and a refused field (400 invalid_request_error naming it);
+    "authentication_error", "message"}}; so are a 405 (with Allow), a 404
+    under /v1/messages/, a 413 body and a refused field (400
+    invalid_request_error naming it);
   - /v1/messages?beta=true and the anthropic-version / anthropic-beta
     headers are the same endpoint; any model name is served;
   - a stream that waits behind a running request (one runs at a time) gets
@@ -61,6 +62,7 @@ def auth_and_errors(d):
     anthropic_error(d.post("/v1/messages", body(), headers={"x-api-key": "nope"}), 401,
                     "authentication_error", ["x-api-key"])
     anthropic_error(d.post("/v1/messages/count_tokens", body()), 401, "authentication_error")
+    anthropic_error(d.post("/v1/messages/batches", body(), headers=AUTH), 404, "not_found_error")
     hd = anthropic_error(d.json("GET", "/v1/messages", headers=AUTH), 405, "invalid_request_error")
     S.check(hd.get("allow") == "POST", f"Allow {hd.get('allow')!r}")
     big = body(messages=[{"role": "user", "content": "x" * 70000}])

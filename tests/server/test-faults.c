@@ -5,9 +5,9 @@
  * checkpoint, repacking, then a short request whose prompt logprobs show
  * the weights are right), loading the tokenizer and encoding/decoding, one
  * request through the engine (init, prefill, decode, finish, free), and the
- * server answering POST /v1/completions, a streamed /v1/chat/completions
- * and /v1/responses plain and streamed (in process, over a socket,
- * HTTP/1.0).
+ * server answering POST /v1/completions, a streamed /v1/chat/completions,
+ * /v1/responses and /v1/messages plain and streamed (in process, over a
+ * socket, HTTP/1.0).
  *
  * Each scenario runs first without a failure: its result is the reference
  * and K its allocations. Then for N in the plan (every N up to --dense,
@@ -299,10 +299,13 @@ static bool res_has(const struct result *r, const char *s)
 /* A 200's answer is whole (0), failed (-ENOMEM: a stream's error event,
  * a response that says "failed") or cut (-EPROTO). The Responses API ends
  * its stream with a response.* event of the final status, not [DONE]. */
-static int answer_state(const struct result *out, bool stream, bool responses)
+static int answer_state(const struct result *out, bool stream, bool responses, bool messages)
 {
-	if (stream && (res_has(out, "data: {\"error\"") || res_has(out, "event: response.failed")))
+	if (stream && (res_has(out, "data: {\"error\"") || res_has(out, "event: response.failed") ||
+		       res_has(out, "event: error")))
 		return -ENOMEM;
+	if (messages && stream) /* Anthropic's stream ends with message_stop */
+		return res_has(out, "event: message_stop") ? 0 : -EPROTO;
 	if (responses && !stream && res_has(out, "\"created_at\":X,\"status\":\"failed\""))
 		return -ENOMEM;
 	if (responses && stream)
@@ -320,7 +323,8 @@ static int sc_server(const struct scenario *sc, struct result *out, struct ms_er
 {
 	bool stream = strstr(sc->arg, "\"stream\":true") != NULL;
 	bool responses = strstr(sc->arg, "\"input\"") != NULL;
-	const char *path = responses ? "/v1/responses"
+	bool messages = !strncmp(sc->name, "server-messages", 15);
+	const char *path = responses ? "/v1/responses" : messages ? "/v1/messages"
 			   : strstr(sc->arg, "\"messages\"") ? "/v1/chat/completions" : "/v1/completions";
 	int status = 0;
 	int rc = http_post(path, sc->arg, &status, out);
@@ -333,7 +337,7 @@ static int sc_server(const struct scenario *sc, struct result *out, struct ms_er
 	if (status != 200)
 		return ms_err_set(err, -EPROTO, "unexpected status %d: %.*s", status, (int)out->len,
 				  out->b);
-	rc = answer_state(out, stream, responses);
+	rc = answer_state(out, stream, responses, messages);
 	if (rc == -ENOMEM)
 		return ms_err_set(err, rc, "200 that failed: %.*s", (int)out->len, out->b);
 	if (rc)
@@ -410,6 +414,15 @@ static const struct scenario scenarios[] = {
 	{"server-responses-stream", sc_server,
 	 "{\"input\":\"And the LORD said unto Moses\",\"max_output_tokens\":6,\"temperature\":0,"
 	 "\"stream\":true}"},
+	{"server-messages", sc_server,
+	 "{\"model\":\"claude-x\",\"max_tokens\":6,\"system\":[{\"type\":\"text\",\"text\":"
+	 "\"Answer briefly.\"}],\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+	 "\"text\",\"text\":\"Who is the king of Israel?\"}]}],\"thinking\":{\"type\":"
+	 "\"enabled\",\"budget_tokens\":2048},\"stop_sequences\":[\"never\"],\"temperature\":0}"},
+	{"server-messages-stream", sc_server,
+	 "{\"max_tokens\":6,\"messages\":[{\"role\":\"user\",\"content\":\"And the LORD "
+	 "said\"}],\"thinking\":{\"type\":\"adaptive\",\"display\":\"omitted\"},"
+	 "\"temperature\":0,\"stream\":true}"},
 };
 #define N_SCENARIOS (sizeof(scenarios) / sizeof(*scenarios))
 
