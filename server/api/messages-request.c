@@ -80,9 +80,39 @@ static int media_refusal(const cJSON *ty, const char *at, struct ms_req_error *e
 				"(it reads text only: send \"text\" blocks)", "%s.type", at);
 }
 
-/* v at <at>: a string, or a list of text blocks joined; *out malloc'd.
- * empty_ok: an empty list is "" (a tool result may have no content). */
-static int text_blocks(const cJSON *v, const char *at, char **out, struct ms_req_error *e)
+/* A tool result's block other than text onto t as the text the model
+ * reads; false when it has none. The agent's own tool made it (Claude
+ * Code's Read of an image): refused, it would stop the conversation for
+ * good, as every later turn sends it again, so the model is told what it
+ * cannot see instead. */
+static bool result_block(const cJSON *b, const char *type, struct ms_strbuf *t)
+{
+	if (!strcmp(type, "tool_reference")) { /* a tool search's find: every tool is shown */
+		const cJSON *n = jget(b, "tool_name");
+		ms_strbuf_str(t, cJSON_IsString(n) ? n->valuestring : "");
+		ms_strbuf_str(t, "\n");
+		return true;
+	}
+	if (!strcmp(type, "image") || !strcmp(type, "document")) {
+		ms_strbuf_printf(t, "[%s omitted: this model reads text only]", type);
+		return true;
+	}
+	return false;
+}
+
+/* A document block whose source is plain text: its text. */
+static const char *text_document(const cJSON *b)
+{
+	const cJSON *src = jget(b, "source"), *ty = jget(src, "type"), *data = jget(src, "data");
+	return cJSON_IsString(ty) && !strcmp(ty->valuestring, "text") && cJSON_IsString(data)
+	       ? data->valuestring : NULL;
+}
+
+/* v at <at>: a string, or a list of text blocks joined; *out malloc'd. A
+ * plain-text document is its text; in a tool result (result), tool
+ * references and media become text too (result_block). */
+static int text_blocks(const cJSON *v, const char *at, bool result, char **out,
+		       struct ms_req_error *e)
 {
 	*out = NULL;
 	if (cJSON_IsString(v))
@@ -98,6 +128,12 @@ static int text_blocks(const cJSON *v, const char *at, char **out, struct ms_req
 		snprintf(bat, sizeof(bat), "%s[%d]", at, j++);
 		if ((rc = block_type(blk, bat, &type, e)))
 			break;
+		if (!strcmp(type, "document") && text_document(blk)) {
+			ms_strbuf_str(&b, text_document(blk));
+			continue;
+		}
+		if (result && result_block(blk, type, &b))
+			continue;
 		if (strcmp(type, "text")) {
 			rc = media_block(type) ? media_refusal(jget(blk, "type"), bat, e)
 			     : ms_req_bad_value(e, jget(blk, "type"), "supported values are \"text\"",
@@ -164,7 +200,7 @@ static int tool_result(struct conv *c, const cJSON *b, const char *at, struct ms
 	const cJSON *ct = jget(b, "content");
 	char *text = NULL, cat[MS_REQ_PATH + 16];
 	snprintf(cat, sizeof(cat), "%s.content", at);
-	if (ct && (rc = text_blocks(ct, cat, &text, e)))
+	if (ct && (rc = text_blocks(ct, cat, true, &text, e)))
 		return rc;
 	cJSON *m = add_msg(c, "tool", text ? text : "");
 	free(text);
@@ -190,6 +226,8 @@ static int user_block(struct conv *c, const cJSON *b, int j, struct ms_req_error
 	}
 	if (!strcmp(type, "tool_result"))
 		return tool_result(c, b, at, e);
+	if (!strcmp(type, "document") && text_document(b))
+		return user_text(c, text_document(b), e);
 	if (media_block(type))
 		return media_refusal(jget(b, "type"), at, e);
 	return ms_req_bad_value(e, jget(b, "type"), "supported values for a user message are "
@@ -362,7 +400,7 @@ static int message_of(struct conv *c, const cJSON *m, int i, struct ms_req_error
 					"\"assistant\" (and \"system\")", "%s.role", c->at);
 	char *text, at[sizeof(c->at) + 16];
 	snprintf(at, sizeof(at), "%s.content", c->at);
-	if ((rc = text_blocks(content, at, &text, e)))
+	if ((rc = text_blocks(content, at, false, &text, e)))
 		return rc;
 	c->user = NULL;
 	rc = user_text(c, text, e);
@@ -391,7 +429,7 @@ static int system_field(const cJSON *req, struct conv *c, struct ms_req_error *e
 		cJSON_DeleteItemFromArray(kept, 0);
 	}
 	char *text;
-	int rc = text_blocks(kept ? kept : sys, "system", &text, e);
+	int rc = text_blocks(kept ? kept : sys, "system", false, &text, e);
 	cJSON_Delete(kept);
 	if (rc)
 		return rc;

@@ -113,6 +113,22 @@ START_TEST(renders_as_chat)
 		 "\"get_weather\", \"arguments\": {\"city\": \"Paris\"}}}]},"
 		 "{\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"18C\"}]}", CHAT_TOOLS);
 	same_prompt(MSG(m), CHAT(c), "thinking from its signature");
+	/* in a tool result: an image said to be omitted, a tool search's
+	 * references by name; a plain-text document is its text */
+	snprintf(m, sizeof(m), "{\"max_tokens\": 9, %s, \"messages\": ["
+		 "{\"role\": \"user\", \"content\": [{\"type\": \"document\", \"source\": {\"type\": "
+		 "\"text\", \"media_type\": \"text/plain\", \"data\": \"Notes.\"}}]},"
+		 "{\"role\": \"assistant\", \"content\": [{\"type\": \"tool_use\", \"id\": \"t1\", "
+		 "\"name\": \"get_weather\", \"input\": {}}]},"
+		 "{\"role\": \"user\", \"content\": [{\"type\": \"tool_result\", \"tool_use_id\": \"t1\", "
+		 "\"content\": [{\"type\": \"image\", \"source\": {}}, {\"type\": \"tool_reference\", "
+		 "\"tool_name\": \"Read\"}]}]}]}", MSG_TOOLS);
+	snprintf(c, sizeof(c), "{%s, \"messages\": [{\"role\": \"user\", \"content\": \"Notes.\"},"
+		 "{\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"c1\", "
+		 "\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": "
+		 "\"{}\"}}]}, {\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": "
+		 "\"[image omitted: this model reads text only]Read\\n\"}]}", CHAT_TOOLS);
+	same_prompt(MSG(m), CHAT(c), "media and references in a tool result");
 	/* a system entry inside messages is said where it stands, as a user turn */
 	same_prompt(MSG("{\"max_tokens\": 9, \"system\": \"S\", \"messages\": [{\"role\": \"user\", "
 			"\"content\": \"Hi\"}, {\"role\": \"system\", \"content\": [{\"type\": \"text\", "
