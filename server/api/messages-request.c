@@ -151,17 +151,11 @@ static int text_blocks(const cJSON *v, const char *at, bool result, char **out,
 	return (*out = ms_strbuf_take(&b)) ? 0 : ms_req_oom(e);
 }
 
-/* A new chat message {role, content} at the end (content NULL: null). */
+/* A new chat message at the end; the open user message is closed. */
 static cJSON *add_msg(struct conv *c, const char *role, const char *content)
 {
-	cJSON *m = cJSON_CreateObject();
-	cJSON_AddStringToObject(m, "role", role);
-	if (content)
-		cJSON_AddStringToObject(m, "content", content);
-	else
-		cJSON_AddNullToObject(m, "content");
 	c->user = NULL;
-	return ms_json_push(c->msgs, m) ? m : NULL;
+	return ms_req_push_message(c->msgs, role, content);
 }
 
 /* Text onto the open user message (a new one if none is open), as one
@@ -211,19 +205,26 @@ static int tool_result(struct conv *c, const cJSON *b, const char *at, struct ms
 	return 0;
 }
 
+/* Block j of the message: its path into at, its type, and for a text
+ * block its text (else NULL). */
+static int block_of(const struct conv *c, const cJSON *b, int j, char *at, const char **type,
+		    const char **text, struct ms_req_error *e)
+{
+	snprintf(at, MS_REQ_PATH, "%s.content[%d]", c->at, j);
+	*text = NULL;
+	int rc = block_type(b, at, type, e);
+	return rc || strcmp(*type, "text") ? rc : str_field(b, "text", true, text, e, at);
+}
+
 static int user_block(struct conv *c, const cJSON *b, int j, struct ms_req_error *e)
 {
 	char at[MS_REQ_PATH];
 	const char *type, *text;
-	snprintf(at, sizeof(at), "%s.content[%d]", c->at, j);
-	int rc = block_type(b, at, &type, e);
+	int rc = block_of(c, b, j, at, &type, &text, e);
 	if (rc)
 		return rc;
-	if (!strcmp(type, "text")) {
-		if ((rc = str_field(b, "text", true, &text, e, at)))
-			return rc;
+	if (text)
 		return user_text(c, text, e);
-	}
 	if (!strcmp(type, "tool_result"))
 		return tool_result(c, b, at, e);
 	if (!strcmp(type, "document") && text_document(b))
@@ -311,13 +312,10 @@ static int assistant_block(struct conv *c, struct turn *t, const cJSON *b, int j
 {
 	char at[MS_REQ_PATH];
 	const char *type, *text;
-	snprintf(at, sizeof(at), "%s.content[%d]", c->at, j);
-	int rc = block_type(b, at, &type, e);
+	int rc = block_of(c, b, j, at, &type, &text, e);
 	if (rc)
 		return rc;
-	if (!strcmp(type, "text")) {
-		if ((rc = str_field(b, "text", true, &text, e, at)))
-			return rc;
+	if (text) {
 		ms_strbuf_str(&t->text, text);
 		return 0;
 	}

@@ -44,6 +44,10 @@ void ms_req_field_refusal(struct ms_req_error *e, enum ms_req_field_kind kind, c
  * nested schemas too; under strict, "required" names only properties). */
 int ms_req_check_function(const cJSON *fn, const char *at, struct ms_req_error *e);
 
+/* A new chat message {role, content} (content NULL: null) at the end of
+ * msgs, for the APIs made into chat bodies; NULL when out of memory. */
+cJSON *ms_req_push_message(cJSON *msgs, const char *role, const char *content);
+
 /* 500 "out of memory"; -ENOMEM. */
 int ms_req_oom(struct ms_req_error *e);
 

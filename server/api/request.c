@@ -134,6 +134,17 @@ int ms_req_oom(struct ms_req_error *e)
 
 /* ---- fields ---- */
 
+cJSON *ms_req_push_message(cJSON *msgs, const char *role, const char *content)
+{
+	cJSON *m = cJSON_CreateObject();
+	cJSON_AddStringToObject(m, "role", role);
+	if (content)
+		cJSON_AddStringToObject(m, "content", content);
+	else
+		cJSON_AddNullToObject(m, "content");
+	return ms_json_push(msgs, m) ? m : NULL;
+}
+
 const cJSON *ms_req_jget(const cJSON *o, const char *k)
 {
 	const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, k);

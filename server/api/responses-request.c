@@ -110,18 +110,11 @@ static int parts_text(const cJSON *v, const char *at, const char *field, char **
 	return (*out = ms_strbuf_take(&b)) ? 0 : ms_req_oom(e);
 }
 
-/* A new chat message {role, content} at the end (content may be NULL);
- * NULL when out of memory. */
+/* A new chat message at the end; the open assistant message's calls end. */
 static cJSON *add_msg(struct conv *c, const char *role, const char *content)
 {
-	cJSON *m = cJSON_CreateObject();
-	cJSON_AddStringToObject(m, "role", role);
-	if (content)
-		cJSON_AddStringToObject(m, "content", content);
-	else
-		cJSON_AddNullToObject(m, "content");
 	c->calls = NULL;
-	return ms_json_push(c->msgs, m) ? m : NULL;
+	return ms_req_push_message(c->msgs, role, content);
 }
 
 /* The waiting reasoning onto assistant message m. */

@@ -1,8 +1,10 @@
 /*
  * reqtest.h: what the request parsers' tests share (test-server-requests.c,
- * test-server-responses.c): the model they parse for (the default model's
- * tokenizer, harmony tokens included), parsing a body as the server does,
- * and the checks of an accepted and a refused body. The tokenizer and the
+ * test-server-responses.c, test-server-messages.c): the model they parse
+ * for (the default model's tokenizer, harmony tokens included), parsing a
+ * body as the server does, the checks of an accepted and a refused body,
+ * the prompts of two APIs compared, and scripted model output fed to an
+ * answer writer. The tokenizer and the
  * grammar cache are one per program, in reqtest.c, whatever files include
  * this.
  */
@@ -17,7 +19,9 @@
 #include <string.h>
 
 #include "grammar-cache.h"
+#include "api.h"
 #include "harmony.h"
+#include "job.h"
 #include "request.h"
 #include "tokenizer.h"
 
@@ -139,6 +143,93 @@ static inline int count_id(const struct ms_req_gen *r, int32_t id)
 	for (int64_t i = 0; i < r->n_prompt[0]; i++)
 		c += r->prompts[0][i] == id;
 	return c;
+}
+
+/* Two parsers' prompts, the same ids (both requests freed); api names the
+ * first parser, what the case. */
+static inline void same_prompt_as(struct ms_req_gen *a, struct ms_req_gen *b, const char *api,
+				  const char *what)
+{
+	char *ta = prompt_text(a, 0), *tb = prompt_text(b, 0);
+	ck_assert_msg(a->n_prompt[0] == b->n_prompt[0] &&
+		      !memcmp(a->prompts[0], b->prompts[0], (size_t)a->n_prompt[0] * 4),
+		      "%s: %s renders\n%s\nchat renders\n%s", what, api, ta, tb);
+	free(ta), free(tb);
+	ms_req_gen_free(a);
+	ms_req_gen_free(b);
+}
+
+/* The model's output, harmony text with special tokens spelled out, as
+ * the engine's token events to fn (special tokens without text, as the
+ * engine sends them), then the finish (50 prompt tokens, 10 cached). */
+static inline void feed_script(struct ms_job *jb, const struct ms_harmony_ids *h,
+			       void (*fn)(struct ms_job *, const struct ms_ev *), const char *script,
+			       enum ms_finish fin)
+{
+	int32_t *ids;
+	size_t n;
+	struct ms_err err = {0};
+	ck_assert_int_eq(ms_tokenizer_encode(tok, script, strlen(script), true, &ids, &n, &err), 0);
+	for (size_t i = 0; i < n; i++) {
+		char *text = NULL;
+		size_t len = 0;
+		bool special = ids[i] == h->start || ids[i] == h->end || ids[i] == h->message ||
+			       ids[i] == h->channel || ids[i] == h->constrain || ids[i] == h->ret ||
+			       ids[i] == h->call;
+		if (!special)
+			ck_assert_int_eq(ms_tokenizer_decode(tok, &ids[i], 1, false, &text, &len, &err), 0);
+		struct ms_ev e = {.kind = MS_EV_TOKEN, .token = ids[i], .text = text, .len = len};
+		fn(jb, &e);
+		free(text);
+	}
+	struct ms_ev f = {.kind = MS_EV_FINISH, .finish = fin, .prompt_tokens = 50,
+			  .cached_tokens = 10, .completion_tokens = (int64_t)n};
+	fn(jb, &f);
+	free(ids);
+}
+
+/* A job of one choice as job.c makes one, for the parsed request rq on
+ * srv, its id prefix then a number; test_job_free frees what both make. */
+static inline struct ms_job *test_job(struct ms_api *srv, struct ms_req_gen *rq, const char *prefix)
+{
+	struct ms_job *jb = calloc(1, sizeof(*jb));
+	jb->api = srv;
+	jb->rq = rq;
+	jb->n = 1;
+	jb->ch = calloc(1, sizeof(*jb->ch));
+	jb->created = 1700000000;
+	snprintf(jb->id, sizeof(jb->id), "%s%d", prefix, (int)atomic_fetch_add(&srv->counter, 1));
+	ms_harmony_parser_init(&jb->ch[0].hp, &srv->hids, NULL, NULL);
+	return jb;
+}
+
+static inline void test_job_free(struct ms_job *jb)
+{
+	ms_harmony_parser_free(&jb->ch[0].hp);
+	ms_req_gen_free(jb->rq);
+	ms_strbuf_free(&jb->out);
+	free(jb->ch);
+	free(jb);
+}
+
+/* An answer's fields, the test failing when one is missing. */
+static inline const cJSON *get(const cJSON *o, const char *k)
+{
+	return cJSON_GetObjectItemCaseSensitive(o, k);
+}
+
+static inline const char *sget(const cJSON *o, const char *k)
+{
+	const cJSON *v = get(o, k);
+	ck_assert_msg(cJSON_IsString(v), "no string \"%s\"", k);
+	return v->valuestring;
+}
+
+static inline double nget(const cJSON *o, const char *k)
+{
+	const cJSON *v = get(o, k);
+	ck_assert_msg(cJSON_IsNumber(v), "no number \"%s\"", k);
+	return v->valuedouble;
 }
 
 #define USER_HI "\"messages\": [{\"role\": \"user\", \"content\": \"Who is the king of Israel?\"}]"

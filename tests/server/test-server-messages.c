@@ -41,13 +41,7 @@
 
 static void same_prompt(struct ms_req_gen *a, struct ms_req_gen *b, const char *what)
 {
-	char *ta = prompt_text(a, 0), *tb = prompt_text(b, 0);
-	ck_assert_msg(a->n_prompt[0] == b->n_prompt[0] &&
-		      !memcmp(a->prompts[0], b->prompts[0], (size_t)a->n_prompt[0] * 4),
-		      "%s: messages renders\n%s\nchat renders\n%s", what, ta, tb);
-	free(ta), free(tb);
-	ms_req_gen_free(a);
-	ms_req_gen_free(b);
+	same_prompt_as(a, b, "messages", what);
 }
 
 static const char *const MSG_TOOLS =
@@ -338,13 +332,7 @@ static struct ms_api srv;
 /* A job as job.c makes one, for the parsed request body. */
 static struct ms_job *job_for(const char *body)
 {
-	struct ms_job *jb = calloc(1, sizeof(*jb));
-	jb->api = &srv;
-	jb->rq = MSG(body);
-	jb->n = 1;
-	jb->ch = calloc(1, sizeof(*jb->ch));
-	snprintf(jb->id, sizeof(jb->id), "msg_%d", (int)atomic_fetch_add(&srv.counter, 1));
-	ms_harmony_parser_init(&jb->ch[0].hp, &srv.hids, NULL, NULL);
+	struct ms_job *jb = test_job(&srv, MSG(body), "msg_");
 	struct ms_err err = {0};
 	ck_assert_int_eq(ms_stopper_init(&jb->ch[0].stop, jb->rq->stops, (size_t)jb->rq->n_stops,
 					 false, &err), 0);
@@ -356,57 +344,12 @@ static void job_free(struct ms_job *jb)
 {
 	ms_messages_free(jb->msg);
 	ms_stopper_free(&jb->ch[0].stop);
-	ms_harmony_parser_free(&jb->ch[0].hp);
-	ms_req_gen_free(jb->rq);
-	ms_strbuf_free(&jb->out);
-	free(jb->ch);
-	free(jb);
+	test_job_free(jb);
 }
 
-/* The model's output (special tokens spelled out) as the engine's token
- * events, then the finish. */
 static void feed(struct ms_job *jb, const char *script, enum ms_finish fin)
 {
-	int32_t *ids;
-	size_t n;
-	struct ms_err err = {0};
-	ck_assert_int_eq(ms_tokenizer_encode(tok, script, strlen(script), true, &ids, &n, &err), 0);
-	for (size_t i = 0; i < n; i++) {
-		char *text = NULL;
-		size_t len = 0;
-		const struct ms_harmony_ids *h = &srv.hids;
-		bool special = ids[i] == h->start || ids[i] == h->end || ids[i] == h->message ||
-			       ids[i] == h->channel || ids[i] == h->constrain || ids[i] == h->ret ||
-			       ids[i] == h->call;
-		if (!special)
-			ck_assert_int_eq(ms_tokenizer_decode(tok, &ids[i], 1, false, &text, &len, &err), 0);
-		struct ms_ev e = {.kind = MS_EV_TOKEN, .token = ids[i], .text = text, .len = len};
-		ms_messages_event(jb, &e);
-		free(text);
-	}
-	struct ms_ev f = {.kind = MS_EV_FINISH, .finish = fin, .prompt_tokens = 50,
-			  .cached_tokens = 10, .completion_tokens = (int64_t)n};
-	ms_messages_event(jb, &f);
-	free(ids);
-}
-
-static const cJSON *get(const cJSON *o, const char *k)
-{
-	return cJSON_GetObjectItemCaseSensitive(o, k);
-}
-
-static const char *sget(const cJSON *o, const char *k)
-{
-	const cJSON *v = get(o, k);
-	ck_assert_msg(cJSON_IsString(v), "no string \"%s\"", k);
-	return v->valuestring;
-}
-
-static double nget(const cJSON *o, const char *k)
-{
-	const cJSON *v = get(o, k);
-	ck_assert_msg(cJSON_IsNumber(v), "no number \"%s\"", k);
-	return v->valuedouble;
+	feed_script(jb, &srv.hids, ms_messages_event, script, fin);
 }
 
 static const char *SCRIPT_CALL =

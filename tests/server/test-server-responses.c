@@ -46,13 +46,7 @@ static int rsp_parse(const struct ms_req_model *m, cJSON *req, struct ms_req_gen
 
 static void same_prompt(struct ms_req_gen *a, struct ms_req_gen *b, const char *what)
 {
-	char *ta = prompt_text(a, 0), *tb = prompt_text(b, 0);
-	ck_assert_msg(a->n_prompt[0] == b->n_prompt[0] &&
-		      !memcmp(a->prompts[0], b->prompts[0], (size_t)a->n_prompt[0] * 4),
-		      "%s: responses renders\n%s\nchat renders\n%s", what, ta, tb);
-	free(ta), free(tb);
-	ms_req_gen_free(a);
-	ms_req_gen_free(b);
+	same_prompt_as(a, b, "responses", what);
 }
 
 /* ==== the request ==== */
@@ -349,52 +343,18 @@ static struct ms_api srv;
 /* A job as job.c makes one, for the parsed request body. */
 static struct ms_job *job_for(const char *body)
 {
-	struct ms_job *jb = calloc(1, sizeof(*jb));
-	jb->api = &srv;
-	jb->rq = RSP(body);
-	jb->n = 1;
-	jb->ch = calloc(1, sizeof(*jb->ch));
-	jb->created = 1700000000;
-	snprintf(jb->id, sizeof(jb->id), "resp_%d", (int)atomic_fetch_add(&srv.counter, 1));
-	ms_harmony_parser_init(&jb->ch[0].hp, &srv.hids, NULL, NULL);
-	return jb;
+	return test_job(&srv, RSP(body), "resp_");
 }
 
 static void job_free(struct ms_job *jb)
 {
 	ms_responses_free(jb->rsp);
-	ms_req_gen_free(jb->rq);
-	ms_strbuf_free(&jb->out);
-	free(jb->ch);
-	free(jb);
+	test_job_free(jb);
 }
 
-/* The model's output, harmony text with special tokens spelled out, as
- * token events (special tokens without text, as the engine sends them),
- * then the finish. */
 static void feed(struct ms_job *jb, const char *script, enum ms_finish fin)
 {
-	int32_t *ids;
-	size_t n;
-	struct ms_err err = {0};
-	ck_assert_int_eq(ms_tokenizer_encode(tok, script, strlen(script), true, &ids, &n, &err), 0);
-	for (size_t i = 0; i < n; i++) {
-		char *text = NULL;
-		size_t len = 0;
-		bool special = ids[i] == srv.hids.start || ids[i] == srv.hids.end ||
-			       ids[i] == srv.hids.message || ids[i] == srv.hids.channel ||
-			       ids[i] == srv.hids.constrain || ids[i] == srv.hids.ret ||
-			       ids[i] == srv.hids.call;
-		if (!special)
-			ck_assert_int_eq(ms_tokenizer_decode(tok, &ids[i], 1, false, &text, &len, &err), 0);
-		struct ms_ev e = {.kind = MS_EV_TOKEN, .token = ids[i], .text = text, .len = len};
-		ms_responses_event(jb, &e);
-		free(text);
-	}
-	struct ms_ev f = {.kind = MS_EV_FINISH, .finish = fin, .prompt_tokens = 50,
-			  .cached_tokens = 10, .completion_tokens = (int64_t)n};
-	ms_responses_event(jb, &f);
-	free(ids);
+	feed_script(jb, &srv.hids, ms_responses_event, script, fin);
 }
 
 static size_t n_tokens(const char *text)
@@ -403,25 +363,6 @@ static size_t n_tokens(const char *text)
 	size_t n = encode(text, &ids);
 	free(ids);
 	return n;
-}
-
-static const cJSON *get(const cJSON *o, const char *k)
-{
-	return cJSON_GetObjectItemCaseSensitive(o, k);
-}
-
-static const char *sget(const cJSON *o, const char *k)
-{
-	const cJSON *v = get(o, k);
-	ck_assert_msg(cJSON_IsString(v), "no string \"%s\"", k);
-	return v->valuestring;
-}
-
-static double nget(const cJSON *o, const char *k)
-{
-	const cJSON *v = get(o, k);
-	ck_assert_msg(cJSON_IsNumber(v), "no number \"%s\"", k);
-	return v->valuedouble;
 }
 
 /* Item i's text: a message's or reasoning's content[0].text, a call's
