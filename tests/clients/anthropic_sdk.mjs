@@ -30,117 +30,21 @@
 // the test fails (it is not skipped).
 //
 // One line per case, then "anthropic-sdk: P passed, F failed"; exit status 0
-// when F = 0, 1 otherwise, 2 on usage errors.
+// when F = 0, 1 otherwise, 2 on usage errors. The command line, the daemon
+// and these lines are sdk_harness.mjs's, shared with openai_sdk.mjs.
 
-import { spawn } from "node:child_process";
 import crypto from "node:crypto";
-import fs from "node:fs";
-import net from "node:net";
-import path from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { Cases, assert, importSdk, parseArgs, startDaemon } from "./sdk_harness.mjs";
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const sdkDir = path.join(here, "npm-anthropic");
 const PKG = "@anthropic-ai/sdk";
-
-function usage(msg) {
-  console.error(`anthropic_sdk.mjs: ${msg}`);
-  console.error("usage: node tests/clients/anthropic_sdk.mjs --base-url URL --model NAME [--api-key KEY]");
-  console.error("       node tests/clients/anthropic_sdk.mjs --moeserve BIN --model-dir DIR [--timeout S]");
-  process.exit(2);
-}
-
-const args = {};
-for (let i = 2; i < process.argv.length; i++) {
-  const a = process.argv[i];
-  if (!a.startsWith("--")) usage(`unexpected argument ${a}`);
-  const eq = a.indexOf("=");
-  if (eq > 0) args[a.slice(2, eq)] = a.slice(eq + 1);
-  else if (i + 1 < process.argv.length) args[a.slice(2)] = process.argv[++i];
-  else usage(`${a} needs a value`);
-}
-for (const k of Object.keys(args))
-  if (!["base-url", "model", "api-key", "moeserve", "model-dir", "timeout"].includes(k)) usage(`unknown option --${k}`);
-if (!args["base-url"] === !args.moeserve) usage("give --base-url or --moeserve (one of them)");
-if (args["base-url"] && !args.model) usage("--base-url needs --model");
-if (args.moeserve && !args["model-dir"]) usage("--moeserve needs --model-dir");
-const timeoutS = Number(args.timeout ?? 120);
-
-// ---- the SDK, pinned ----
-
-// tools/npm-ci.sh installs it (the meson test runs this script through it);
-// run by hand, a missing or other version is an error, not an install.
-function pinnedSdk() {
-  const want = JSON.parse(fs.readFileSync(path.join(sdkDir, "package.json"), "utf8")).dependencies[PKG];
-  let have = null;
-  try {
-    have = JSON.parse(fs.readFileSync(path.join(sdkDir, "node_modules", PKG, "package.json"), "utf8")).version;
-  } catch { /* not installed */ }
-  if (have === want) return want;
-  console.log(`anthropic-sdk: ${PKG} ${have ?? "missing"} in ${sdkDir}, want ${want}: ` +
-              `run tools/npm-ci.sh tests/clients/npm-anthropic first`);
-  console.log("anthropic-sdk: 0 passed, 1 failed");
-  process.exit(1);
-}
+const { args, timeoutS } = parseArgs("anthropic_sdk.mjs");
 
 // ---- a daemon of our own (--moeserve) ----
 
 // the context of our daemon: small, so that the too-long prompt is cheap
 const CTX = 4096;
 
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-async function startDaemon(bin, dir, name, key) {
-  const port = await freePort();
-  const logPath = path.join(fs.mkdtempSync(path.join(process.env.TMPDIR ?? "/tmp", "ms-anthropic-")), "daemon.log");
-  const log = fs.openSync(logPath, "w");
-  const child = spawn(bin, ["serve", "--model", dir, "--port", String(port), "--host", "127.0.0.1",
-                            "--served-model-name", name, "--api-key", key, "--max-tokens", "32",
-                            "--ctx-size", String(CTX), "--shutdown-timeout-s", "10"],
-                      { stdio: ["ignore", log, log] });
-  let exited = null;
-  const exitP = new Promise((resolve) => child.on("exit", (code, sig) => { exited = { code, sig }; resolve(exited); }));
-  const d = { child, port, logPath, exitP, get exited() { return exited; } };
-  const deadline = Date.now() + timeoutS * 1000;
-  for (;;) {
-    if (exited) throw Object.assign(new Error(`moeserve serve exited early (${JSON.stringify(exited)})`), { daemon: d });
-    try {
-      const r = await fetch(`http://127.0.0.1:${port}/health`);
-      const body = await r.text();
-      if (r.status === 200) return d;
-      if (r.status !== 503) throw new Error(`/health answered ${r.status}: ${body}`);
-    } catch (e) {
-      if (e.message?.startsWith("/health")) throw Object.assign(e, { daemon: d });
-    }
-    if (Date.now() > deadline) throw Object.assign(new Error("the daemon did not become ready in time"), { daemon: d });
-    await sleep(50);
-  }
-}
-
-function printLog(d) {
-  if (!d) return;
-  try {
-    const t = fs.readFileSync(d.logPath, "utf8");
-    console.log(`--- daemon log (${d.logPath}), last 4000 bytes:\n${t.slice(-4000)}\n---`);
-  } catch { /* none */ }
-}
-
 // ---- assertions ----
-
-function assert(cond, what) {
-  if (!cond) throw new Error(what);
-}
 
 const STOP = ["end_turn", "max_tokens", "stop_sequence", "tool_use"];
 const BLOCKS = ["thinking", "text", "tool_use"];
@@ -242,24 +146,9 @@ const textOf = (m) => m.content.filter((b) => b.type === "text").map((b) => b.te
 
 // ---- the cases ----
 
-async function run(Anthropic, baseURL, model, apiKey, ctx) {
+async function run(cases, Anthropic, baseURL, model, apiKey, ctx) {
   const client = new Anthropic({ baseURL, apiKey: apiKey ?? "unused", maxRetries: 0, timeout: timeoutS * 1000 });
-  let passed = 0, failed = 0, skipped = 0;
-  async function test(name, fn) {
-    try {
-      const note = await fn();
-      if (typeof note === "string" && note.startsWith("skip")) {
-        skipped++;
-        console.log(`skip ${name}: ${note.slice(5)}`);
-        return;
-      }
-      passed++;
-      console.log(`ok   ${name}${note ? ` (${note})` : ""}`);
-    } catch (e) {
-      failed++;
-      console.log(`FAIL ${name}: ${e?.stack ?? e}`);
-    }
-  }
+  const test = (name, fn) => cases.test(name, fn);
   // fetch with the x-api-key header of Anthropic's other clients (auth
   // "bearer": this SDK's header instead; "none": no key)
   const raw = (p, body, auth = "x-api-key") => fetch(`${baseURL}${p}`, {
@@ -528,48 +417,30 @@ async function run(Anthropic, baseURL, model, apiKey, ctx) {
     assert(none.status === 401 && nb?.type === "error" && nb.error?.type === "authentication_error",
            `no key: ${none.status} ${show(nb)}`);
   });
-
-  return { passed, failed, skipped };
 }
 
 // ---- main ----
 
-const version = pinnedSdk();
-const { default: Anthropic } = await import(pathToFileURL(path.join(sdkDir, "node_modules", PKG, "index.mjs")).href);
-console.log(`anthropic-sdk: ${PKG} ${version}, node ${process.version}`);
+const { default: Anthropic } = await importSdk("anthropic-sdk", "npm-anthropic", PKG);
 
+const cases = new Cases("anthropic-sdk");
 // the SDK appends /v1/...: the base URL is the daemon's root
 let daemon = null, baseURL = args["base-url"]?.replace(/\/+$/, "").replace(/\/v1$/, ""), model = args.model;
 let apiKey = args["api-key"], ctx = null;
-let passed = 0, failed = 0, skipped = 0;
 try {
   if (args.moeserve) {
     model = "moeserve-anthropic-test";
     apiKey = `sk-test-${crypto.randomBytes(8).toString("hex")}`;
     ctx = CTX;
-    daemon = await startDaemon(args.moeserve, args["model-dir"], model, apiKey);
+    daemon = await startDaemon({ bin: args.moeserve, dir: args["model-dir"], name: model, timeoutS,
+                                 extra: ["--api-key", apiKey, "--max-tokens", "32", "--ctx-size", String(CTX)],
+                                 prefix: "ms-anthropic-" });
     baseURL = `http://127.0.0.1:${daemon.port}`;
     console.log(`anthropic-sdk: daemon on ${baseURL} (pid ${daemon.child.pid})`);
   }
-  ({ passed, failed, skipped } = await run(Anthropic, baseURL, model, apiKey, ctx));
+  await run(cases, Anthropic, baseURL, model, apiKey, ctx);
 } catch (e) {
-  failed++;
-  console.log(`FAIL setup: ${e?.stack ?? e}`);
+  cases.fail("setup", e?.stack ?? e);
   daemon ??= e?.daemon ?? null;
 }
-if (daemon) {
-  if (!daemon.exited) daemon.child.kill("SIGTERM");
-  const killer = setTimeout(() => daemon.child.kill("SIGKILL"), 30000);
-  const ex = await daemon.exitP;
-  clearTimeout(killer);
-  if (ex.code === 0) {
-    passed++;
-    console.log("ok   the daemon exits 0 on SIGTERM");
-  } else {
-    failed++;
-    console.log(`FAIL the daemon exits 0 on SIGTERM: ${JSON.stringify(ex)}`);
-  }
-  if (failed) printLog(daemon);
-}
-console.log(`anthropic-sdk: ${passed} passed, ${failed} failed${skipped ? `, ${skipped} skipped` : ""}`);
-process.exit(failed ? 1 : 0);
+await cases.finish(daemon);

@@ -32,7 +32,8 @@ prompt tokens than the first run's (the first turn came back) in the same
 session; the daemon must exit 0 on SIGTERM.
 
 Exits 0 when every check passes, 1 otherwise, 77 when the Claude Code
-binary is missing for this platform.
+binary is missing for this platform. The daemon's start and stop are
+daemon.py's, shared with codex_cli.py.
 """
 
 import argparse
@@ -42,36 +43,14 @@ import os
 import re
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import daemon  # noqa: E402
 
 MODEL = "gpt-oss-test"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_ready(port, proc, timeout):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if proc.poll() is not None:
-            return False
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                s.sendall(b"GET /health HTTP/1.0\r\n\r\n")
-                if b"200" in s.recv(64):
-                    return True
-        except OSError:
-            pass
-        time.sleep(0.1)
-    return False
 
 
 def claude_env(home, port, key):
@@ -184,22 +163,17 @@ def main():
         print(f"FAIL claude --version: {vout.strip()[-800:]}")
         return 1
     print(f"claude-code: {version}")
-    port, key = free_port(), "sk-test-" + secrets.token_hex(8)
+    port, key = daemon.free_port(), "sk-test-" + secrets.token_hex(8)
     tmp = tempfile.mkdtemp(prefix="ms-claude.")
     home, work = os.path.join(tmp, "home"), os.path.join(tmp, "work")
     os.mkdir(home)
     os.mkdir(work)
     env = claude_env(home, port, key)
-    log = open(os.path.join(tmp, "daemon.log"), "w+")
-    d = subprocess.Popen([a.moeserve, "serve", "--port", str(port), "--model", a.model,
-                          "--served-model-name", MODEL, "--threads", "2", "--max-tokens", "48",
-                          "--ctx-size", "65536", "--api-key", key],
-                         stdout=log, stderr=subprocess.STDOUT)
+    d, log = daemon.start(a.moeserve, port, a.model, MODEL, os.path.join(tmp, "daemon.log"),
+                          "--max-tokens", "48", "--ctx-size", "65536", "--api-key", key)
     failures, results, marks = [], [], []
     try:
-        if not wait_ready(port, d, a.timeout):
-            log.seek(0)
-            print(f"FAIL the daemon did not become ready:\n{log.read()[-2000:]}")
+        if not daemon.wait_ready(port, d, log, a.timeout):
             return 1
         for name, args in (("claude -p: one turn", ["Say hello."]),
                            ("claude -p --continue: the first turn sent back", ["--continue", "And now say goodbye."])):
@@ -209,14 +183,7 @@ def main():
             check_run(name, rc, result, out, failures)
             results.append(result or {})
     finally:
-        d.send_signal(signal.SIGTERM)
-        try:
-            code = d.wait(60)
-        except subprocess.TimeoutExpired:
-            d.kill()
-            code = "killed"
-        log.seek(0)
-        text = log.read()
+        code, text = daemon.stop(d, log)
     runs = [posts(text[marks[i]:marks[i + 1] if i + 1 < len(marks) else len(text)]) for i in range(len(marks))]
     every = [p for r in runs for p in r]
     if len(runs) < 2 or any(not r for r in runs) or any(st != "200" for _, st, _ in every):

@@ -21,41 +21,20 @@ fails the test. The daemon must have answered POST /v1/responses with 200 each t
 and exit 0 on SIGTERM.
 
 Exits 0 when every check passes, 1 otherwise, 77 when the Codex binary is
-missing for this platform.
+missing for this platform. The daemon's start and stop are daemon.py's,
+shared with claude_code.py.
 """
 
 import argparse
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_ready(port, proc, timeout):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if proc.poll() is not None:
-            return False
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                s.sendall(b"GET /health HTTP/1.0\r\n\r\n")
-                if b"200" in s.recv(64):
-                    return True
-        except OSError:
-            pass
-        time.sleep(0.1)
-    return False
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import daemon  # noqa: E402
 
 
 def codex_run(codex, home, args, timeout):
@@ -90,37 +69,25 @@ def main():
     if not os.access(a.codex, os.X_OK):
         print(f"codex-cli: {a.codex} is missing (tools/npm-ci.sh tests/clients/npm-codex installs it)")
         return 77
-    port = free_port()
+    port = daemon.free_port()
     home = tempfile.mkdtemp(prefix="ms-codex.")
     with open(os.path.join(home, "config.toml"), "w") as f:
         f.write('model = "gpt-oss-test"\nmodel_provider = "moeserve"\n'
                 'model_reasoning_effort = "low"\n\n'
                 '[model_providers.moeserve]\nname = "moeserve"\n'
                 f'base_url = "http://127.0.0.1:{port}/v1"\nwire_api = "responses"\n')
-    log = open(os.path.join(home, "daemon.log"), "w+")
-    d = subprocess.Popen([a.moeserve, "serve", "--port", str(port), "--model", a.model,
-                          "--served-model-name", "gpt-oss-test", "--threads", "2",
-                          "--max-tokens", "48"],
-                         stdout=log, stderr=subprocess.STDOUT)
+    d, log = daemon.start(a.moeserve, port, a.model, "gpt-oss-test", os.path.join(home, "daemon.log"),
+                          "--max-tokens", "48")
     failures = []
     try:
-        if not wait_ready(port, d, a.timeout):
-            log.seek(0)
-            print(f"FAIL the daemon did not become ready:\n{log.read()[-2000:]}")
+        if not daemon.wait_ready(port, d, log, a.timeout):
             return 1
         rc, out = codex_run(a.codex, home, ["Say hello."], a.timeout)
         check_run("codex exec: one turn, streamed", rc, out, failures)
         rc, out = codex_run(a.codex, home, ["resume", "--last", "And now say goodbye."], a.timeout)
         check_run("codex exec resume: the first turn's items sent back", rc, out, failures)
     finally:
-        d.send_signal(signal.SIGTERM)
-        try:
-            code = d.wait(60)
-        except subprocess.TimeoutExpired:
-            d.kill()
-            code = "killed"
-        log.seek(0)
-        text = log.read()
+        code, text = daemon.stop(d, log)
     posts = re.findall(r"POST /v1/responses (\d+)", text)
     if len(posts) < 2 or any(p != "200" for p in posts):
         failures.append("daemon statuses")

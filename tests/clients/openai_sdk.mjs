@@ -22,111 +22,14 @@
 // not skipped).
 //
 // One line per case, then "openai-sdk: P passed, F failed"; exit status 0
-// when F = 0, 1 otherwise, 2 on usage errors.
+// when F = 0, 1 otherwise, 2 on usage errors. The command line, the daemon
+// and these lines are sdk_harness.mjs's, shared with anthropic_sdk.mjs.
 
-import { spawn } from "node:child_process";
-import fs from "node:fs";
-import net from "node:net";
-import path from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { Cases, assert, importSdk, parseArgs, startDaemon } from "./sdk_harness.mjs";
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const sdkDir = path.join(here, "npm-sdk");
-
-function usage(msg) {
-  console.error(`openai_sdk.mjs: ${msg}`);
-  console.error("usage: node tests/clients/openai_sdk.mjs --base-url URL --model NAME [--api-key KEY]");
-  console.error("       node tests/clients/openai_sdk.mjs --moeserve BIN --model-dir DIR [--timeout S]");
-  process.exit(2);
-}
-
-const args = {};
-for (let i = 2; i < process.argv.length; i++) {
-  const a = process.argv[i];
-  if (!a.startsWith("--")) usage(`unexpected argument ${a}`);
-  const eq = a.indexOf("=");
-  if (eq > 0) args[a.slice(2, eq)] = a.slice(eq + 1);
-  else if (i + 1 < process.argv.length) args[a.slice(2)] = process.argv[++i];
-  else usage(`${a} needs a value`);
-}
-for (const k of Object.keys(args))
-  if (!["base-url", "model", "api-key", "moeserve", "model-dir", "timeout"].includes(k)) usage(`unknown option --${k}`);
-if (!args["base-url"] === !args.moeserve) usage("give --base-url or --moeserve (one of them)");
-if (args["base-url"] && !args.model) usage("--base-url needs --model");
-if (args.moeserve && !args["model-dir"]) usage("--moeserve needs --model-dir");
-const timeoutS = Number(args.timeout ?? 120);
-
-// ---- the SDK, pinned ----
-
-// tools/npm-ci.sh installs it (the meson test runs this script through it);
-// run by hand, a missing or other version is an error, not an install.
-function pinnedSdk() {
-  const want = JSON.parse(fs.readFileSync(path.join(sdkDir, "package.json"), "utf8")).dependencies.openai;
-  let have = null;
-  try {
-    have = JSON.parse(fs.readFileSync(path.join(sdkDir, "node_modules/openai/package.json"), "utf8")).version;
-  } catch { /* not installed */ }
-  if (have === want) return want;
-  console.log(`openai-sdk: openai ${have ?? "missing"} in ${sdkDir}, want ${want}: ` +
-              `run tools/npm-ci.sh tests/clients/npm-sdk first`);
-  console.log("openai-sdk: 0 passed, 1 failed");
-  process.exit(1);
-}
-
-// ---- a daemon of our own (--moeserve) ----
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-async function startDaemon(bin, dir, name) {
-  const port = await freePort();
-  const logPath = path.join(fs.mkdtempSync(path.join(process.env.TMPDIR ?? "/tmp", "ms-sdk-")), "daemon.log");
-  const log = fs.openSync(logPath, "w");
-  const child = spawn(bin, ["serve", "--model", dir, "--port", String(port), "--host", "127.0.0.1",
-                            "--served-model-name", name, "--shutdown-timeout-s", "10"],
-                      { stdio: ["ignore", log, log] });
-  let exited = null;
-  const exitP = new Promise((resolve) => child.on("exit", (code, sig) => { exited = { code, sig }; resolve(exited); }));
-  const d = { child, port, logPath, exitP, get exited() { return exited; } };
-  const deadline = Date.now() + timeoutS * 1000;
-  for (;;) {
-    if (exited) throw Object.assign(new Error(`moeserve serve exited early (${JSON.stringify(exited)})`), { daemon: d });
-    try {
-      const r = await fetch(`http://127.0.0.1:${port}/health`);
-      const body = await r.text();
-      if (r.status === 200) return d;
-      if (r.status !== 503) throw new Error(`/health answered ${r.status}: ${body}`);
-    } catch (e) {
-      if (e.message?.startsWith("/health")) throw Object.assign(e, { daemon: d });
-    }
-    if (Date.now() > deadline) throw Object.assign(new Error("the daemon did not become ready in time"), { daemon: d });
-    await sleep(50);
-  }
-}
-
-function printLog(d) {
-  if (!d) return;
-  try {
-    const t = fs.readFileSync(d.logPath, "utf8");
-    console.log(`--- daemon log (${d.logPath}), last 4000 bytes:\n${t.slice(-4000)}\n---`);
-  } catch { /* none */ }
-}
+const { args, timeoutS } = parseArgs("openai_sdk.mjs");
 
 // ---- assertions ----
-
-function assert(cond, what) {
-  if (!cond) throw new Error(what);
-}
 
 function checkUsage(u, where, { maxCompletion } = {}) {
   assert(u && typeof u === "object", `${where}: no usage`);
@@ -153,19 +56,9 @@ function checkHead(r, object, model, where) {
 
 // ---- the cases ----
 
-async function run(OpenAI, baseURL, model, apiKey) {
+async function run(cases, OpenAI, baseURL, model, apiKey) {
   const client = new OpenAI({ baseURL, apiKey: apiKey ?? "unused", maxRetries: 0, timeout: timeoutS * 1000 });
-  let passed = 0, failed = 0;
-  async function test(name, fn) {
-    try {
-      await fn();
-      passed++;
-      console.log(`ok   ${name}`);
-    } catch (e) {
-      failed++;
-      console.log(`FAIL ${name}: ${e?.stack ?? e}`);
-    }
-  }
+  const test = (name, fn) => cases.test(name, fn);
   const prompt = "The quick brown fox";
   const messages = [
     { role: "system", content: "You are a terse assistant." },
@@ -423,44 +316,24 @@ async function run(OpenAI, baseURL, model, apiKey) {
       assert(e.status === 404 && /no-such-model/.test(e.error?.message ?? ""), `404 error ${JSON.stringify(e.error)}`);
     }
   });
-
-  return { passed, failed };
 }
 
 // ---- main ----
 
-const version = pinnedSdk();
-const { default: OpenAI } = await import(pathToFileURL(path.join(sdkDir, "node_modules/openai/index.mjs")).href);
-console.log(`openai-sdk: openai ${version}, node ${process.version}`);
+const { default: OpenAI } = await importSdk("openai-sdk", "npm-sdk", "openai");
 
+const cases = new Cases("openai-sdk");
 let daemon = null, baseURL = args["base-url"], model = args.model;
-let passed = 0, failed = 0;
 try {
   if (args.moeserve) {
     model = "moeserve-sdk-test";
-    daemon = await startDaemon(args.moeserve, args["model-dir"], model);
+    daemon = await startDaemon({ bin: args.moeserve, dir: args["model-dir"], name: model, prefix: "ms-sdk-", timeoutS });
     baseURL = `http://127.0.0.1:${daemon.port}/v1`;
     console.log(`openai-sdk: daemon on ${baseURL} (pid ${daemon.child.pid})`);
   }
-  ({ passed, failed } = await run(OpenAI, baseURL, model, args["api-key"]));
+  await run(cases, OpenAI, baseURL, model, args["api-key"]);
 } catch (e) {
-  failed++;
-  console.log(`FAIL setup: ${e?.stack ?? e}`);
+  cases.fail("setup", e?.stack ?? e);
   daemon ??= e?.daemon ?? null;
 }
-if (daemon) {
-  if (!daemon.exited) daemon.child.kill("SIGTERM");
-  const killer = setTimeout(() => daemon.child.kill("SIGKILL"), 30000);
-  const ex = await daemon.exitP;
-  clearTimeout(killer);
-  if (ex.code === 0) {
-    passed++;
-    console.log("ok   the daemon exits 0 on SIGTERM");
-  } else {
-    failed++;
-    console.log(`FAIL the daemon exits 0 on SIGTERM: ${JSON.stringify(ex)}`);
-  }
-  if (failed) printLog(daemon);
-}
-console.log(`openai-sdk: ${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+await cases.finish(daemon);
