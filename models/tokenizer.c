@@ -505,8 +505,14 @@ int ms_detok_push(struct ms_detok *d, int32_t id, char **buf, size_t *len, size_
 	const char *b = ms_tokenizer_bytes(d->t, id, &n);
 	if (!b)
 		return -EINVAL;
-	if (d->skip_special && d->t->special[id])
-		return 0;
+	if (d->skip_special && d->t->special[id]) {
+		/* a character never spans a special token: what is held back ends
+		 * here, as U+FFFD in this token's text, not in front of the text
+		 * after it (a harmony header's role) */
+		int rc = d->n_pend ? out_append(buf, len, cap, replacement, 3) : 0;
+		d->n_pend = 0;
+		return rc;
+	}
 	return feed_bytes(d, (const unsigned char *)b, n, buf, len, cap);
 }
 

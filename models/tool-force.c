@@ -206,6 +206,15 @@ int ms_tool_force_new(const struct ms_tokenizer *tok, const struct ms_harmony_id
 	for (int i = 0; i < sp->n_names; i++)
 		f->args[i] = sp->args && sp->args[i] ? ms_tmask_ref(sp->args[i]) : NULL;
 	costs(f, sp);
+	/* a forced call that cannot fit would end cut, without its call: the
+	 * request is refused before it runs (<|channel|>, then the answer) */
+	if (!sp->plain && !sp->final_ok && sp->budget > 0 && sp->budget < 1 + f->cost_answer) {
+		rc = ms_err_set(err, -ERANGE, "max_tokens %lld cannot hold the forced call: its "
+				"frame and the shortest valid arguments take %lld tokens",
+				(long long)sp->budget, (long long)(1 + f->cost_answer));
+		ms_tool_force_free(f);
+		return rc;
+	}
 	*out = f;
 	return 0;
 }

@@ -56,7 +56,9 @@ struct ms_force_spec {
 struct ms_tool_force; /* the token sequences and grammars (immutable once built) */
 
 /* For spec (names and grammars copied or referenced: spec need not
- * outlive the call); eos: the model's end-of-text ids. */
+ * outlive the call); eos: the model's end-of-text ids. -ERANGE when a
+ * call is forced and the budget cannot hold its frame and the shortest
+ * valid arguments. */
 int ms_tool_force_new(const struct ms_tokenizer *tok, const struct ms_harmony_ids *ids,
 		      const int32_t *eos, int n_eos, const struct ms_force_spec *spec,
 		      struct ms_tool_force **out, struct ms_err *err);

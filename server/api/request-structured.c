@@ -300,8 +300,8 @@ int ms_req_shape(const struct ms_req_model *m, struct ms_req_gen *r, struct ms_r
 	unref_all(args, n);
 	ms_tmask_unref(final);
 	if (rc)
-		return rc == -ENOMEM ? ms_req_oom(e) : refuse(e, forced ? "tool_choice" : NULL, NULL,
-							       "%s", err.msg);
+		return rc == -ENOMEM ? ms_req_oom(e) : refuse(e, rc == -ERANGE ? "max_tokens" : forced
+							       ? "tool_choice" : NULL, NULL, "%s", err.msg);
 	r->con = ms_tool_force_constraint(r->force);
 	r->params.constraint = &r->con;
 	return 0;

@@ -332,6 +332,15 @@ START_TEST(streaming_decoder)
 	ms_detok_push(&d, 259, &buf, &len, &cap);
 	ms_detok_push(&d, 302, &buf, &len, &cap);
 	ck_assert_str_eq(buf, "hello[SEP]");
+	/* a character never spans a skipped special token: the held byte ends
+	 * as U+FFFD with it, and the text after starts clean (a harmony
+	 * header's role after <|end|><|start|>) */
+	ms_detok_push(&d, 0xE2, &buf, &len, &cap);
+	ck_assert_uint_eq(len, strlen("hello[SEP]"));
+	ck_assert_int_eq(ms_detok_push(&d, 300, &buf, &len, &cap), 0);
+	ck_assert_str_eq(buf, "hello[SEP]\xef\xbf\xbd");
+	ms_detok_push(&d, 259, &buf, &len, &cap);
+	ck_assert_str_eq(buf, "hello[SEP]\xef\xbf\xbdhello");
 	ck_assert_int_eq(ms_detok_push(&d, 5000, &buf, &len, &cap), -EINVAL);
 	free(buf);
 	ms_tokenizer_free(t);

@@ -634,70 +634,113 @@ static int on_parsed(void *ctx, enum ms_harmony_event ev, const char *data, size
 	return 0;
 }
 
-/* The forced call driven as the sampler would (random logits, the mask,
- * the largest survivor, accept), with the model pulling hard towards
- * ending (eos and <|return|> far ahead): every run is one call of an
- * allowed function, parsed as such, with no content before it. */
+/* Ids whose bytes are a lone lead byte of a multi-byte character: a
+ * reasoning that ends on one leaves its character incomplete. */
+static int lead_byte_ids(int32_t *out, int cap)
+{
+	int n = 0;
+	for (int32_t id = 0; id < VOCAB && n < cap; id++) {
+		size_t len;
+		const char *b = ms_tokenizer_bytes(tok, id, &len);
+		if (b && len == 1 && (unsigned char)b[0] >= 0xC2 && (unsigned char)b[0] <= 0xF4)
+			out[n++] = id;
+	}
+	return n;
+}
+
+/* One forced run as the engine runs it: random logits, the mask, the
+ * largest survivor, accept; each token's text from the streaming decoder
+ * (special tokens skipped), into the harmony parser. The model pulls hard
+ * towards ending (eos and <|return|> far ahead), reasons for about `think`
+ * tokens and often stops on a lone lead byte. Returns the tokens made. */
+static int forced_run(struct ms_constraint *c, void *st, struct ms_harmony_parser *hp, int think,
+		      int64_t budget, uint32_t *seed)
+{
+	const struct ms_harmony_ids *h = &hp->ids;
+	static int32_t leads[64];
+	static int n_leads;
+	if (!n_leads)
+		n_leads = lead_byte_ids(leads, 64);
+	ck_assert_int_gt(n_leads, 0);
+	struct ms_detok d;
+	ms_detok_init(&d, tok, true);
+	static float z[VOCAB];
+	int steps = 0;
+	for (; steps < 2000 && hp->state != MS_HARMONY_DONE; steps++) {
+		for (int i = 0; i < VOCAB; i++)
+			z[i] = (float)(lcg(seed) % 1000) / 100.0f;
+		z[h->ret] = z[eos[0]] = z[eos[1]] = 50.0f;
+		if (lcg(seed) % 3 == 0)
+			z[leads[lcg(seed) % (uint32_t)n_leads]] = 45.0f;
+		z[h->end] = steps >= think && lcg(seed) % 2 ? 40.0f : 0.0f;
+		z[h->call] = lcg(seed) % 4 == 0 ? 40.0f : 0.0f;
+		c->mask(st, z, VOCAB);
+		int best = 0;
+		for (int i = 1; i < VOCAB; i++)
+			best = z[i] > z[best] ? i : best;
+		ck_assert_msg(best != eos[0] && best != eos[1] && best != h->ret,
+			      "step %d: an end of text got through", steps);
+		c->accept(st, best);
+		char *text = NULL;
+		size_t len = 0, cap = 0;
+		ck_assert_int_eq(ms_detok_push(&d, best, &text, &len, &cap), 0);
+		ms_harmony_parser_push(hp, best, text ? text : "", len);
+		free(text);
+	}
+	ck_assert_msg(!budget || steps <= budget, "%d tokens for max_tokens %lld", steps,
+		      (long long)budget);
+	return steps;
+}
+
+/* The forced call, over thousands of runs of random logits, reasoning
+ * lengths and budgets: every run is one call of an allowed function,
+ * parsed as such, with no content before it, within its max_tokens; a
+ * budget too small for the call's frame is refused up front. */
 START_TEST(tool_choice_forces_a_call)
 {
 	struct ms_req_model m = model();
 	const char *names[] = {"get_weather", "get_time", "get"};
-	int chosen[3] = {0};
+	int chosen[3] = {0}, refused = 0;
 	uint32_t seed = 99u;
-	for (int run = 0; run < 300; run++) {
+	for (int run = 0; run < 3000; run++) {
 		int n = run % 2 ? 3 : 1; /* required (three, one a prefix of the others) or named */
 		const char *const *nm = run % 2 ? names : &names[1 + run % 3 % 2];
+		int64_t budget = run % 4 == 0 ? 0 : 1 + (int64_t)(lcg(&seed) % 120);
 		struct ms_tool_force *f;
 		struct ms_err err = {0};
-		struct ms_force_spec sp = {.names = nm, .n_names = n};
-		ck_assert_int_eq(ms_tool_force_new(tok, &m.hids, eos, 2, &sp, &f, &err), 0);
+		struct ms_force_spec sp = {.names = nm, .n_names = n, .budget = budget};
+		int rc = ms_tool_force_new(tok, &m.hids, eos, 2, &sp, &f, &err);
+		if (rc) {
+			ck_assert_msg(rc == -ERANGE && budget < 24 && strstr(err.msg, "max_tokens"),
+				      "run %d: max_tokens %lld: %d %s", run, (long long)budget, rc, err.msg);
+			refused++;
+			continue;
+		}
 		struct ms_constraint c = ms_tool_force_constraint(f);
 		void *st = c.init(c.arg);
 		ms_tool_force_free(f); /* the state does not need it */
 		struct calls_seen seen = {0};
 		struct ms_harmony_parser hp;
 		ms_harmony_parser_init(&hp, &m.hids, on_parsed, &seen);
-		static float z[VOCAB];
-		int steps = 0;
-		for (; steps < 400 && hp.state != MS_HARMONY_DONE; steps++) {
-			for (int i = 0; i < VOCAB; i++)
-				z[i] = (float)(lcg(&seed) % 1000) / 100.0f;
-			z[m.hids.ret] = z[eos[0]] = z[eos[1]] = 50.0f;
-			/* short reasoning and arguments: the end tokens likely */
-			z[m.hids.end] = lcg(&seed) % 4 == 0 ? 40.0f : 0.0f;
-			z[m.hids.call] = lcg(&seed) % 4 == 0 ? 40.0f : 0.0f;
-			c.mask(st, z, VOCAB);
-			int best = 0;
-			for (int i = 1; i < VOCAB; i++)
-				best = z[i] > z[best] ? i : best;
-			ck_assert_msg(best != eos[0] && best != eos[1] && best != m.hids.ret,
-				      "run %d step %d: an end of text got through", run, steps);
-			c.accept(st, best);
-			char *text = NULL;
-			size_t len = 0;
-			bool special = best == m.hids.start || best == m.hids.end || best == m.hids.message ||
-				       best == m.hids.channel || best == m.hids.constrain || best == m.hids.call;
-			if (!special)
-				ck_assert_int_eq(ms_tokenizer_decode(tok, (const int32_t *)&best, 1, false,
-								     &text, &len, &err), 0);
-			ms_harmony_parser_push(&hp, best, text ? text : "", len);
-			free(text);
-		}
+		int steps = forced_run(&c, st, &hp, (int)(lcg(&seed) % 200), budget, &seed);
 		c.free(st);
 		ck_assert_msg(hp.state == MS_HARMONY_DONE && seen.stop_call, "run %d: no call after %d "
-			      "tokens", run, steps);
+			      "tokens (max_tokens %lld)", run, steps, (long long)budget);
 		ck_assert_int_eq(seen.begins, 1);
-		ck_assert_int_eq(seen.content, 0);
+		ck_assert_msg(seen.content == 0, "run %d: content before the call", run);
 		ck_assert_int_eq(hp.n_malformed, 0);
 		bool ok = false;
 		for (int i = 0; i < n; i++)
 			if (!strcmp(seen.name, nm[i]))
 				ok = true, chosen[i] += n == 3;
 		ck_assert_msg(ok, "run %d: a call of \"%s\"", run, seen.name);
+		ms_harmony_parser_free(&hp);
 	}
-	/* with a choice, the model's logits choose: every name comes up */
+	/* with a choice, the model's logits choose: every name comes up; some
+	 * budgets were too small, most were not */
 	for (int i = 0; i < 3; i++)
 		ck_assert_msg(chosen[i] > 0, "\"%s\" never chosen", names[i]);
+	ck_assert_msg(refused > 0 && refused < 500, "%d refused", refused);
 }
 END_TEST
 
