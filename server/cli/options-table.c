@@ -40,6 +40,7 @@
 
 static const char *const log_formats[] = {"text", "json", NULL};
 static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL};
+static const char *const on_off[] = {"on", "off", NULL};
 static const char *const numa_modes[] = {"auto", "off", "interleave", NULL};
 static const char *const kv_dtypes[] = {"auto", "f32", "bf16", "fp8", NULL};
 static const char *const dense_modes[] = {"auto", "bf16", "int8", NULL};
@@ -48,6 +49,8 @@ static const char *const spec_modes[] = {"auto", "off", NULL};
 
 _Static_assert(sizeof(enum ms_log_format) == sizeof(int), "enums are stored through int *");
 _Static_assert(sizeof(enum ms_log_level) == sizeof(int), "enums are stored through int *");
+_Static_assert(sizeof(enum ms_access_log) == sizeof(int), "enums are stored through int *");
+_Static_assert(MS_ACCESS_LOG_ON == 0 && MS_ACCESS_LOG_OFF == 1, "on_off[] follows enum ms_access_log");
 _Static_assert(sizeof(enum ms_numa_mode) == sizeof(int), "enums are stored through int *");
 _Static_assert(MS_NUMA_AUTO == 0 && MS_NUMA_OFF == 1 && MS_NUMA_INTERLEAVE == 2,
 	       "numa_modes[] follows enum ms_numa_mode");
@@ -259,6 +262,9 @@ const struct opt_def ms_opt_rows[] = {
 	 SERVE, 0, {0}},
 	{"log-format", 0, T_ENUM, F(log_format), 0, 0, log_formats, "text", NULL, "FMT",
 	 "text or json (one object per line)",
+	 SERVE, 0, {0}},
+	{"access-log", 0, T_ENUM, F(access_log), 0, 0, on_off, "on", NULL, "on|off",
+	 "a line per request on stderr: time, method,\npath, status, tokens, latency, request id",
 	 SERVE, 0, {0}},
 	{"log-level", 0, T_ENUM, F(log_level), 0, 0, log_levels, "info", NULL, "LEVEL",
 	 "error, warn, info or debug",

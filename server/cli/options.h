@@ -39,6 +39,8 @@ enum ms_log_format {
 	MS_LOG_FORMAT_JSON,   /* one JSON object per line */
 };
 
+enum ms_access_log { MS_ACCESS_LOG_ON, MS_ACCESS_LOG_OFF };
+
 enum ms_log_level {
 	MS_LOG_LEVEL_ERROR,
 	MS_LOG_LEVEL_WARN,
@@ -90,6 +92,7 @@ struct ms_serve_options {
 	/* logs */
 	enum ms_log_format log_format;  /* text */
 	enum ms_log_level log_level;    /* info */
+	enum ms_access_log access_log;  /* on */
 	/* the backend */
 	char *backend;             /* registry name (ms_backend_names); "cpu" */
 	int device;                /* which GPU on a device backend */

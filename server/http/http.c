@@ -19,7 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include "job.h"
 #include "grammar-cache.h"
@@ -46,6 +48,7 @@ struct conn {
 	bool responding;  /* a generation's response is under way: counted in in_flight */
 	enum ms_dialect dialect; /* the route's: how its errors are written */
 	int retry_after;  /* a 429/503's Retry-After (s); 0: 1 */
+	char rid[MS_REQUEST_ID_MAX + 1]; /* X-Request-Id: the client's, or made here */
 };
 
 /* ---- responses ---- */
@@ -65,6 +68,7 @@ static enum MHD_Result queue(struct ms_server *s, struct MHD_Connection *c, stru
 			     int status, const char *ctype, struct MHD_Response *r)
 {
 	MHD_add_response_header(r, "Content-Type", ctype);
+	MHD_add_response_header(r, "X-Request-Id", k->rid);
 	add_common_headers(s, r);
 	/* every 429 and 503 (queue, KV cache, loading, draining, failed) says
 	 * when to come back: clients (the OpenAI SDKs, load balancers) wait
@@ -549,6 +553,30 @@ static enum MHD_Result dispatch(struct ms_server *s, struct MHD_Connection *c, s
 
 /* ---- libmicrohttpd glue ---- */
 
+/* The request's id: the client's X-Request-Id when it is 1 to
+ * MS_REQUEST_ID_MAX visible ASCII bytes (it goes into log lines and a
+ * header as it is), else 32 random hex digits. */
+static void request_id(struct MHD_Connection *c, char *rid)
+{
+	const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Request-Id");
+	size_t n = h ? strlen(h) : 0;
+	bool ok = n >= 1 && n <= MS_REQUEST_ID_MAX;
+	for (size_t i = 0; ok && i < n; i++)
+		ok = h[i] > ' ' && h[i] < 0x7f && h[i] != '"' && h[i] != '\\';
+	if (ok) {
+		memcpy(rid, h, n + 1);
+		return;
+	}
+	unsigned char b[16] = {0};
+	if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b)) {
+		static atomic_ullong seq;
+		unsigned long long v = atomic_fetch_add(&seq, 1) ^ (unsigned long long)time(NULL) << 20;
+		memcpy(b, &v, sizeof(v));
+	}
+	for (int i = 0; i < 16; i++)
+		snprintf(rid + 2 * i, 3, "%02x", b[i]);
+}
+
 static struct conn *conn_new(struct ms_server *s, struct MHD_Connection *c, const char *url,
 			     const char *method)
 {
@@ -557,6 +585,7 @@ static struct conn *conn_new(struct ms_server *s, struct MHD_Connection *c, cons
 		return NULL;
 	k->t0 = ms_now_s();
 	k->json0 = ms_json_failures();
+	request_id(c, k->rid);
 	snprintf(k->method, sizeof(k->method), "%s", method);
 	snprintf(k->path, sizeof(k->path), "%s", url);
 	const char *rest;
@@ -616,6 +645,44 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	return dispatch(s, c, k);
 }
 
+/* in as a JSON string's body: quotes and backslashes escaped, control
+ * bytes as '?' (a client chose the path). */
+static void log_escape(const char *in, char *out, size_t cap)
+{
+	size_t o = 0;
+	for (; *in && o + 2 < cap; in++) {
+		if (*in == '"' || *in == '\\')
+			out[o++] = '\\';
+		out[o++] = (unsigned char)*in < 0x20 ? '?' : *in;
+	}
+	out[o] = '\0';
+}
+
+/* One line per request on stderr: when it ended (ISO 8601, UTC), what
+ * it asked (the path without the query), how it ended, its tokens,
+ * latency and id. */
+static void access_log(const struct ms_server *s, const struct conn *k, int status)
+{
+	struct timespec ts;
+	struct tm tm;
+	char when[40], path[2 * sizeof(k->path)], method[2 * sizeof(k->method)];
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	size_t n = strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(when + n, sizeof(when) - n, ".%03ldZ", ts.tv_nsec / 1000000);
+	log_escape(k->path, path, sizeof(path));
+	log_escape(k->method, method, sizeof(method));
+	double ms = (ms_now_s() - k->t0) * 1000.0;
+	if (s->cfg.log_json)
+		fprintf(stderr, "{\"time\":\"%s\",\"method\":\"%s\",\"path\":\"%s\",\"status\":%d,"
+			"\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"latency_ms\":%.1f,"
+			"\"request_id\":\"%s\"}\n", when, method, path, status,
+			(long long)k->prompt_tokens, (long long)k->gen_tokens, ms, k->rid);
+	else
+		fprintf(stderr, "%s %s %s %d prompt=%lld completion=%lld %.1fms id=%s\n", when, method,
+			path, status, (long long)k->prompt_tokens, (long long)k->gen_tokens, ms, k->rid);
+}
+
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 			 enum MHD_RequestTerminationCode toe)
 {
@@ -627,16 +694,10 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	int status = k->status ? k->status : 499;
 	if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && status == 200)
 		status = 499; /* the client went away */
-	double ms = (ms_now_s() - k->t0) * 1000.0;
 	if (s->metrics)
 		ms_metrics_http(s->metrics, k->method, status);
-	if (s->cfg.log_json)
-		fprintf(stderr, "{\"method\":\"%s\",\"path\":\"%s\",\"status\":%d,\"prompt_tokens\":%lld,"
-			"\"completion_tokens\":%lld,\"latency_ms\":%.1f}\n", k->method, k->path, status,
-			(long long)k->prompt_tokens, (long long)k->gen_tokens, ms);
-	else
-		fprintf(stderr, "%s %s %d prompt=%lld completion=%lld %.1fms\n", k->method, k->path,
-			status, (long long)k->prompt_tokens, (long long)k->gen_tokens, ms);
+	if (!s->cfg.no_access_log)
+		access_log(s, k, status);
 	if (k->responding)
 		atomic_fetch_sub(&s->api.in_flight, 1);
 	free(k->body);

@@ -22,6 +22,9 @@
 #include "ms-error.h"
 #include "tokenizer.h"
 
+/* A client's X-Request-Id, at most this long (longer: one is made). */
+#define MS_REQUEST_ID_MAX 128
+
 struct ms_server_config {
 	const char *host;
 	int port;
@@ -38,6 +41,7 @@ struct ms_server_config {
 	size_t max_body_bytes;
 	const char *cors_origin;        /* NULL: no CORS headers */
 	bool log_json;
+	bool no_access_log;             /* --access-log off */
 	struct ms_api_config api;       /* what the API is told (api.h) */
 };
 

@@ -127,7 +127,7 @@ def disconnect_cancels(d, n_long):
 def logged_tokens(d):
     with open(d.log_path, "rb") as f:
         log = f.read().decode(errors="replace")
-    lines = [ln for ln in log.splitlines() if ln.startswith("POST /v1/messages 200")]
+    lines = [ln for ln in log.splitlines() if " POST /v1/messages 200 " in ln]
     S.check(lines, "no access-log line of a Messages request")
     streamed = [ln for ln in lines if "prompt=0 " not in ln]
     S.check(len(streamed) == len(lines), f"lines without their prompt tokens: {lines}")

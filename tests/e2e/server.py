@@ -1515,19 +1515,41 @@ def auth_cases(d):
         check(st == 401 and hd.get("access-control-allow-origin") == "https://app.example",
               f"no CORS header on a 401: {hd}")
 
+    def request_ids():
+        # the client's id, kept; none, or one that is not visible ASCII of at
+        # most 128 bytes: one made (32 hex digits), another each time
+        for rid in ("trace-42/abc.DEF_9", "x" * 128):
+            st, hd, _ = d.post("/v1/completions", body, headers={**A, "X-Request-Id": rid})
+            check(st == 200 and hd.get("x-request-id") == rid, f"{rid[:20]}: {st} {hd}")
+        made = set()
+        for hdr in ({}, {"X-Request-Id": "has space"}, {"X-Request-Id": "x" * 129},
+                    {"X-Request-Id": 'q"uote'}):
+            st, hd, _ = d.post("/v1/completions", body, headers={**A, **hdr})
+            rid = hd.get("x-request-id", "")
+            check(st == 200 and re.fullmatch(r"[0-9a-f]{32}", rid), f"{hdr}: {st} {hd}")
+            made.add(rid)
+        check(len(made) == 4, f"made ids repeat: {made}")
+        st, hd, _ = d.post("/v1/completions", body, headers={"X-Request-Id": "on-a-401"})
+        check(st == 401 and hd.get("x-request-id") == "on-a-401", f"a 401's headers {hd}")
+
     def json_logs():
         with open(d.log_path, "rb") as f:
             lines = [ln for ln in f.read().decode(errors="replace").splitlines() if ln.startswith("{")]
         check(len(lines) >= 10, f"{len(lines)} JSON log lines")
         for ln in lines:
             j = json.loads(ln)
-            check({"method", "path", "status"} <= set(j), f"log line {ln}")
+            check({"time", "method", "path", "status", "request_id"} <= set(j), f"log line {ln}")
+            check(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", j["time"]),
+                  f"time {j['time']!r} is not ISO 8601 UTC")
         check(any(json.loads(ln)["status"] == 401 for ln in lines), "no 401 in the log")
+        ids = {json.loads(ln)["request_id"] for ln in lines}
+        check({"trace-42/abc.DEF_9", "on-a-401"} <= ids, "the clients' request ids are not in the log")
 
     case("auth: 401 without or with a wrong key, 200 with it; health/live/metrics open", auth, daemon=d)
     case("auth: 413 over --max-body-bytes (Content-Length and chunked)", body_limit, daemon=d)
     case("auth: CORS preflight and headers", cors, daemon=d)
-    case("auth: --log-format json access log", json_logs, daemon=d)
+    case("auth: X-Request-Id taken or made, on every answer", request_ids, daemon=d)
+    case("auth: --log-format json access log, with time and request id", json_logs, daemon=d)
 
 
 def queue_cases(d):
@@ -1682,6 +1704,17 @@ def sigterm_cases(d):
 
 
 def sigterm_timeout_cases(d):
+    def no_access_log():
+        st, hd, _ = d.post("/v1/completions", {"prompt": [1, 2], "max_tokens": 2})
+        check(st == 200 and len(hd.get("x-request-id", "")) == 32, f"{st} {hd}")
+        time.sleep(0.3)  # the line would follow the answer
+        with open(d.log_path, "rb") as f:
+            log = f.read().decode(errors="replace")
+        check(" /v1/completions " not in log and "/health" not in log,
+              f"access-log lines with --access-log off:\n{log[-600:]}")
+
+    case("--access-log off: no line per request", no_access_log, daemon=d)
+
     def cut_at_timeout():
         out = {}
 
@@ -1719,6 +1752,7 @@ def sigterm_timeout_cases(d):
         check(chunks > 0, "no chunk before the cut")
 
     case("sigterm: --shutdown-timeout-s 1 cuts a long request, exit 0 promptly", cut_at_timeout, daemon=d)
+
 
 
 # ---------------------------------------------------------------------------
@@ -1829,7 +1863,8 @@ def main():
     section("queue", a.model, ["--max-running", "1", "--max-queue", "1", "--keepalive-s", "1",
                                "--ctx-size", "16384", "--kv-cache-bytes", "48M"], queue_cases)
     section("sigterm", a.model, ["--shutdown-timeout-s", "30"], sigterm_cases)
-    section("sigterm-timeout", a.model, ["--shutdown-timeout-s", "1"], sigterm_timeout_cases)
+    section("sigterm-timeout", a.model, ["--shutdown-timeout-s", "1", "--access-log", "off"],
+            sigterm_timeout_cases)
 
     passed = sum(ok for _, ok in RESULTS)
     failed = len(RESULTS) - passed
