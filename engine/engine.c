@@ -107,6 +107,7 @@ struct ms_engine {
 	int n_running;
 	int64_t reserved;             /* pages reserved by running requests */
 	float *work;                  /* sampler scratch [V] */
+	float *row;                   /* a row with its stop ids masked (min_tokens) [V] */
 	uint64_t seed_counter;
 	uint64_t prompt_tokens, generation_tokens, cached_tokens, steps;
 	double step_s;                /* a forward pass's time, moving average */
@@ -277,6 +278,9 @@ static int submit_check(const struct ms_engine *e, const int32_t *prompt, int64_
 					  "[0, %lld)", (long long)i, prompt[i], (long long)e->V);
 	if (p->max_tokens < 0)
 		return ms_err_set(err, -EINVAL, "max_tokens %lld is negative", (long long)p->max_tokens);
+	if (p->min_tokens < 0 || p->min_tokens > p->max_tokens)
+		return ms_err_set(err, -EINVAL, "min_tokens %lld is not in [0, max_tokens %lld]",
+				  (long long)p->min_tokens, (long long)p->max_tokens);
 	if (n_prompt + p->max_tokens > e->cfg.max_context)
 		return ms_err_set(err, -E2BIG, "the prompt (%lld tokens) plus max_tokens (%lld) exceeds "
 				  "the context of %lld tokens", (long long)n_prompt,
@@ -836,11 +840,23 @@ static void step_prompt_logprobs(struct ms_engine *e, struct req *r, const float
 
 /* Sample the next token of r from its logit row, send it with its text,
  * and say why r finishes (MS_FINISH_NONE: it goes on). */
+/* The row r draws from: its stop ids out of reach until min_tokens. */
+static const float *draw_row(struct ms_engine *e, const struct req *r, const float *row_logits)
+{
+	if (r->n_generated >= r->p.min_tokens || !r->p.n_stop_ids)
+		return row_logits;
+	memcpy(e->row, row_logits, (size_t)e->V * sizeof(float));
+	for (int i = 0; i < r->p.n_stop_ids; i++)
+		e->row[r->p.stop_ids[i]] = -INFINITY;
+	return e->row;
+}
+
 static enum ms_finish step_sample(struct ms_engine *e, struct req *r, const float *row_logits,
 				  const char **stop_hit)
 {
 	struct ms_token_logprobs lp;
 	bool want_lp = r->p.sampling.n_logprobs >= 0;
+	row_logits = draw_row(e, r, row_logits);
 	int32_t tok = ms_sampler_sample_masked(&r->sampler, row_logits, e->work, want_lp ? &lp : NULL,
 					       r->cstate ? r->con.mask : NULL, r->cstate);
 	if (r->cstate)
@@ -1040,7 +1056,8 @@ int ms_engine_init(struct ms_engine **out, const struct ms_lm *m, const struct m
 		e->running = calloc((size_t)e->cfg.max_running, sizeof(*e->running));
 		e->props = calloc((size_t)e->cfg.max_running, sizeof(*e->props));
 		e->work = malloc((size_t)e->V * sizeof(float));
-		if (!e->running || !e->props || !e->work)
+		e->row = malloc((size_t)e->V * sizeof(float));
+		if (!e->running || !e->props || !e->work || !e->row)
 			rc = ms_err_set(err, -ENOMEM, "out of memory");
 	}
 	if (!rc)
@@ -1082,6 +1099,7 @@ void ms_engine_free(struct ms_engine *e)
 	free(e->props);
 	step_batch_free(&e->sb);
 	free(e->work);
+	free(e->row);
 	pthread_mutex_destroy(&e->mu);
 	pthread_cond_destroy(&e->cv);
 	free(e);

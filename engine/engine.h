@@ -82,6 +82,7 @@ struct ms_request_params {
 	struct ms_sampling sampling;
 	const struct ms_constraint *constraint;  /* or NULL */
 	int64_t max_tokens;            /* 0 allowed: prompt only (prompt logprobs) */
+	int64_t min_tokens;            /* no stop id is drawn before this many tokens */
 	const int32_t *stop_ids;       /* generation stops after emitting one of these */
 	int n_stop_ids;
 	const char *const *stop;       /* stop strings, matched on the generated text */

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "job.h"
+#include "ms-clock.h"
 #include "grammar-cache.h"
 #include "ms-json.h"
 #include "answer.h"
@@ -28,6 +29,7 @@ void ms_api_init(struct ms_api *a, const struct ms_api_config *cfg, struct ms_me
 	if (getrandom(&start, sizeof(start), 0) != (ssize_t)sizeof(start))
 		start = (unsigned long long)time(NULL) << 20 ^ (unsigned long long)getpid();
 	atomic_store(&a->counter, start);
+	pthread_mutex_init(&a->noted_mu, NULL);
 	ms_responses_store_init(&a->rstore, cfg->responses_store);
 }
 
@@ -55,6 +57,7 @@ void ms_api_set_model(struct ms_api *a, struct ms_model *m, struct ms_tokenizer 
 
 void ms_api_free(struct ms_api *a)
 {
+	pthread_mutex_destroy(&a->noted_mu);
 	ms_responses_store_free(&a->rstore);
 	ms_grammar_cache_free(a->grammars);
 	a->grammars = NULL;
@@ -202,13 +205,39 @@ static void run_job(struct ms_api *a, struct ms_req_gen *rq, struct ms_api_reply
 	r->job = jb;
 }
 
+/* Whether name's note is due: not logged in the last minute (the oldest
+ * remembered name makes room). */
+static bool note_due(struct ms_api *a, const char *name)
+{
+	double now = ms_now_s();
+	int slot = 0;
+	bool due = true;
+	pthread_mutex_lock(&a->noted_mu);
+	for (int i = 0; i < MS_API_NOTED; i++) {
+		if (!strncmp(a->noted[i].name, name, sizeof(a->noted[i].name) - 1)) {
+			slot = i, due = now - a->noted[i].at >= 60;
+			break;
+		}
+		if (a->noted[i].at < a->noted[slot].at)
+			slot = i;
+	}
+	if (due) {
+		snprintf(a->noted[slot].name, sizeof(a->noted[slot].name), "%s", name);
+		a->noted[slot].at = now;
+	}
+	pthread_mutex_unlock(&a->noted_mu);
+	return due;
+}
+
+/* Each field completions and chat do not know: ignored, as OpenAI's
+ * clients send fields of newer APIs, but said (once a minute a name). */
 static void warn_unknown_fields(struct ms_api *a, const cJSON *req)
 {
-	if (atomic_load(&a->warned_unknown))
-		return;
-	const char *f = ms_req_unknown_field(req);
-	if (f && !atomic_exchange(&a->warned_unknown, true))
-		fprintf(stderr, "moeserve: note: ignoring unknown request field \"%s\" (logged once)\n", f);
+	const cJSON *it;
+	cJSON_ArrayForEach(it, req)
+		if (!ms_req_known_field(it->string) && note_due(a, it->string))
+			fprintf(stderr, "moeserve: note: ignoring unknown request field \"%.63s\" (said at "
+				"most once a minute)\n", it->string);
 }
 
 /* POST /v1/completions, /v1/chat/completions */

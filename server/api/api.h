@@ -14,6 +14,7 @@
 #define MS_API_H
 
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -29,6 +30,8 @@
 #include "tokenizer.h"
 
 struct ms_job;
+
+#define MS_API_NOTED 32   /* unknown field names remembered for their log line */
 
 /* What serve's options say of the API. */
 struct ms_api_config {
@@ -54,7 +57,9 @@ struct ms_api {
 	int n_eos;
 	atomic_int in_flight;           /* requests being generated or answered */
 	atomic_ullong counter;          /* ids */
-	atomic_bool warned_unknown;     /* an unknown request field (logged once) */
+	/* unknown request fields logged, each at most once a minute */
+	pthread_mutex_t noted_mu;
+	struct { char name[64]; double at; } noted[MS_API_NOTED];
 	atomic_bool warned_tool;        /* a hosted tool type ignored (logged once) */
 	struct ms_responses_store rstore;     /* /v1/responses kept for previous_response_id */
 	/* the weights are gone (a step faulted on their file): the

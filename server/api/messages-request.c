@@ -644,14 +644,12 @@ static int effort_field(const cJSON *req, const char **effort, cJSON *body, stru
 	if (oc && !cJSON_IsObject(oc))
 		return ms_req_wrong_type(e, oc, "an object", "output_config");
 	const cJSON *ef = oc ? jget(oc, "effort") : NULL;
-	static const char *const from[] = {"low", "medium", "high", "max", "xhigh"};
-	static const char *const to[] = {"low", "medium", "high", "high", "high"};
-	for (int k = 0; ef && k < 5; k++)
-		if (cJSON_IsString(ef) && !strcmp(ef->valuestring, from[k]))
-			*effort = to[k], ef = NULL;
-	if (ef)
-		return ms_req_bad_value(e, ef, "supported values are \"low\", \"medium\", \"high\" and "
-					"\"max\"", "output_config.effort");
+	const char *to = cJSON_IsString(ef) ? ms_req_effort(ef->valuestring) : NULL;
+	if (ef && !to)
+		return ms_req_bad_value(e, ef, "supported values are " MS_REQ_EFFORTS,
+					"output_config.effort");
+	if (to)
+		*effort = to;
 	if (*effort && !cJSON_AddStringToObject(body, "reasoning_effort", *effort))
 		return ms_req_oom(e);
 	/* structured output: output_config.format is chat's json_schema */

@@ -48,6 +48,12 @@ int ms_req_check_function(const cJSON *fn, const char *at, struct ms_req_error *
  * msgs, for the APIs made into chat bodies; NULL when out of memory. */
 cJSON *ms_req_push_message(cJSON *msgs, const char *role, const char *content);
 
+/* A reasoning effort any endpoint takes onto harmony's three levels:
+ * none and minimal are its lowest (harmony always reasons), xhigh and max
+ * its highest; NULL for another value. */
+const char *ms_req_effort(const char *v);
+#define MS_REQ_EFFORTS "\"none\", \"minimal\", \"low\", \"medium\", \"high\", \"xhigh\" or \"max\""
+
 /* 500 "out of memory"; -ENOMEM. */
 int ms_req_oom(struct ms_req_error *e);
 

@@ -342,6 +342,13 @@ static int common_fields(const struct ms_req_model *m, struct ms_req_gen *r, str
 		r->n = (int)x;
 	if ((rc = bool_field(j, "stream", &r->stream, e)) < 0)
 		return rc;
+	/* vLLM's, which benchmark tools send */
+	if ((rc = bool_field(j, "ignore_eos", &r->ignore_eos, e)) < 0)
+		return rc;
+	if ((rc = int_field(j, "min_tokens", 0, 1e9, "an integer >= 0", &x, e)) < 0)
+		return rc;
+	if (rc)
+		r->params.min_tokens = x;
 	const cJSON *so = jget(j, "stream_options");
 	if (so && cJSON_IsObject(so))
 		r->include_usage = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(so, "include_usage"));
@@ -385,7 +392,7 @@ int ms_req_body(const struct ms_req_model *m, const char *body, size_t len, cJSO
 	return 0;
 }
 
-const char *ms_req_unknown_field(const cJSON *req)
+bool ms_req_known_field(const char *name)
 {
 	static const char *const known[] = {
 		"model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature",
@@ -393,17 +400,22 @@ const char *ms_req_unknown_field(const cJSON *req)
 		"frequency_penalty", "repetition_penalty", "logit_bias", "logprobs", "top_logprobs",
 		"echo", "stream", "stream_options", "tools", "tool_choice", "reasoning_effort", "user",
 		"suffix", "best_of", "parallel_tool_calls", "response_format", "structured_outputs",
+		"ignore_eos", "min_tokens",
 		"guided_json", "guided_regex", "guided_choice", "guided_grammar", "grammar", "json_schema",
 		NULL,
 	};
+	for (const char *const *k = known; *k; k++)
+		if (!strcmp(*k, name))
+			return true;
+	return false;
+}
+
+const char *ms_req_unknown_field(const cJSON *req)
+{
 	const cJSON *it;
-	cJSON_ArrayForEach(it, req) {
-		bool ok = false;
-		for (const char *const *k = known; *k && !ok; k++)
-			ok = !strcmp(*k, it->string);
-		if (!ok)
+	cJSON_ArrayForEach(it, req)
+		if (!ms_req_known_field(it->string))
 			return it->string;
-	}
 	return NULL;
 }
 
@@ -541,11 +553,44 @@ static int prompts_field(const struct ms_req_model *m, struct ms_req_gen *r, str
 	return 0;
 }
 
+/* The fields this server refuses rather than ignores: best_of other than
+ * n (drawing best_of and keeping the n likeliest is not done here, and
+ * vLLM's V1 engine dropped it too), a suffix (no fill-in-the-middle), echo
+ * on chat (the prompt is not repeated there). */
+static int unsupported_fields(const struct ms_req_gen *r, struct ms_req_error *e)
+{
+	const cJSON *j = r->req, *bo = jget(j, "best_of"), *sf = jget(j, "suffix"), *ec = jget(j, "echo");
+	const cJSON *ptc = jget(j, "parallel_tool_calls");
+	if (!r->chat && bo && (!cJSON_IsNumber(bo) || bo->valuedouble != r->n))
+		return ms_req_bad_value(e, bo, "only best_of equal to n is supported (drawing best_of "
+					"answers and keeping the n likeliest is not); use \"n\"", "best_of");
+	if (!r->chat && sf && (!cJSON_IsString(sf) || sf->valuestring[0]))
+		return ms_req_bad_value(e, sf, "this model has no fill-in-the-middle: \"suffix\" must be "
+					"empty or absent", "suffix");
+	if (r->chat && ec && !cJSON_IsFalse(ec))
+		return ms_req_bad_value(e, ec, "\"echo\" is a /v1/completions field: chat does not repeat "
+					"the prompt", "echo");
+	/* harmony ends the turn at a call: false holds whatever is asked */
+	if (ptc && !cJSON_IsBool(ptc))
+		return ms_req_wrong_type(e, ptc, "a boolean", "parallel_tool_calls");
+	return 0;
+}
+
+/* After max_tokens' default is known: min_tokens within it. */
+static int min_tokens_check(const struct ms_req_gen *r, struct ms_req_error *e)
+{
+	if (r->params.min_tokens <= r->params.max_tokens)
+		return 0;
+	return ms_req_bad_value(e, jget(r->req, "min_tokens"), "\"min_tokens\" must be at most "
+				"max_tokens", "min_tokens");
+}
+
 static int completion_fields(const struct ms_req_model *m, struct ms_req_gen *r,
 			     struct ms_req_error *e)
 {
 	int rc;
-	if ((rc = common_fields(m, r, e)) || (rc = bool_field(r->req, "echo", &r->echo, e)) < 0)
+	if ((rc = common_fields(m, r, e)) || (rc = bool_field(r->req, "echo", &r->echo, e)) < 0 ||
+	    (rc = unsupported_fields(r, e)) || (rc = min_tokens_check(r, e)))
 		return rc;
 	if (r->params.max_tokens == 0 && !r->echo)
 		return refuse(e, "max_tokens", NULL, "\"max_tokens\" 0 only makes sense with \"echo\"");
@@ -573,7 +618,7 @@ int ms_req_completion(const struct ms_req_model *m, cJSON *req, struct ms_req_ge
 	r->params.stop = r->stops;
 	r->params.n_stop = r->n_stops;
 	int ne = 0;
-	for (int i = 0; i < m->n_eos && ne < 8; i++)
+	for (int i = 0; !r->ignore_eos && i < m->n_eos && ne < 8; i++)
 		r->stop_ids[ne++] = m->eos[i];
 	r->params.stop_ids = r->stop_ids;
 	r->params.n_stop_ids = ne;
@@ -911,12 +956,19 @@ int ms_req_chat_messages(const cJSON *req, struct ms_req_chat *c, struct ms_req_
 	const cJSON *re = jget(req, "reasoning_effort");
 	if (!re)
 		return 0;
-	if (!cJSON_IsString(re) || (strcmp(re->valuestring, "low") && strcmp(re->valuestring, "medium") &&
-				    strcmp(re->valuestring, "high")))
-		return refuse(e, "reasoning_effort", re,
-			      "\"reasoning_effort\" must be \"low\", \"medium\" or \"high\"");
-	c->cr.reasoning_effort = re->valuestring;
+	if (!cJSON_IsString(re) || !(c->cr.reasoning_effort = ms_req_effort(re->valuestring)))
+		return refuse(e, "reasoning_effort", re, "\"reasoning_effort\" must be " MS_REQ_EFFORTS);
 	return 0;
+}
+
+const char *ms_req_effort(const char *v)
+{
+	static const char *const from[] = {"none", "minimal", "low", "medium", "high", "xhigh", "max"};
+	static const char *const to[] = {"low", "low", "low", "medium", "high", "high", "high"};
+	for (size_t k = 0; k < sizeof(from) / sizeof(from[0]); k++)
+		if (!strcmp(v, from[k]))
+			return to[k];
+	return NULL;
 }
 
 void ms_req_chat_free(struct ms_req_chat *c)
@@ -1101,6 +1153,8 @@ static int chat_request(const struct ms_req_model *m, cJSON *req, bool within,
 	}
 	int rc = common_fields(m, r, e);
 	if (!rc)
+		rc = unsupported_fields(r, e);
+	if (!rc)
 		rc = chat_prompt(m, r, e);
 	if (!rc && within)
 		rc = clamp_max_tokens(m, r, e);
@@ -1116,14 +1170,17 @@ static int chat_request(const struct ms_req_model *m, cJSON *req, bool within,
 		if (m->default_max_tokens > 0 && m->default_max_tokens < r->params.max_tokens)
 			r->params.max_tokens = m->default_max_tokens; /* serve --max-tokens */
 	}
-	if ((rc = ms_req_shape(m, r, e))) {
+	if ((rc = min_tokens_check(r, e)) || (rc = ms_req_shape(m, r, e))) {
 		ms_req_gen_free(r);
 		return rc;
 	}
+	/* ignore_eos: not even harmony's end of turn stops it */
 	int ne = 0;
-	r->stop_ids[ne++] = m->hids.ret;
-	r->stop_ids[ne++] = m->hids.call;
-	for (int i = 0; i < m->n_eos && ne < 10; i++)
+	if (!r->ignore_eos) {
+		r->stop_ids[ne++] = m->hids.ret;
+		r->stop_ids[ne++] = m->hids.call;
+	}
+	for (int i = 0; !r->ignore_eos && i < m->n_eos && ne < 10; i++)
 		r->stop_ids[ne++] = m->eos[i];
 	r->params.stop_ids = r->stop_ids;
 	r->params.n_stop_ids = ne;

@@ -60,6 +60,7 @@ struct ms_req_error {
  * request per prompt and choice. */
 struct ms_req_gen {
 	bool chat, stream, include_usage, echo;
+	bool ignore_eos;                /* no stop id: exactly max_tokens (benchmarks) */
 	int n;                          /* choices per prompt, 1..16 */
 	int logprobs;                   /* completions: top-N per token; -1: none */
 	int n_prompts;                  /* completions: 1..64; chat: 1 */
@@ -99,8 +100,9 @@ struct ms_req_gen {
 int ms_req_body(const struct ms_req_model *m, const char *body, size_t len, cJSON **out,
 		struct ms_req_error *e);
 
-/* The name of the first field that neither endpoint knows, or NULL (they
- * are ignored; the server logs one). */
+/* Whether completions or chat know the field (the others are ignored; the
+ * server logs them), and the first one of req they do not know, or NULL. */
+bool ms_req_known_field(const char *name);
 const char *ms_req_unknown_field(const cJSON *req);
 
 /* POST /v1/completions and /v1/chat/completions. req is taken (owned by

@@ -462,16 +462,10 @@ static int reasoning_of(const cJSON *req, cJSON *body, struct ms_req_error *e)
 	const cJSON *ef = jget(rs, "effort");
 	if (!ef)
 		return 0;
-	/* harmony has three levels: "minimal" and "none" are its lowest */
-	static const char *const from[] = {"minimal", "none", "low", "medium", "high"};
-	static const char *const to[] = {"low", "low", "low", "medium", "high"};
-	for (int k = 0; cJSON_IsString(ef) && k < 5; k++)
-		if (!strcmp(ef->valuestring, from[k])) {
-			cJSON_AddStringToObject(body, "reasoning_effort", to[k]);
-			return 0;
-		}
-	return refuse(e, "reasoning.effort", ef, "\"reasoning.effort\" must be \"minimal\", \"low\", "
-		      "\"medium\" or \"high\"");
+	const char *to = cJSON_IsString(ef) ? ms_req_effort(ef->valuestring) : NULL;
+	if (to)
+		return cJSON_AddStringToObject(body, "reasoning_effort", to) ? 0 : ms_req_oom(e);
+	return refuse(e, "reasoning.effort", ef, "\"reasoning.effort\" must be " MS_REQ_EFFORTS);
 }
 
 /* "text.format": the chat body's response_format of the same meaning

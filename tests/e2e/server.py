@@ -796,6 +796,41 @@ def chat_cases(d, model_name, sdk):
         st, _, j = d.post("/v1/completions", {**body, "stop": "\u2603\u2603\u2603"})
         check(j["choices"][0]["text"] == full, "a stop string that never occurs changed the text")
 
+    def eos_controls():
+        # the eos ids pushed far ahead: the model ends at once, unless
+        # min_tokens holds them back or ignore_eos lets it run to max_tokens
+        # (config.json's: the ids a completion stops at; generation_config's
+        # add harmony's end-of-turn tokens, which are text here)
+        with open(os.path.join(d.model, "config.json")) as f:
+            ids = json.load(f)["eos_token_id"]
+        eos = {str(i): 100 for i in (ids if isinstance(ids, list) else [ids])}
+        body = {"prompt": "Once upon a time", "max_tokens": 10, "temperature": 0, "logit_bias": eos}
+        runs = [({}, 1, "stop"), ({"min_tokens": 5}, 6, "stop"), ({"ignore_eos": True}, 10, "length"),
+                ({"ignore_eos": True, "min_tokens": 3}, 10, "length")]
+        for extra, n, fin in runs:
+            st, _, j = d.post("/v1/completions", {**body, **extra})
+            check(st == 200 and j["usage"]["completion_tokens"] == n and
+                  j["choices"][0]["finish_reason"] == fin, f"{extra}: {st} {j}")
+        st, _, j = d.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                                                   "max_tokens": 12, "ignore_eos": True})
+        check(st == 200 and j["usage"]["completion_tokens"] == 12, f"chat ignore_eos: {st} {j}")
+        expect_error(d.post("/v1/completions", {**body, "min_tokens": 11}), 400, "min_tokens")
+        # what is refused rather than ignored
+        expect_error(d.post("/v1/completions", {**body, "best_of": 3}), 400, "best_of", ("n",))
+        st, _, j = d.post("/v1/completions", {**body, "best_of": 2, "n": 2})
+        check(st == 200 and len(j["choices"]) == 2, f"best_of = n: {st} {j}")
+        expect_error(d.post("/v1/completions", {**body, "suffix": "end"}), 400, "suffix",
+                     ("fill-in-the-middle",))
+        st, _, _ = d.post("/v1/completions", {**body, "suffix": ""})
+        check(st == 200, f"an empty suffix: {st}")
+        chat = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
+        expect_error(d.post("/v1/chat/completions", {**chat, "echo": True}), 400, "echo")
+        expect_error(d.post("/v1/chat/completions", {**chat, "parallel_tool_calls": "no"}), 400,
+                     "parallel_tool_calls")
+        for effort in ("none", "minimal", "xhigh", "max"):
+            st, _, j = d.post("/v1/chat/completions", {**chat, "reasoning_effort": effort})
+            check(st == 200, f"reasoning_effort {effort}: {st} {j}")
+
     def stream_cmpl():
         body = {"model": M, "prompt": P, "max_tokens": 12, "temperature": 0, "stream": True,
                 "stream_options": {"include_usage": True}}
@@ -1093,7 +1128,7 @@ def chat_cases(d, model_name, sdk):
                      "text.format")
         expect_error(d.post(R, {"input": "x", "tool_choice": {"type": "function", "name": "nope"}}),
                      400, "tool_choice", ("nope",))
-        expect_error(d.post(R, {"input": "x", "reasoning": {"effort": "max"}}), 400, "reasoning.effort")
+        expect_error(d.post(R, {"input": "x", "reasoning": {"effort": "extreme"}}), 400, "reasoning.effort")
         expect_error(d.post(R, {"input": "x", "max_output_tokens": 0}), 400, "max_output_tokens")
         expect_error(d.post(R, {"input": "x", "model": "other"}), 404, "model")
         # a prompt over the context: context_length_exceeded, as Codex expects
@@ -1394,6 +1429,7 @@ def chat_cases(d, model_name, sdk):
         ("chat: completion n>1", completion_n),
         ("chat: echo + logprobs + max_tokens 0/1 (lm-eval shape)", echo_logprobs),
         ("chat: stop strings (plain and streamed)", stop_strings),
+        ("chat: min_tokens, ignore_eos; best_of, suffix, chat echo refused", eos_controls),
         ("chat: completion streams parsed chunk by chunk", stream_cmpl),
         ("chat: chat completion, not streamed (prefix cache in usage, logprobs)", chat_plain),
         ("chat: chat completion streamed (role first, finish, usage, [DONE])", chat_stream),

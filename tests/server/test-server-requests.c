@@ -274,6 +274,35 @@ START_TEST(completion_limits_and_stops)
 }
 END_TEST
 
+/* vLLM's ignore_eos and min_tokens; the fields refused rather than
+ * ignored (best_of other than n, a suffix, echo on chat). */
+START_TEST(benchmark_fields)
+{
+	struct ms_req_gen *r = CMPL("{\"prompt\": \"x\", \"max_tokens\": 9, \"ignore_eos\": true, "
+				    "\"min_tokens\": 4, \"best_of\": 2, \"n\": 2, \"suffix\": \"\"}");
+	ck_assert(r->ignore_eos);
+	ck_assert_int_eq(r->params.n_stop_ids, 0);
+	ck_assert_int_eq(r->params.min_tokens, 4);
+	ms_req_gen_free(r);
+	r = CMPL("{\"prompt\": \"x\"}");
+	ck_assert_int_eq(r->params.n_stop_ids, 2); /* the model's eos */
+	ck_assert_int_eq(r->params.min_tokens, 0);
+	ms_req_gen_free(r);
+	r = CHAT("{" USER_HI ", \"ignore_eos\": true, \"min_tokens\": 3, \"echo\": false, "
+		 "\"parallel_tool_calls\": false}");
+	ck_assert_int_eq(r->params.n_stop_ids, 0); /* not even harmony's end of turn */
+	ck_assert_int_eq(r->params.min_tokens, 3);
+	ms_req_gen_free(r);
+	CMPL_BAD("{\"prompt\": \"x\", \"max_tokens\": 5, \"min_tokens\": 6}", "min_tokens", "at most");
+	CMPL_BAD("{\"prompt\": \"x\", \"min_tokens\": -1}", "min_tokens", ">= 0");
+	CMPL_BAD("{\"prompt\": \"x\", \"ignore_eos\": 1}", "ignore_eos", "");
+	CMPL_BAD("{\"prompt\": \"x\", \"best_of\": 3}", "best_of", "equal to n");
+	CMPL_BAD("{\"prompt\": \"x\", \"suffix\": \"end\"}", "suffix", "fill-in-the-middle");
+	CHAT_BAD("{" USER_HI ", \"echo\": true}", "echo", "/v1/completions");
+	CHAT_BAD("{" USER_HI ", \"parallel_tool_calls\": 1}", "parallel_tool_calls", "boolean");
+}
+END_TEST
+
 START_TEST(completion_prompts)
 {
 	/* a list of strings: one prompt each */
@@ -526,12 +555,14 @@ START_TEST(chat_fields)
 	ck_assert_int_eq(r->n, 2);
 	ck_assert(r->stream);
 	ms_req_gen_free(r);
-	/* reasoning_effort in the system message */
-	const char *efforts[] = {"low", "medium", "high"};
-	for (int i = 0; i < 3; i++) {
+	/* reasoning_effort in the system message: every endpoint's values onto
+	 * harmony's three */
+	const char *efforts[] = {"low", "medium", "high", "none", "minimal", "xhigh", "max"};
+	const char *shown[] = {"low", "medium", "high", "low", "low", "high", "high"};
+	for (int i = 0; i < 7; i++) {
 		char body[256], want[64];
 		snprintf(body, sizeof(body), "{" USER_HI ", \"reasoning_effort\": \"%s\"}", efforts[i]);
-		snprintf(want, sizeof(want), "Reasoning: %s", efforts[i]);
+		snprintf(want, sizeof(want), "Reasoning: %s", shown[i]);
 		r = CHAT(body);
 		char *text = prompt_text(r, 0);
 		ck_assert_msg(strstr(text, want), "%s: %s", body, text);
@@ -997,8 +1028,9 @@ START_TEST(chat_refusals)
 		 "tools[0].function.name", "Missing required parameter: 'tools[0].function.name'.");
 	CHAT_BAD("{" USER_HI ", \"tools\": [{\"function\": {\"name\": \"f\"}}, {\"function\": {\"name\": 1}}]}",
 		 "tools[1].function.name", "Invalid type for 'tools[1].function.name'", "(got 1)");
-	CHAT_BAD("{" USER_HI ", \"reasoning_effort\": \"max\"}", "reasoning_effort",
-		 "\"reasoning_effort\" must be \"low\", \"medium\" or \"high\" (got \"max\")");
+	CHAT_BAD("{" USER_HI ", \"reasoning_effort\": \"extreme\"}", "reasoning_effort",
+		 "\"reasoning_effort\" must be \"none\", \"minimal\", \"low\", \"medium\", \"high\", "
+		 "\"xhigh\" or \"max\" (got \"extreme\")");
 	CHAT_BAD("{" USER_HI ", \"reasoning_effort\": 2}", "reasoning_effort", "(got 2)");
 	CHAT_BAD("{" USER_HI ", \"logprobs\": 1}", "logprobs", "\"logprobs\" must be true or false (got 1)");
 	CHAT_BAD("{" USER_HI ", \"top_logprobs\": 2}", "top_logprobs",
@@ -1201,6 +1233,7 @@ int main(void)
 	tcase_add_test(tc, completion_logprobs_and_bias);
 	tcase_add_test(tc, completion_limits_and_stops);
 	tcase_add_test(tc, completion_prompts);
+	tcase_add_test(tc, benchmark_fields);
 	tcase_add_test(tc, completion_type_refusals);
 	tcase_add_test(tc, completion_range_refusals);
 	tcase_add_test(tc, completion_prompt_refusals);
