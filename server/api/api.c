@@ -252,9 +252,10 @@ void ms_api_generate(struct ms_api *a, cJSON *req, bool chat, struct ms_api_repl
 	run_job(a, rq, r);
 }
 
-/* POST /v1/responses: previous_response_id's conversation from the store,
- * then this turn. Codex's extra fields are expected here: no note. */
-void ms_api_responses(struct ms_api *a, cJSON *req, struct ms_api_reply *r)
+/* A Responses body as its chat request: previous_response_id's
+ * conversation from the store, then this turn (req taken). */
+static int responses_request(struct ms_api *a, cJSON *req, struct ms_req_gen **rq,
+			     struct ms_api_reply *r)
 {
 	struct ms_req_model m = req_model(a);
 	const cJSON *prev = cJSON_GetObjectItemCaseSensitive(req, "previous_response_id");
@@ -265,15 +266,23 @@ void ms_api_responses(struct ms_api *a, cJSON *req, struct ms_api_reply *r)
 			 "stored, evicted after --responses-store %d, or deleted)", prev->valuestring,
 			 a->rstore.cap);
 		cJSON_Delete(req);
-		return ms_api_error_code(r, 404, "invalid_request_error", "previous_response_id",
-					 NULL, msg);
+		ms_api_error_code(r, 404, "invalid_request_error", "previous_response_id", NULL, msg);
+		return -ENOENT;
 	}
-	struct ms_req_gen *rq;
 	struct ms_req_error e;
-	int rc = ms_req_responses(&m, req, items, &rq, &e);
+	int rc = ms_req_responses(&m, req, items, rq, &e);
 	cJSON_Delete(items);
 	if (rc)
-		return req_error(r, &e);
+		req_error(r, &e);
+	return rc;
+}
+
+/* POST /v1/responses. Codex's extra fields are expected here: no note. */
+void ms_api_responses(struct ms_api *a, cJSON *req, struct ms_api_reply *r)
+{
+	struct ms_req_gen *rq;
+	if (responses_request(a, req, &rq, r))
+		return;
 	if (rq->ignored_tool && !atomic_exchange(&a->warned_tool, true))
 		fprintf(stderr, "moeserve: note: ignoring tools of type \"%s\" (function tools only; "
 			"logged once)\n", rq->ignored_tool);
@@ -308,6 +317,20 @@ void ms_api_count_tokens(struct ms_api *a, cJSON *req, struct ms_api_reply *r)
 		return req_error(r, &e);
 	cJSON *j = cJSON_CreateObject();
 	cJSON_AddNumberToObject(j, "input_tokens", (double)n);
+	json_reply(r, 200, j);
+}
+
+/* POST /v1/responses/input_tokens: the prompt's tokens of a Responses
+ * body, without generating. */
+void ms_api_response_input_tokens(struct ms_api *a, cJSON *req, struct ms_api_reply *r)
+{
+	struct ms_req_gen *rq;
+	if (responses_request(a, req, &rq, r))
+		return;
+	cJSON *j = cJSON_CreateObject();
+	cJSON_AddStringToObject(j, "object", "response.input_tokens");
+	cJSON_AddNumberToObject(j, "input_tokens", (double)rq->n_prompt[0]);
+	ms_req_gen_free(rq);
 	json_reply(r, 200, j);
 }
 

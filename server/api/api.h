@@ -110,6 +110,9 @@ bool ms_api_body(struct ms_api *a, const char *body, size_t len, cJSON **req,
 /* The endpoints; each takes req. */
 void ms_api_generate(struct ms_api *a, cJSON *req, bool chat, struct ms_api_reply *r);
 void ms_api_responses(struct ms_api *a, cJSON *req, struct ms_api_reply *r);
+/* POST /v1/responses/input_tokens: {"object": "response.input_tokens",
+ * "input_tokens": N} for a Responses body */
+void ms_api_response_input_tokens(struct ms_api *a, cJSON *req, struct ms_api_reply *r);
 /* POST /v1/messages and /v1/messages/count_tokens (r->dialect Anthropic) */
 void ms_api_messages(struct ms_api *a, cJSON *req, struct ms_api_reply *r);
 void ms_api_count_tokens(struct ms_api *a, cJSON *req, struct ms_api_reply *r);

@@ -1200,24 +1200,35 @@ int ms_req_chat_within(const struct ms_req_model *m, cJSON *req, struct ms_req_g
 	return chat_request(m, req, true, out, e);
 }
 
-int ms_req_chat_count(const struct ms_req_model *m, const cJSON *req, int64_t *n,
-		      struct ms_req_error *e)
+int ms_req_chat_ids(const struct ms_req_model *m, const cJSON *req, int32_t **ids, int64_t *n,
+		    struct ms_req_error *e)
 {
 	*n = 0;
+	if (ids)
+		*ids = NULL;
 	if (!m->tok || !m->harmony)
-		return refuse(e, NULL, NULL, "counting a conversation's tokens needs the model's "
-			      "tokenizer.json with the harmony special tokens");
+		return refuse(e, NULL, NULL, "a conversation's tokens need the model's tokenizer.json "
+			      "with the harmony special tokens");
 	/* the request is borrowed: the parsed request must not delete it */
 	struct ms_req_gen *r = gen_new(NULL, true);
 	if (!r)
 		return oom(e);
 	r->req = (cJSON *)req;
 	int rc = chat_prompt(m, r, e);
-	if (!rc)
+	if (!rc) {
 		*n = r->n_prompt[0];
+		if (ids)
+			*ids = r->prompts[0], r->prompts[0] = NULL;
+	}
 	r->req = NULL;
 	ms_req_gen_free(r);
 	return rc;
+}
+
+int ms_req_chat_count(const struct ms_req_model *m, const cJSON *req, int64_t *n,
+		      struct ms_req_error *e)
+{
+	return ms_req_chat_ids(m, req, NULL, n, e);
 }
 
 /* ---- POST /tokenize, /detokenize ---- */
@@ -1233,6 +1244,12 @@ int ms_req_tokenize(const struct ms_req_model *m, const cJSON *req, int32_t **id
 	*n = 0;
 	if (!m->tok)
 		return refuse(e, NULL, NULL, "this model has no tokenizer.json");
+	if (jget(req, "messages")) { /* a chat conversation, as chat renders it */
+		int64_t cn;
+		int rc = ms_req_chat_ids(m, req, ids, &cn, e);
+		*n = (size_t)cn;
+		return rc;
+	}
 	if (!p || !cJSON_IsString(p))
 		return refuse(e, "prompt", p, "\"prompt\" must be a string");
 	/* special tokens written in the text count only when asked */

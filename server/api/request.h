@@ -143,7 +143,11 @@ int ms_req_messages_count(const struct ms_req_model *m, const cJSON *req, int64_
  * req taken as by ms_req_chat. */
 int ms_req_chat_within(const struct ms_req_model *m, cJSON *req, struct ms_req_gen **out,
 		       struct ms_req_error *e);
-/* A chat body's rendered prompt, counted (req not taken). */
+/* A chat body's rendered prompt: its ids (*ids malloc'd; ids may be
+ * NULL) and count, as chat encodes it ("messages", "tools",
+ * "reasoning_effort", "tool_choice", "response_format"); req not taken. */
+int ms_req_chat_ids(const struct ms_req_model *m, const cJSON *req, int32_t **ids, int64_t *n,
+		    struct ms_req_error *e);
 int ms_req_chat_count(const struct ms_req_model *m, const cJSON *req, int64_t *n,
 		      struct ms_req_error *e);
 
@@ -182,8 +186,9 @@ const cJSON *ms_req_answer_schema(const cJSON *req, const char **name, const cha
  * of them): 1 with *out a reference, 0 when none is asked for. */
 int ms_req_answer_grammar(const struct ms_req_model *m, const cJSON *req, struct ms_tmask **out,
 			  struct ms_req_error *e);
-/* POST /tokenize ({"prompt" or "text", "add_special_tokens"}): *ids
- * malloc'd. POST /detokenize ({"tokens"}): *text malloc'd. */
+/* POST /tokenize ({"prompt" or "text", "add_special_tokens"}, or a chat
+ * conversation: "messages" with "tools", "reasoning_effort", rendered as
+ * chat renders it): *ids malloc'd. POST /detokenize ({"tokens"}): *text malloc'd. */
 int ms_req_tokenize(const struct ms_req_model *m, const cJSON *req, int32_t **ids, size_t *n,
 		    struct ms_req_error *e);
 int ms_req_detokenize(const struct ms_req_model *m, const cJSON *req, char **text, size_t *len,

@@ -463,6 +463,8 @@ static const struct route routes[] = {
 	/* Codex's extra fields are expected there: no unknown-field note */
 	{"/v1/responses", M_POST, "POST", false, false, false, NULL, ms_api_responses,
 	 MS_DIALECT_OPENAI},
+	{"/v1/responses/input_tokens", M_POST, "POST", false, false, false, NULL,
+	 ms_api_response_input_tokens, MS_DIALECT_OPENAI},
 	{"/v1/responses/", M_GET | M_DELETE, "GET, DELETE", true, true, false, r_response_id, NULL,
 	 MS_DIALECT_OPENAI},
 	/* Anthropic's Messages API; its clients add ?beta=true, which is the

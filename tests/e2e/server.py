@@ -1158,6 +1158,26 @@ def chat_cases(d, model_name, sdk):
         expect_error(d.post("/detokenize", {"tokens": [1, 10 ** 7]}), 400, "tokens")
         expect_error(d.post("/detokenize", {"tokens": [1.5]}), 400, "tokens")
         expect_error(d.post("/tokenize", {"model": "nope", "prompt": "x"}), 404, "model")
+        # a conversation, as chat renders it: the count chat's usage gives
+        tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+        conv = {"messages": [{"role": "system", "content": "Be brief."},
+                             {"role": "user", "content": "Hello"}], "tools": tools,
+                "reasoning_effort": "high"}
+        st, _, j = d.post("/tokenize", conv)
+        check(st == 200 and j["count"] == len(j["tokens"]) and 200006 in j["tokens"], f"{st} {j}")
+        st, _, c = d.post("/v1/chat/completions", {**conv, "max_tokens": 1})
+        check(st == 200 and c["usage"]["prompt_tokens"] == j["count"],
+              f"/tokenize counts {j['count']}, chat's prompt {c['usage']}")
+        expect_error(d.post("/tokenize", {"messages": [{"role": "user"}]}), 400, "messages[0].content")
+        # a Responses body's input tokens, before sending it
+        body = {"input": "Hello", "instructions": "Be brief.", "tools": [dict(type="function", name="f",
+                                                                             parameters={"type": "object"})]}
+        st, _, j = d.post("/v1/responses/input_tokens", body)
+        check(st == 200 and j.get("object") == "response.input_tokens", f"input_tokens: {st} {j}")
+        st, _, r = d.post("/v1/responses", {**body, "max_output_tokens": 1, "store": False})
+        check(st == 200 and r["usage"]["input_tokens"] == j["input_tokens"],
+              f"input_tokens {j['input_tokens']}, the response's {r['usage']}")
+        expect_error(d.post("/v1/responses/input_tokens", {"input": 5}), 400, "input")
 
     def errors_400():
         C, CH = "/v1/completions", "/v1/chat/completions"
@@ -1438,7 +1458,7 @@ def chat_cases(d, model_name, sdk):
         ("responses: streamed, every event's type and sequence, deltas = items", responses_stream),
         ("responses: a Codex-shaped conversation; previous_response_id", responses_codex),
         ("responses: refusals name the field; context_length_exceeded", responses_errors),
-        ("chat: /tokenize + /detokenize round trip and errors", tokenize_roundtrip),
+        ("chat: /tokenize (text, a conversation) + /detokenize; responses input_tokens", tokenize_roundtrip),
         ("chat: 400 invalid JSON, wrong types, out of range, over the context", errors_400),
         ("chat: 404 unknown route or model, 405 wrong method", errors_404_405),
         ("chat: requests and errors on one kept-alive connection", keepalive_connection),
