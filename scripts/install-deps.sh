@@ -11,6 +11,7 @@ PKGS=(
   openssl curl libgnutls28-dev   # tests/e2e/security.py's certificate and HTTPS client; gnutls: serve's TLS checks (libmicrohttpd-dev pulls it in too)
   hipcc libamdhip64-dev   # the rocm backend's GPU kernels (Debian's HIP 5.2: compiles for gfx90a/gfx940 without a GPU)
   clang   # libFuzzer targets (tests/fuzz, -Dfuzz=enabled): clang-14 and its libclang_rt.fuzzer
+  prometheus   # promtool: tests/e2e/metrics_promtool.py parses /metrics as Prometheus does
 )
 
 missing=()

@@ -59,6 +59,9 @@ enum hist_id {
 	H_QUEUE,
 	H_PROMPT,
 	H_GEN,
+	H_ITL2,     /* H_ITL under vLLM's current name */
+	H_PREFILL,
+	H_DECODE,
 	H_COUNT,
 };
 
@@ -86,6 +89,16 @@ static const struct hist_def {
 	[H_GEN] = {"moeserve:request_generation_tokens",
 		   "Generated tokens per finished request.",
 		   token_bounds, (int)COUNT(token_bounds)},
+	[H_ITL2] = {"moeserve:inter_token_latency_seconds",
+		    "Time between two generated tokens of a request, in seconds (vLLM's current "
+		    "name of time_per_output_token_seconds).",
+		    itl_bounds, (int)COUNT(itl_bounds)},
+	[H_PREFILL] = {"moeserve:request_prefill_time_seconds",
+		       "Time from first scheduling to the first generated token, in seconds.",
+		       latency_bounds, (int)COUNT(latency_bounds)},
+	[H_DECODE] = {"moeserve:request_decode_time_seconds",
+		      "Time from the first generated token to the end of a request, in seconds.",
+		      latency_bounds, (int)COUNT(latency_bounds)},
 };
 
 /* HTTP methods kept apart; anything else is "other" (the last slot). */
@@ -223,6 +236,11 @@ void ms_metrics_request_finished(struct ms_metrics *m, const char *reason, doubl
 	hist_observe(&s->hist[H_E2E], &hist_defs[H_E2E], e2e_s);
 	hist_observe(&s->hist[H_QUEUE], &hist_defs[H_QUEUE], queue_s);
 	hist_observe(&s->hist[H_TTFT], &hist_defs[H_TTFT], ttft_s);
+	if (ttft_s >= 0 && isfinite(ttft_s) && isfinite(e2e_s)) { /* it generated: prefill, decode */
+		hist_observe(&s->hist[H_PREFILL], &hist_defs[H_PREFILL],
+			     ttft_s > queue_s ? ttft_s - queue_s : 0);
+		hist_observe(&s->hist[H_DECODE], &hist_defs[H_DECODE], e2e_s > ttft_s ? e2e_s - ttft_s : 0);
+	}
 	if (prompt_tokens >= 0)
 		hist_observe(&s->hist[H_PROMPT], &hist_defs[H_PROMPT], (double)prompt_tokens);
 	if (generation_tokens >= 0)
@@ -236,6 +254,7 @@ void ms_metrics_inter_token(struct ms_metrics *m, double s)
 		return;
 	pthread_mutex_lock(&m->mu);
 	hist_observe(&m->s.hist[H_ITL], &hist_defs[H_ITL], s);
+	hist_observe(&m->s.hist[H_ITL2], &hist_defs[H_ITL2], s);
 	pthread_mutex_unlock(&m->mu);
 }
 
@@ -466,7 +485,7 @@ int ms_metrics_render(struct ms_metrics *m, const struct ms_engine_stats *st, ch
 		usage = 1;
 	gauge(&b, ml, "moeserve:kv_cache_usage_perc",
 	      "Fraction of KV-cache pages held by requests (0..1).", usage);
-	gauge(&b, ml, "moeserve:kv_cache_pages_total", "KV-cache pages in the pool.",
+	gauge(&b, ml, "moeserve:kv_cache_pages", "KV-cache pages in the pool.",
 	      st ? st->kv_pages : 0);
 
 	/* counters */
@@ -477,6 +496,13 @@ int ms_metrics_render(struct ms_metrics *m, const struct ms_engine_stats *st, ch
 		"Prompt tokens served from the prefix cache.", st ? st->cached_tokens : 0);
 	counter(&b, ml, "moeserve:generation_tokens_total", "Generated tokens.",
 		st ? st->generation_tokens : 0);
+	/* vLLM's prefix-cache counters, in tokens: every prompt token is looked
+	 * up (queries); those found cached are hits */
+	counter(&b, ml, "moeserve:prefix_cache_queries_total",
+		"Prompt tokens looked up in the prefix cache.",
+		st ? st->prompt_tokens + st->cached_tokens : 0);
+	counter(&b, ml, "moeserve:prefix_cache_hits_total",
+		"Prompt tokens found in the prefix cache.", st ? st->cached_tokens : 0);
 	static const struct ms_spec_stats no_spec;
 	spec_decode(&b, ml, st ? &st->spec : &no_spec);
 	counter(&b, ml, "moeserve:harmony_parse_errors_total",

@@ -69,8 +69,8 @@ def burst(d, n_req, max_tokens):
 def exhaustion_cases(d):
     def pool_size():
         ms = d.metrics()
-        pages = S.metric(ms, "moeserve:kv_cache_pages_total")
-        S.check(pages == POOL_PAGES, f"kv_cache_pages_total {pages}, want {POOL_PAGES}")
+        pages = S.metric(ms, "moeserve:kv_cache_pages")
+        S.check(pages == POOL_PAGES, f"kv_cache_pages {pages}, want {POOL_PAGES}")
 
     def never_fits():
         t = time.monotonic()

@@ -419,7 +419,7 @@ START_TEST(metrics_exact)
 	HAS_LINE(t, "moeserve:num_requests_running{" ML "} 2");
 	HAS_LINE(t, "moeserve:num_requests_waiting{" ML "} 1");
 	HAS_LINE(t, "moeserve:kv_cache_usage_perc{" ML "} 0.25");
-	HAS_LINE(t, "moeserve:kv_cache_pages_total{" ML "} 64");
+	HAS_LINE(t, "moeserve:kv_cache_pages{" ML "} 64");
 	HAS_LINE(t, "# TYPE moeserve:prompt_tokens_total counter");
 	HAS_LINE(t, "moeserve:prompt_tokens_total{" ML "} 100");
 	HAS_LINE(t, "moeserve:prompt_tokens_cached_total{" ML "} 20");
@@ -508,12 +508,23 @@ START_TEST(metrics_exact)
 	HAS_LINE(t, "moeserve:request_generation_tokens_bucket{" ML ",le=\"200\"} 2");
 	HAS_LINE(t, "moeserve:request_generation_tokens_sum{" ML "} 153");
 	HAS_LINE(t, "moeserve:request_generation_tokens_count{" ML "} 2");
+	/* prefill: first token less queue; decode: the end less the first token
+	 * (only the request with both times) */
+	HAS_LINE(t, "moeserve:request_prefill_time_seconds_sum{" ML "} 0.0390625");
+	HAS_LINE(t, "moeserve:request_prefill_time_seconds_count{" ML "} 1");
+	HAS_LINE(t, "moeserve:request_decode_time_seconds_sum{" ML "} 0.328125");
+	HAS_LINE(t, "moeserve:request_decode_time_seconds_count{" ML "} 1");
+	HAS_LINE(t, "moeserve:inter_token_latency_seconds_count{" ML "} 3");
+	/* vLLM's prefix-cache counters in tokens: computed + cached looked up */
+	HAS_LINE(t, "moeserve:prefix_cache_queries_total{" ML "} 120");
+	HAS_LINE(t, "moeserve:prefix_cache_hits_total{" ML "} 20");
 	/* every family announced once, HELP before TYPE */
 	static const char *const fams[] = {
 		"moeserve:model_loaded", "moeserve:num_requests_running",
 		"moeserve:num_requests_waiting", "moeserve:kv_cache_usage_perc",
-		"moeserve:kv_cache_pages_total", "moeserve:prompt_tokens_total",
+		"moeserve:kv_cache_pages", "moeserve:prompt_tokens_total",
 		"moeserve:prompt_tokens_cached_total", "moeserve:generation_tokens_total",
+		"moeserve:prefix_cache_queries_total", "moeserve:prefix_cache_hits_total",
 		"moeserve:spec_decode_num_drafts_total", "moeserve:spec_decode_num_draft_tokens_total",
 		"moeserve:spec_decode_num_accepted_tokens_total",
 		"moeserve:spec_decode_num_accepted_tokens_per_pos_total",
@@ -528,7 +539,8 @@ START_TEST(metrics_exact)
 		"moeserve:time_to_first_token_seconds",
 		"moeserve:time_per_output_token_seconds", "moeserve:e2e_request_latency_seconds",
 		"moeserve:request_queue_time_seconds", "moeserve:request_prompt_tokens",
-		"moeserve:request_generation_tokens",
+		"moeserve:request_generation_tokens", "moeserve:inter_token_latency_seconds",
+		"moeserve:request_prefill_time_seconds", "moeserve:request_decode_time_seconds",
 	};
 	int n_types = 0;
 	for (const char *p = t; (p = strstr(p, "\n# TYPE ")); p++)

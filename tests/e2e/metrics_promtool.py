@@ -1,0 +1,153 @@
+#!/usr/bin/python3
+"""/metrics as Prometheus reads it: `moeserve serve` on the random model,
+some requests, then the exposition through `promtool check metrics`
+(Debian's prometheus package; scripts/install-deps.sh installs it).
+
+    /usr/bin/python3 tests/e2e/metrics_promtool.py --moeserve BIN --model DIR [--workdir DIR]
+
+Checked:
+  - promtool parses the text and lints nothing but the colon every
+    vLLM-style name has;
+  - every family has one HELP and one TYPE line, before its samples, and
+    every sample belongs to a family of that name (histograms: _bucket,
+    _sum, _count);
+  - the families a gateway and vLLM's dashboards read exist with their
+    types: num_requests_waiting, num_requests_running, kv_cache_usage_perc
+    (gauges, the last in [0, 1]), inter_token_latency_seconds,
+    e2e_request_latency_seconds, request_prefill_time_seconds,
+    request_decode_time_seconds (histograms), prefix_cache_queries_total
+    and prefix_cache_hits_total (counters, hits <= queries, hits > 0 after
+    a repeated prompt);
+  - scraping while requests run answers within a few milliseconds.
+Exits 77 when promtool is not installed.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import server as S  # noqa: E402
+
+WANT = {
+    "moeserve:num_requests_waiting": "gauge", "moeserve:num_requests_running": "gauge",
+    "moeserve:kv_cache_usage_perc": "gauge", "moeserve:inter_token_latency_seconds": "histogram",
+    "moeserve:time_per_output_token_seconds": "histogram",
+    "moeserve:e2e_request_latency_seconds": "histogram",
+    "moeserve:request_prefill_time_seconds": "histogram",
+    "moeserve:request_decode_time_seconds": "histogram",
+    "moeserve:prefix_cache_queries_total": "counter", "moeserve:prefix_cache_hits_total": "counter",
+}
+
+
+def scrape(d):
+    st, _, data = d.request("GET", "/metrics")
+    S.check(st == 200, f"/metrics: {st}")
+    return data.decode()
+
+
+def promtool(text):
+    r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True,
+                       timeout=60)
+    lines = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip()]
+    other = [ln for ln in lines if not ln.endswith("metric names should not contain ':'")]
+    # 0: clean, 3: lint problems only (the colons); anything else did not parse
+    S.check(r.returncode in (0, 3) and not other,
+            f"promtool exit {r.returncode}:\n  " + "\n  ".join(other[:20]))
+    print(f"     promtool: {len(lines)} lint lines, all the colon convention")
+
+
+def families(text):
+    """{name: type}, checking HELP and TYPE once each, before the samples."""
+    help_, type_, seen = {}, {}, set()
+    for ln in text.splitlines():
+        m = re.match(r"# (HELP|TYPE) (\S+) (.*)", ln)
+        if m:
+            d = help_ if m.group(1) == "HELP" else type_
+            S.check(m.group(2) not in d, f"two {m.group(1)} lines for {m.group(2)}")
+            S.check(m.group(2) not in seen, f"{m.group(1)} of {m.group(2)} after its samples")
+            d[m.group(2)] = m.group(3)
+            continue
+        if not ln or ln.startswith("#"):
+            continue
+        name = re.match(r"[a-zA-Z_:][a-zA-Z0-9_:]*", ln).group(0)
+        fam = re.sub(r"_(bucket|sum|count)$", "", name) if name not in type_ else name
+        S.check(fam in type_ and fam in help_, f"a sample of no family: {ln[:120]}")
+        seen.add(fam)
+    S.check(set(help_) == set(type_), f"HELP without TYPE: {set(help_) ^ set(type_)}")
+    return type_
+
+
+def contract(d):
+    body = {"prompt": [5, 6, 7, 8] * 8, "max_tokens": 8, "temperature": 0}
+    for _ in range(3):  # the same prompt: the prefix cache hits
+        st, _, j = d.post("/v1/completions", body)
+        S.check(st == 200, f"{st} {j}")
+    text = scrape(d)
+    promtool(text)
+    types = families(text)
+    for name, t in WANT.items():
+        S.check(types.get(name) == t, f"{name}: type {types.get(name)}, want {t}")
+    ms = S.parse_metrics(text)
+    usage = S.metric(ms, "moeserve:kv_cache_usage_perc")
+    S.check(0 <= usage <= 1, f"kv_cache_usage_perc {usage}")
+    q = S.metric(ms, "moeserve:prefix_cache_queries_total")
+    h = S.metric(ms, "moeserve:prefix_cache_hits_total")
+    S.check(0 < h <= q, f"prefix cache: {h} hits of {q} queries")
+    n = S.metric(ms, "moeserve:request_decode_time_seconds_count")
+    S.check(n >= 3, f"request_decode_time_seconds counted {n} requests")
+
+
+def scrape_under_load(d):
+    n = S.tokens_for(d, 2.0)
+    stop = threading.Event()
+
+    def load():
+        while not stop.is_set():
+            d.post("/v1/completions", {"prompt": [1, 2, 3], "max_tokens": n, "logit_bias": S.NO_EOS})
+
+    ths = [threading.Thread(target=load) for _ in range(3)]
+    for t in ths:
+        t.start()
+    try:
+        d.wait_running(1, "the load")
+        worst = 0.0
+        for _ in range(40):
+            t = time.monotonic()
+            text = scrape(d)
+            worst = max(worst, time.monotonic() - t)
+            S.check("moeserve:num_requests_running" in text, "a scrape without the gauges")
+            time.sleep(0.05)
+        print(f"     40 scrapes under load: the slowest {worst * 1000:.1f} ms")
+        S.check(worst < S.T(0.25), f"a scrape took {worst * 1000:.0f} ms under load")
+    finally:
+        stop.set()
+        for t in ths:
+            t.join(S.T(60))
+
+
+def main():
+    a = S.script_args(__doc__, "ms-promtool.")
+    if not shutil.which("promtool"):
+        print("metrics-promtool: promtool is not installed (scripts/install-deps.sh installs "
+              "Debian's prometheus)")
+        return 77
+    S.NO_EOS = S.no_eos(a.model)
+    t0 = time.monotonic()
+    d = S.Daemon(a.moeserve, a.model, a.workdir, "promtool", "--threads", "2")
+    try:
+        d.wait_ready(S.T(60))
+        S.case("/metrics through promtool; the families a gateway reads", contract, d, daemon=d)
+        S.case("/metrics answers at once under load", scrape_under_load, d, daemon=d)
+    finally:
+        d.stop()
+        if d.failed:
+            d.print_log()
+    return S.summary("metrics-promtool", t0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
