@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "http.h"
+#include "kv-plan.h"
 #include "load.h"
 #include "model.h"
 #include "options.h"
@@ -28,6 +29,7 @@ extern char **environ;
 struct served {
 	struct ms_cli_model lm;     /* backend, model, tokenizer (load.h) */
 	struct ms_engine *eng;
+	struct ms_kv_plan kv;       /* the context and KV pool it was given */
 };
 
 /* The engine's configuration from the options (0 where the engine's
@@ -75,8 +77,21 @@ static int serve_load(const struct ms_serve_options *o, const char *model_dir, s
 	int rc = ms_cli_model_load(o, model_dir, MS_CLI_LOAD_TOKENIZER, &sv->lm, err);
 	if (rc)
 		return rc;
+	/* the context and pool from what the weights left (kv-plan.h) */
+	const struct ms_lm *lm = &sv->lm.m.lm;
+	struct ms_kv_plan_in pi = {
+		.max_pos = lm->max_pos, .page_tokens = MS_KV_PAGE_TOKENS, .ctx_size = o->ctx_size,
+		.kv_cache_bytes = o->kv_cache_bytes, .host = sv->lm.be->host,
+		.token_bytes = ms_kv_page_bytes(MS_KV_PAGE_TOKENS, lm->kv.kv_dim, lm->kv.head_dim,
+						lm->kv.dtype) * (uint64_t)lm->kv.n_layers / MS_KV_PAGE_TOKENS,
+		.available = ms_kv_plan_available(),
+	};
+	if ((rc = ms_kv_plan_make(&pi, &sv->kv, err)))
+		return rc;
 	struct ms_engine_config ec;
 	engine_config(o, &ec);
+	ec.max_context = sv->kv.context;
+	ec.kv_cache_bytes = sv->kv.pool_bytes;
 	struct ms_text text = ms_tokenizer_text(sv->lm.tok);
 	if ((rc = ms_engine_init(&sv->eng, &sv->lm.m.lm, &text, &ec, err)))
 		return rc;
@@ -106,10 +121,10 @@ static int serve_model(const struct ms_serve_options *o, const char *model_dir, 
 	ms_server_set_ready(srv, m, sv->lm.tok, sv->eng);
 	fprintf(stderr, "moeserve: ready in %.2f s: %s (%s backend, %s kernels, %d threads, %s KV "
 		"cache, %s attention products; repacked %lld of %lld matrices, %.1f MiB, in %.2f s); "
-		"%s\n", ms_now_s() - t0, name, be->name, be->kernels, be->threads,
+		"%s; %s\n", ms_now_s() - t0, name, be->name, be->kernels, be->threads,
 		ms_kv_dtype_name(m->lm.kv.dtype), ms_attn_products_name(be, m->lm.kv.dtype),
 		(long long)m->pack_stats.packed, (long long)m->pack_stats.matrices,
-		(double)m->pack_stats.packed_bytes / 1048576.0, m->pack_stats.seconds, spec);
+		(double)m->pack_stats.packed_bytes / 1048576.0, m->pack_stats.seconds, sv->kv.why, spec);
 	return EX_OK;
 }
 

@@ -1604,7 +1604,18 @@ def auth_cases(d):
     case("auth: 401 without or with a wrong key, 200 with it; health/live/metrics open", auth, daemon=d)
     case("auth: 413 over --max-body-bytes (Content-Length and chunked)", body_limit, daemon=d)
     case("auth: CORS preflight and headers", cors, daemon=d)
+    def default_context():
+        # the model's own context, and the start-up line says so with the pool
+        with open(os.path.join(d.model, "config.json")) as f:
+            want = json.load(f)["max_position_embeddings"]
+        st, _, j = d.json("GET", "/v1/models", headers=A)
+        check(st == 200 and j["data"][0]["max_model_len"] == want, f"/v1/models {j}, want {want}")
+        with open(d.log_path, "rb") as f:
+            log = f.read().decode(errors="replace")
+        check(f"context {want} tokens (the model's); KV pool " in log, f"the start-up line:\n{log[-800:]}")
+
     case("auth: X-Request-Id taken or made, on every answer", request_ids, daemon=d)
+    case("auth: the model's context by default, said at start-up", default_context, daemon=d)
     case("auth: --log-format json access log, with time and request id", json_logs, daemon=d)
 
 
@@ -1909,7 +1920,8 @@ def main():
     sdk = run_sdk(a.node, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients", "openai_sdk.mjs")) \
         if a.node else None
 
-    section("chat", a.chat_model, [], lambda d: chat_cases(d, os.path.basename(os.path.normpath(a.chat_model)),
+    # (the context its cases measure against; the default is the auth section's)
+    section("chat", a.chat_model, ["--ctx-size", "8192"], lambda d: chat_cases(d, os.path.basename(os.path.normpath(a.chat_model)),
                                                             sdk))
     section("broken", broken, [], broken_cases, ready=False)
     section("auth", a.model, ["--api-key", "s3cret-key", "--max-body-bytes", "2K",

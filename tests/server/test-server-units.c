@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "check-run.h"
+#include "kv-plan.h"
 #include "metrics.h"
 #include "options.h"
 
@@ -1021,11 +1022,11 @@ START_TEST(options_help)
 		{"--threads N", "MOESERVE_THREADS", "0 (one per available CPU)"},
 		{"--kernels SET", "MOESERVE_KERNELS", "auto"},
 		{"--numa MODE", "MOESERVE_NUMA", "auto"},
-		{"--kv-cache-bytes SIZE", "MOESERVE_KV_CACHE_BYTES", "0 (four full contexts)"},
+		{"--kv-cache-bytes SIZE", "MOESERVE_KV_CACHE_BYTES", "0 (half the free memory; <= 4 contexts)"},
 		{"--max-queue N", "MOESERVE_MAX_QUEUE", "256"},
 		{"--max-running N", "MOESERVE_MAX_RUNNING", "64"},
 		{"--max-batch-tokens N", "MOESERVE_MAX_BATCH_TOKENS", "256"},
-		{"--ctx-size N", "MOESERVE_CTX_SIZE", "0 (the model's, at most 8192)"},
+		{"--ctx-size N", "MOESERVE_CTX_SIZE", "0 (the model's, or what the pool holds)"},
 		{"--no-prefix-cache", "MOESERVE_NO_PREFIX_CACHE", "false"},
 		{"--speculative MODE", "MOESERVE_SPECULATIVE", "auto"},
 		{"--spec-max-tokens N", "MOESERVE_SPEC_MAX_TOKENS", "32"},
@@ -1074,6 +1075,65 @@ static void *parse_many(void *arg)
 	return NULL;
 }
 
+/* serve's context and KV pool (server/cli/kv-plan.c) on a 20b-shaped
+ * model: 48 KiB of KV a token, 131072 positions. */
+START_TEST(kv_plan)
+{
+	const uint64_t G = 1ull << 30;
+	struct ms_kv_plan_in in = {.max_pos = 131072, .token_bytes = 49152, .page_tokens = 16,
+				   .host = true, .available = 100 * G};
+	struct ms_kv_plan p;
+	struct ms_err err = {0};
+	/* plenty: the model's context, four of them */
+	ck_assert_int_eq(ms_kv_plan_make(&in, &p, &err), 0);
+	ck_assert_int_eq(p.context, 131072);
+	ck_assert_uint_eq(p.pool_bytes, 4ull * 131072 * 49152);
+	ck_assert_msg(strstr(p.why, "(the model's)") && strstr(p.why, "four full contexts"), "%s", p.why);
+	/* 20 GiB: half of it, more than one context (6 GiB) */
+	in.available = 20 * G;
+	ck_assert_int_eq(ms_kv_plan_make(&in, &p, &err), 0);
+	ck_assert_int_eq(p.context, 131072);
+	ck_assert_uint_eq(p.pool_bytes, 10 * G);
+	ck_assert_msg(strstr(p.why, "half the 20.0 GiB"), "%s", p.why);
+	/* 4 GiB: one context does not fit in its half, the context is what does */
+	in.available = 4 * G;
+	ck_assert_int_eq(ms_kv_plan_make(&in, &p, &err), 0);
+	ck_assert_int_eq(p.context, (int64_t)(2 * G / 49152) / 16 * 16);
+	ck_assert_msg(strstr(p.why, "the largest the pool holds"), "%s", p.why);
+	/* --ctx-size asked: one full context whatever the share */
+	in.ctx_size = 100000;
+	ck_assert_int_eq(ms_kv_plan_make(&in, &p, &err), 0);
+	ck_assert_int_eq(p.context, 100000);
+	ck_assert_uint_eq(p.pool_bytes, 100000ull * 49152);
+	/* the model's maximum itself is fine; more is refused */
+	in.ctx_size = 131072;
+	ck_assert_int_eq(ms_kv_plan_make(&in, &p, &err), 0);
+	ck_assert_int_eq(p.context, 131072);
+	in.ctx_size = 131073;
+	ck_assert_int_eq(ms_kv_plan_make(&in, &p, &err), -EINVAL);
+	ck_assert_msg(strstr(err.msg, "--ctx-size 131073") && strstr(err.msg, "131072"), "%s", err.msg);
+	/* --kv-cache-bytes wins; without --ctx-size the context is what it holds */
+	in.ctx_size = 0;
+	in.kv_cache_bytes = 1 * G;
+	ck_assert_int_eq(ms_kv_plan_make(&in, &p, &err), 0);
+	ck_assert_uint_eq(p.pool_bytes, G);
+	ck_assert_int_eq(p.context, (int64_t)(G / 49152) / 16 * 16);
+	/* a device backend: four contexts of at most 8192 */
+	in.kv_cache_bytes = 0;
+	in.host = false;
+	ck_assert_int_eq(ms_kv_plan_make(&in, &p, &err), 0);
+	ck_assert_int_eq(p.context, 8192);
+	ck_assert_uint_eq(p.pool_bytes, 4ull * 8192 * 49152);
+	/* no memory left for a page: refused, saying what to give */
+	in.host = true;
+	in.available = 100000;
+	ck_assert_int_eq(ms_kv_plan_make(&in, &p, &err), -EINVAL);
+	ck_assert_msg(strstr(err.msg, "--kv-cache-bytes"), "%s", err.msg);
+	/* this machine's memory can be read */
+	ck_assert_uint_gt(ms_kv_plan_available(), 0);
+}
+END_TEST
+
 START_TEST(options_reentrant)
 {
 	pthread_t th[4];
@@ -1104,6 +1164,7 @@ int main(void)
 	tcase_add_test(to, options_refusals);
 	tcase_add_test(to, options_help);
 	tcase_add_test(to, options_reentrant);
+	tcase_add_test(to, kv_plan);
 	suite_add_tcase(s, to);
 	return ms_check_run(s);
 }
