@@ -31,6 +31,7 @@ void ms_api_init(struct ms_api *a, const struct ms_api_config *cfg, struct ms_me
 	atomic_store(&a->counter, start);
 	pthread_mutex_init(&a->noted_mu, NULL);
 	ms_responses_store_init(&a->rstore, cfg->responses_store);
+	ms_bg_list_init(&a->bgs);
 }
 
 void ms_api_set_model(struct ms_api *a, struct ms_model *m, struct ms_tokenizer *tok,
@@ -57,6 +58,7 @@ void ms_api_set_model(struct ms_api *a, struct ms_model *m, struct ms_tokenizer 
 
 void ms_api_free(struct ms_api *a)
 {
+	ms_bg_list_free(&a->bgs); /* their ends are stored */
 	pthread_mutex_destroy(&a->noted_mu);
 	ms_responses_store_free(&a->rstore);
 	ms_grammar_cache_free(a->grammars);
@@ -286,7 +288,29 @@ void ms_api_responses(struct ms_api *a, cJSON *req, struct ms_api_reply *r)
 	if (rq->ignored_tool && !atomic_exchange(&a->warned_tool, true))
 		fprintf(stderr, "moeserve: note: ignoring tools of type \"%s\" (function tools only; "
 			"logged once)\n", rq->ignored_tool);
+	if (!rq->background)
+		return run_job(a, rq, r);
+	/* its own thread runs it; its events are always written (and kept for
+	 * a later reader), and it is stored whatever "store" says */
+	bool stream = rq->stream;
+	rq->stream = rq->store = true;
 	run_job(a, rq, r);
+	if (!r->job)
+		return;
+	struct ms_bg *bg;
+	struct ms_err err = {0};
+	int rc = ms_bg_start(a, r->job, &bg, &err);
+	r->job = NULL;
+	if (rc)
+		return ms_api_error(r, 500, "server_error", NULL, "%s", err.msg);
+	if (stream) {
+		r->bg = bg;
+		r->bg_pos = 0;
+		return;
+	}
+	cJSON *j = ms_bg_snapshot(bg);
+	ms_bg_unref(bg);
+	json_reply(r, 200, j);
 }
 
 /* POST /v1/messages: Anthropic's clients send server tools (web search,
@@ -334,8 +358,39 @@ void ms_api_response_input_tokens(struct ms_api *a, cJSON *req, struct ms_api_re
 	json_reply(r, 200, j);
 }
 
-void ms_api_response_id(struct ms_api *a, const char *id, bool del, struct ms_api_reply *r)
+/* A background run's stream from the event after `after`, or the
+ * snapshot of the response as it stands (bg taken). */
+static void bg_reply(struct ms_bg *bg, bool stream, long after, struct ms_api_reply *r)
 {
+	if (!stream) {
+		cJSON *j = ms_bg_snapshot(bg);
+		ms_bg_unref(bg);
+		return json_reply(r, 200, j);
+	}
+	long pos = ms_bg_stream_start(bg, after);
+	if (pos < 0) {
+		ms_bg_unref(bg);
+		return ms_api_error(r, 400, "invalid_request_error", "starting_after", "starting_after "
+				    "%ld: the stream has no event after that sequence number yet", after);
+	}
+	r->status = 200;
+	r->bg = bg;
+	r->bg_pos = pos;
+}
+
+void ms_api_response_id(struct ms_api *a, const char *id, bool del, bool stream,
+			long starting_after, struct ms_api_reply *r)
+{
+	struct ms_bg *bg = ms_bg_find(&a->bgs, id);
+	if (bg && !del)
+		return bg_reply(bg, stream, starting_after, r);
+	if (bg) { /* deleting a running one stops it */
+		ms_bg_cancel(bg, 0);
+		ms_bg_unref(bg);
+	}
+	if (stream && !del)
+		return ms_api_error(r, 400, "invalid_request_error", "stream", "only a background "
+				    "response's stream can be read again (\"background\": true)");
 	cJSON *resp = NULL;
 	bool found = del ? ms_responses_store_delete(&a->rstore, id)
 			 : ms_responses_store_get(&a->rstore, id, &resp, NULL);
@@ -349,6 +404,58 @@ void ms_api_response_id(struct ms_api *a, const char *id, bool del, struct ms_ap
 	cJSON_AddStringToObject(j, "object", "response");
 	cJSON_AddBoolToObject(j, "deleted", true);
 	json_reply(r, 200, j);
+}
+
+void ms_api_response_cancel(struct ms_api *a, const char *id, struct ms_api_reply *r)
+{
+	struct ms_bg *bg = ms_bg_find(&a->bgs, id);
+	if (!bg) {
+		bool stored = ms_responses_store_get(&a->rstore, id, NULL, NULL);
+		return ms_api_error(r, stored ? 400 : 404, "invalid_request_error", "response_id",
+				    stored ? "only background responses can be cancelled (\"background\": "
+				    "true)" : "no response \"%.64s\"", id);
+	}
+	ms_bg_cancel(bg, 5.0); /* one engine step stops it */
+	bg_reply(bg, false, 0, r);
+}
+
+/* {"object": "list", "data", "first_id", "last_id", "has_more"} of items. */
+static cJSON *item_list(cJSON *items)
+{
+	cJSON *j = cJSON_CreateObject();
+	const cJSON *first = cJSON_GetArrayItem(items, 0);
+	const cJSON *last = cJSON_GetArrayItem(items, cJSON_GetArraySize(items) - 1);
+	const cJSON *fi = cJSON_GetObjectItemCaseSensitive(first, "id");
+	const cJSON *li = cJSON_GetObjectItemCaseSensitive(last, "id");
+	cJSON_AddStringToObject(j, "object", "list");
+	ms_json_put(j, "data", items);
+	ms_json_put(j, "first_id", cJSON_IsString(fi) ? cJSON_CreateString(fi->valuestring)
+						       : cJSON_CreateNull());
+	ms_json_put(j, "last_id", cJSON_IsString(li) ? cJSON_CreateString(li->valuestring)
+						     : cJSON_CreateNull());
+	cJSON_AddBoolToObject(j, "has_more", false);
+	return j;
+}
+
+/* The input that led to the response: the stored conversation less the
+ * response's own output (or a running background one's input). */
+void ms_api_response_input_items(struct ms_api *a, const char *id, struct ms_api_reply *r)
+{
+	cJSON *resp = NULL, *items = NULL;
+	if (ms_responses_store_get(&a->rstore, id, &resp, &items)) {
+		int out = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(resp, "output"));
+		for (int k = 0; k < out && cJSON_GetArraySize(items); k++)
+			cJSON_DeleteItemFromArray(items, cJSON_GetArraySize(items) - 1);
+		cJSON_Delete(resp);
+		return json_reply(r, 200, item_list(items));
+	}
+	struct ms_bg *bg = ms_bg_find(&a->bgs, id);
+	if (!bg)
+		return ms_api_error(r, 404, "invalid_request_error", "response_id", "no stored response "
+				    "\"%.64s\"", id);
+	items = ms_bg_input_items(bg);
+	ms_bg_unref(bg);
+	json_reply(r, 200, item_list(items));
 }
 
 void ms_api_tokenize(struct ms_api *a, cJSON *req, struct ms_api_reply *r)

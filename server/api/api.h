@@ -26,6 +26,7 @@
 #include "metrics.h"
 #include "model.h"
 #include "request.h"
+#include "responses-bg.h"
 #include "responses-store.h"
 #include "tokenizer.h"
 
@@ -62,6 +63,7 @@ struct ms_api {
 	struct { char name[64]; double at; } noted[MS_API_NOTED];
 	atomic_bool warned_tool;        /* a hosted tool type ignored (logged once) */
 	struct ms_responses_store rstore;     /* /v1/responses kept for previous_response_id */
+	struct ms_bg_list bgs;                /* background responses (responses-bg.h) */
 	/* the weights are gone (a step faulted on their file): the
 	 * transport's health says so, so that the daemon is restarted */
 	void (*failed)(void *ctx, const char *reason);
@@ -74,7 +76,7 @@ struct ms_api {
  * statuses (an overloaded engine is its 529). */
 enum ms_dialect { MS_DIALECT_OPENAI, MS_DIALECT_ANTHROPIC };
 
-/* What an endpoint answers: exactly one of json, text, oom and job. */
+/* What an endpoint answers: exactly one of json, text, oom, job and bg. */
 struct ms_api_reply {
 	enum ms_dialect dialect; /* set by the caller: how errors are written */
 	int status;
@@ -83,6 +85,8 @@ struct ms_api_reply {
 	char *text;         /* or an error envelope, printed (malloc'd) */
 	bool oom;           /* or not even that could be built: ms_answer_oom_body, a 500 */
 	struct ms_job *job; /* or a submitted job, to stream or wait for */
+	struct ms_bg *bg;   /* or a background run's stream (a reference) from bg_pos */
+	long bg_pos;
 	const char *allow;  /* a 405's Allow header, or NULL */
 	int retry_after;    /* a 429/503's Retry-After (s); 0: 1 */
 };
@@ -118,8 +122,13 @@ void ms_api_messages(struct ms_api *a, cJSON *req, struct ms_api_reply *r);
 void ms_api_count_tokens(struct ms_api *a, cJSON *req, struct ms_api_reply *r);
 void ms_api_tokenize(struct ms_api *a, cJSON *req, struct ms_api_reply *r);
 void ms_api_detokenize(struct ms_api *a, cJSON *req, struct ms_api_reply *r);
-/* GET or DELETE /v1/responses/{id} */
-void ms_api_response_id(struct ms_api *a, const char *id, bool del, struct ms_api_reply *r);
+/* GET or DELETE /v1/responses/{id}; a GET with stream reads a background
+ * response's stream from the event after starting_after (-1: all). */
+void ms_api_response_id(struct ms_api *a, const char *id, bool del, bool stream,
+			long starting_after, struct ms_api_reply *r);
+/* POST /v1/responses/{id}/cancel, GET /v1/responses/{id}/input_items */
+void ms_api_response_cancel(struct ms_api *a, const char *id, struct ms_api_reply *r);
+void ms_api_response_input_items(struct ms_api *a, const char *id, struct ms_api_reply *r);
 /* GET /v1/models (one NULL) and /v1/models/{one} */
 void ms_api_models(struct ms_api *a, const char *one, struct ms_api_reply *r);
 

@@ -77,7 +77,7 @@ struct ms_req_gen {
 	struct ms_logit_bias *bias;
 	cJSON *req;                     /* the body (for /v1/responses: the chat body made of it) */
 	/* POST /v1/responses (responses-request.c) */
-	bool responses, store;
+	bool responses, store, background;
 	cJSON *rsp;                     /* the Responses body, echoed back and stored */
 	cJSON *items;                   /* the conversation: previous_response_id's items, then
 					 * this turn's input, as Responses items */

@@ -372,6 +372,7 @@ static cJSON *response_of(struct ms_job *jb, const struct ms_rsp *r)
 	cJSON_AddStringToObject(j, "truncation", "disabled");
 	add_usage(j, jb, r);
 	echo(j, jb, "user", NULL);
+	cJSON_AddBoolToObject(j, "background", jb->rq->background);
 	echo(j, jb, "metadata", cJSON_CreateObject());
 	return j;
 }
@@ -441,6 +442,12 @@ static void store(struct ms_job *jb, const cJSON *resp, const struct ms_rsp *r)
 	cJSON_ArrayForEach(it, r->output)
 		ms_json_push(items, cJSON_Duplicate(it, true));
 	ms_responses_store_put(&jb->api->rstore, jb->id, cJSON_Duplicate(resp, true), items);
+}
+
+cJSON *ms_responses_snapshot(struct ms_job *jb)
+{
+	struct ms_rsp *r = rsp_of(jb);
+	return r ? response_of(jb, r) : NULL;
 }
 
 cJSON *ms_responses_final(struct ms_job *jb)

@@ -29,6 +29,8 @@ void ms_responses_event(struct ms_job *jb, const struct ms_ev *e);
 /* The stream's last event (completed, incomplete or failed); the response
  * is stored when the request asked for it. */
 void ms_responses_stream_end(struct ms_job *jb);
+/* The response as it stands (in progress until the end), not stored. */
+cJSON *ms_responses_snapshot(struct ms_job *jb);
 /* The non-streamed answer (stored as above). */
 cJSON *ms_responses_final(struct ms_job *jb);
 void ms_responses_free(struct ms_rsp *r);   /* NULL is fine */

@@ -514,8 +514,12 @@ static int params_of(const cJSON *req, struct ms_req_gen *r, cJSON *body, struct
 		if (jget(req, from[k]))
 			ms_json_put(body, to[k], cJSON_Duplicate(jget(req, from[k]), true));
 	const cJSON *st = jget(req, "store"), *prev = jget(req, "previous_response_id");
+	const cJSON *bg = jget(req, "background");
 	if (st && !cJSON_IsBool(st))
 		return refuse(e, "store", st, "\"store\" must be true or false");
+	if (bg && !cJSON_IsBool(bg))
+		return refuse(e, "background", bg, "\"background\" must be true or false");
+	r->background = cJSON_IsTrue(bg);
 	if (prev && !cJSON_IsString(prev))
 		return refuse(e, "previous_response_id", prev, "\"previous_response_id\" must be a "
 			      "string");
@@ -584,6 +588,7 @@ int ms_req_responses(const struct ms_req_model *m, cJSON *req, const cJSON *prev
 	struct ms_req_gen *r = *out;
 	r->responses = true;
 	r->store = tmp.store;
+	r->background = tmp.background;
 	r->items = tmp.items;
 	r->rsp = req;
 	r->ignored_tool = tmp.ignored_tool; /* points into req, now r's */

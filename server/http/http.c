@@ -121,6 +121,8 @@ static enum MHD_Result send_json(struct ms_server *s, struct MHD_Connection *c, 
 /* An endpoint's answer on the wire (api.h). */
 static enum MHD_Result respond(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
 			       struct ms_job *jb);
+static enum MHD_Result respond_bg(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
+				  struct ms_bg *bg, long pos);
 
 static enum MHD_Result send_reply(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
 				  struct ms_api_reply *r)
@@ -129,6 +131,8 @@ static enum MHD_Result send_reply(struct ms_server *s, struct MHD_Connection *c,
 		k->retry_after = r->retry_after;
 	if (r->job)
 		return respond(s, c, k, r->job);
+	if (r->bg)
+		return respond_bg(s, c, k, r->bg, r->bg_pos);
 	if (r->oom)
 		return send_oom(s, c, k);
 	if (!r->text)
@@ -291,6 +295,70 @@ static enum MHD_Result respond_stream(struct ms_server *s, struct MHD_Connection
 	return queue(s, c, k, 200, "text/event-stream", r);
 }
 
+/* ---- a background response's stream ---- */
+
+struct bg_stream {
+	struct ms_bg *bg;
+	struct MHD_Connection *c;
+	size_t pos;
+	int keepalive_s;
+	double idle_since;
+};
+
+/* The run's stream as it grows; a client that leaves leaves the run
+ * going (a background response outlives its readers). */
+static ssize_t bg_read(void *cls, uint64_t at, char *buf, size_t max)
+{
+	(void)at;
+	struct bg_stream *st = cls;
+	for (;;) {
+		long n = ms_bg_read(st->bg, &st->pos, buf, max, 0.1);
+		if (n > 0) {
+			st->idle_since = ms_now_s();
+			return (ssize_t)n;
+		}
+		if (n < 0)
+			return MHD_CONTENT_READER_END_OF_STREAM;
+		if (client_gone(st->c))
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		if (ms_now_s() - st->idle_since >= st->keepalive_s) {
+			static const char ka[] = ": keep-alive\n\n";
+			size_t m = sizeof(ka) - 1 < max ? sizeof(ka) - 1 : max;
+			memcpy(buf, ka, m);
+			st->idle_since = ms_now_s();
+			return (ssize_t)m;
+		}
+	}
+}
+
+static void bg_stream_free(void *cls)
+{
+	struct bg_stream *st = cls;
+	ms_bg_unref(st->bg);
+	free(st);
+}
+
+static enum MHD_Result respond_bg(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
+				  struct ms_bg *bg, long pos)
+{
+	struct bg_stream *st = calloc(1, sizeof(*st));
+	if (!st) {
+		ms_bg_unref(bg);
+		return OOM();
+	}
+	*st = (struct bg_stream){.bg = bg, .c = c, .pos = (size_t)pos,
+				 .keepalive_s = s->api.cfg.keepalive_s, .idle_since = ms_now_s()};
+	struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, bg_read, st,
+								   bg_stream_free);
+	if (!r) {
+		bg_stream_free(st);
+		return MHD_NO;
+	}
+	MHD_add_response_header(r, "Cache-Control", "no-cache");
+	MHD_add_response_header(r, "X-Accel-Buffering", "no");
+	return queue(s, c, k, 200, "text/event-stream", r);
+}
+
 /* Run the job to the end: a streamed response, or a wait then one JSON. */
 static enum MHD_Result respond(struct ms_server *s, struct MHD_Connection *c, struct conn *k,
 			       struct ms_job *jb)
@@ -395,11 +463,35 @@ static enum MHD_Result r_models(struct ms_server *s, struct MHD_Connection *c, s
 	return send_reply(s, c, k, &r);
 }
 
+/* /v1/responses/{id}: GET (?stream=true&starting_after=N: a background
+ * response's stream) or DELETE; {id}/cancel: POST; {id}/input_items: GET. */
 static enum MHD_Result r_response_id(struct ms_server *s, struct MHD_Connection *c,
 				     struct conn *k, const char *rest)
 {
 	struct ms_api_reply r = {0};
-	ms_api_response_id(&s->api, rest, !strcmp(k->method, "DELETE"), &r);
+	char id[128];
+	const char *slash = strchr(rest, '/'), *what = slash ? slash + 1 : "";
+	snprintf(id, sizeof(id), "%.*s", slash ? (int)(slash - rest) : (int)strlen(rest), rest);
+	const char *want = !*what ? (!strcmp(k->method, "POST") ? "GET, DELETE" : NULL)
+			   : !strcmp(what, "cancel") ? (strcmp(k->method, "POST") ? "POST" : NULL)
+			   : !strcmp(what, "input_items") ? (strcmp(k->method, "GET") ? "GET" : NULL) : "";
+	if (want && !*want)
+		return send_error(s, c, k, 404, "invalid_request_error", "no route %s %s", k->method,
+				  k->path);
+	if (want) {
+		r.allow = want;
+		ms_api_error(&r, 405, "invalid_request_error", NULL, "method %s not allowed on %s "
+			     "(allowed: %s)", k->method, k->path, want);
+	} else if (!strcmp(what, "cancel")) {
+		ms_api_response_cancel(&s->api, id, &r);
+	} else if (*what) {
+		ms_api_response_input_items(&s->api, id, &r);
+	} else {
+		const char *st = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "stream");
+		const char *sa = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "starting_after");
+		ms_api_response_id(&s->api, id, !strcmp(k->method, "DELETE"), st && !strcmp(st, "true"),
+				   sa ? strtol(sa, NULL, 10) : -1, &r);
+	}
 	return send_reply(s, c, k, &r);
 }
 
@@ -465,7 +557,8 @@ static const struct route routes[] = {
 	 MS_DIALECT_OPENAI},
 	{"/v1/responses/input_tokens", M_POST, "POST", false, false, false, NULL,
 	 ms_api_response_input_tokens, MS_DIALECT_OPENAI},
-	{"/v1/responses/", M_GET | M_DELETE, "GET, DELETE", true, true, false, r_response_id, NULL,
+	{"/v1/responses/", M_GET | M_POST | M_DELETE, "GET, POST, DELETE", true, true, false,
+	 r_response_id, NULL,
 	 MS_DIALECT_OPENAI},
 	/* Anthropic's Messages API; its clients add ?beta=true, which is the
 	 * query, not the path */

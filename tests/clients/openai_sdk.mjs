@@ -299,6 +299,37 @@ async function run(cases, OpenAI, baseURL, model, apiKey) {
     }
   });
 
+  await test("responses: background create, poll with retrieve, cancel, input_items", async () => {
+    const r = await client.responses.create({ model, input: "Say hello.", background: true,
+                                              max_output_tokens: 64, temperature: 0, store: false });
+    assert(r.background === true && ["queued", "in_progress"].includes(r.status),
+           `background create: ${r.status}`);
+    let g = r;
+    for (let i = 0; i < 600 && ["queued", "in_progress"].includes(g.status); i++) {
+      await new Promise((res) => setTimeout(res, 50));
+      g = await client.responses.retrieve(r.id);
+    }
+    checkResponse(g, "background, polled to the end");
+    const items = await client.responses.inputItems.list(r.id);
+    assert(items.data.length === 1 && items.data[0].role === "user", `input_items ${JSON.stringify(items.data)}`);
+    // a long one, cancelled while it runs
+    const long = await client.responses.create({ model, input: "Tell a long story.", background: true,
+                                                 max_output_tokens: 20000 });
+    await new Promise((res) => setTimeout(res, 100));
+    const c = await client.responses.cancel(long.id);
+    assert(c.status === "cancelled", `cancel: ${c.status}`);
+    const after = await client.responses.retrieve(long.id);
+    assert(after.status === "cancelled" && after.usage.output_tokens < 20000,
+           `after cancel: ${after.status} ${JSON.stringify(after.usage)}`);
+    // not a background one: cancelling it is a 400
+    try {
+      await client.responses.cancel(respId);
+      throw new Error("a foreground response was cancelled");
+    } catch (e) {
+      assert(e instanceof OpenAI.BadRequestError, `not a BadRequestError: ${e}`);
+    }
+  });
+
   await test("typed errors: BadRequestError (400), NotFoundError (404)", async () => {
     try {
       await client.completions.create({ model, prompt, max_tokens: -1 });

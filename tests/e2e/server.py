@@ -525,6 +525,21 @@ class SSE:
         self.c.close()
 
 
+class SSE_GET(SSE):
+    """A stream read with GET (a background response's, again)."""
+
+    def __init__(self, d, path, timeout=None):
+        self.c = d.conn(timeout)
+        self.c.request("GET", path)
+        self.r = self.c.getresponse()
+        self.status = self.r.status
+        self.headers = {k.lower(): v for k, v in self.r.getheaders()}
+        if self.status != 200:
+            raise AssertionError(f"GET {path}: {self.status} {self.r.read()[:300]!r}")
+        self.done = False
+        self.comments = 0
+
+
 def check_sse_headers(s):
     check(s.status == 200, f"stream status {s.status}")
     check(s.headers.get("content-type", "").startswith("text/event-stream"),
@@ -1118,6 +1133,49 @@ def chat_cases(d, model_name, sdk):
         expect_error(d.post(R, {"input": "x", "previous_response_id": "resp_missing"}), 404,
                      "previous_response_id", ("resp_missing",))
 
+    def responses_background():
+        # a stream read in part, then resumed after a sequence number: the
+        # same events as reading it whole, from the next one on
+        body = {"input": "Say hello.", "background": True, "stream": True, "max_output_tokens": 40,
+                "temperature": 0, "store": False}
+        s = SSE(d, R, body, timeout=T(60))
+        check(s.status == 200, f"background stream {s.status}")
+        first = []
+        for name, j in s.typed_events():
+            first.append(j)
+            if len(first) == 5:
+                break
+        s.close()  # the client leaves: the run goes on
+        rid = first[0]["response"]["id"]
+        check(first[0]["response"]["background"] is True, f"not background: {first[0]}")
+        deadline = time.monotonic() + T(30)
+        while True:
+            st, _, g = d.json("GET", f"{R}/{rid}")
+            check(st == 200, f"GET while it runs: {st} {g}")
+            if g["status"] not in ("queued", "in_progress"):
+                break
+            check(time.monotonic() < deadline, f"still {g['status']}")
+            time.sleep(0.05)
+        check(g["status"] == "incomplete" and g["usage"]["output_tokens"] == 40, f"ended {g}")
+        whole = [j for _, j in SSE_GET(d, f"{R}/{rid}?stream=true").typed_events()]
+        rest = [j for _, j in SSE_GET(d, f"{R}/{rid}?stream=true&starting_after=4").typed_events()]
+        check([j["sequence_number"] for j in whole] == list(range(len(whole))), "sequence numbers")
+        check(whole[:5] == first, "the stream read again differs from the first reading")
+        check(rest == whole[5:], f"resumed after 4: {len(rest)} events, want {len(whole) - 5}")
+        check(whole[-1]["type"] == "response.incomplete", f"last event {whole[-1]['type']}")
+        expect_error(d.json("GET", f"{R}/{rid}?stream=true&starting_after={len(whole) + 3}"), 400,
+                     "starting_after")
+        # stored though store was false; input_items; the methods of each path
+        st, _, items = d.json("GET", f"{R}/{rid}/input_items")
+        check(st == 200 and items["object"] == "list" and items["data"][0]["role"] == "user",
+              f"input_items {st} {items}")
+        expect_error(d.post(f"{R}/{rid}", {}), 405)
+        expect_error(d.json("GET", f"{R}/{rid}/cancel"), 405)
+        expect_error(d.post(f"{R}/nope/cancel", {}), 404)
+        st, _, r = d.post(R, {"input": "x", "max_output_tokens": 2})
+        expect_error(d.post(f"{R}/{r['id']}/cancel", {}), 400, "response_id", ("background",))
+        expect_error(d.json("GET", f"{R}/{r['id']}?stream=true"), 400, "stream")
+
     def responses_errors():
         expect_error(d.post(R, {}), 400, "input")
         expect_error(d.post(R, {"input": [{"role": "user", "content": [{"type": "input_image"}]}]}),
@@ -1457,6 +1515,7 @@ def chat_cases(d, model_name, sdk):
         ("responses: not streamed; GET, DELETE, store false", responses_plain),
         ("responses: streamed, every event's type and sequence, deltas = items", responses_stream),
         ("responses: a Codex-shaped conversation; previous_response_id", responses_codex),
+        ("responses: background: stream read, left, resumed; polled; input_items", responses_background),
         ("responses: refusals name the field; context_length_exceeded", responses_errors),
         ("chat: /tokenize (text, a conversation) + /detokenize; responses input_tokens", tokenize_roundtrip),
         ("chat: 400 invalid JSON, wrong types, out of range, over the context", errors_400),
