@@ -232,6 +232,32 @@ static inline double nget(const cJSON *o, const char *k)
 	return v->valuedouble;
 }
 
+/* An SSE text's events, parsed: each "event: T\ndata: J\n\n" with T J's
+ * type; numbered: each J's sequence_number counts from 0. */
+static inline cJSON *sse_events(const char *sse, bool numbered)
+{
+	cJSON *evs = cJSON_CreateArray();
+	const char *p = sse;
+	long seq = 0;
+	while (*p) {
+		const char *end = strstr(p, "\n\n");
+		ck_assert_msg(end, "an SSE event without its blank line: %s", p);
+		ck_assert_msg(!strncmp(p, "event: ", 7), "no event line: %.80s", p);
+		const char *nl = strchr(p, '\n');
+		ck_assert_msg(!strncmp(nl + 1, "data: ", 6), "no data line: %.80s", p);
+		cJSON *j = cJSON_ParseWithLength(nl + 7, (size_t)(end - nl - 7));
+		ck_assert_msg(j, "data is not JSON: %.80s", nl + 7);
+		char type[96];
+		snprintf(type, sizeof(type), "%.*s", (int)(nl - p - 7), p + 7);
+		ck_assert_str_eq(sget(j, "type"), type);
+		if (numbered)
+			ck_assert_int_eq((long)nget(j, "sequence_number"), seq++);
+		cJSON_AddItemToArray(evs, j);
+		p = end + 2;
+	}
+	return evs;
+}
+
 #define USER_HI "\"messages\": [{\"role\": \"user\", \"content\": \"Who is the king of Israel?\"}]"
 
 #endif

@@ -435,28 +435,6 @@ START_TEST(blocks_in_order)
 }
 END_TEST
 
-/* The SSE text as events: each "event: T\ndata: J" with T J's type. */
-static cJSON *sse_events(const char *sse)
-{
-	cJSON *evs = cJSON_CreateArray();
-	const char *p = sse;
-	while (*p) {
-		const char *end = strstr(p, "\n\n");
-		ck_assert_msg(end, "an SSE event without its blank line: %s", p);
-		ck_assert_msg(!strncmp(p, "event: ", 7), "no event line: %.80s", p);
-		const char *nl = strchr(p, '\n');
-		ck_assert_msg(!strncmp(nl + 1, "data: ", 6), "no data line: %.80s", p);
-		cJSON *j = cJSON_ParseWithLength(nl + 7, (size_t)(end - nl - 7));
-		ck_assert_msg(j, "data is not JSON: %.80s", nl + 7);
-		char type[96];
-		snprintf(type, sizeof(type), "%.*s", (int)(nl - p - 7), p + 7);
-		ck_assert_str_eq(sget(j, "type"), type);
-		cJSON_AddItemToArray(evs, j);
-		p = end + 2;
-	}
-	return evs;
-}
-
 /* The tool_use ids: each answer draws its own. */
 static void same_ids(cJSON *msg)
 {
@@ -538,7 +516,7 @@ START_TEST(stream_events)
 		ms_messages_stream_end(jb);
 		ck_assert(!jb->failed);
 		char *sse = ms_strbuf_take(&jb->out);
-		cJSON *evs = sse_events(sse);
+		cJSON *evs = sse_events(sse, false);
 		cJSON *streamed = accumulate(evs, jb->id);
 		/* the same message as not streamed */
 		struct ms_job *j2 = job_for(body);
