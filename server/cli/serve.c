@@ -128,14 +128,16 @@ static int serve_model(const struct ms_serve_options *o, const char *model_dir, 
 	return EX_OK;
 }
 
-/* After the signal: stop accepting, let running requests finish up to the
- * timeout, cancel the rest, close. */
+/* After the signal: not ready (/health 503 draining, /live 200, new work
+ * 503 with Retry-After: a balancer retries it elsewhere), running requests
+ * finish up to the timeout; then stop accepting, cancel the rest, close. */
 static void serve_drain(const struct ms_serve_options *o, struct ms_server *srv, struct served *sv)
 {
-	ms_server_quiesce(srv);
+	ms_server_set_draining(srv);
 	double deadline = ms_now_s() + o->shutdown_timeout_s;
 	while (atomic_load(&srv->api.in_flight) > 0 && ms_now_s() < deadline)
 		usleep(20000);
+	ms_server_quiesce(srv);
 	/* what is left is cancelled: its clients get the end of their stream,
 	 * so give the connections a moment to write it before closing them */
 	if (sv->eng)

@@ -929,6 +929,11 @@ void ms_server_set_failed(struct ms_server *s, const char *reason)
 }
 
 
+void ms_server_set_draining(struct ms_server *s)
+{
+	set_status(s, MS_SERVER_DRAINING, "shutting down: the running requests finish");
+}
+
 void ms_server_quiesce(struct ms_server *s)
 {
 	set_status(s, MS_SERVER_DRAINING, "shutting down");

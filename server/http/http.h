@@ -85,6 +85,10 @@ int ms_server_reload_keys(struct ms_server *s, int *n_keys, struct ms_err *err);
  * no TLS. */
 int ms_server_reload_tls(struct ms_server *s, struct ms_err *err);
 /* Stop accepting connections (requests in flight go on). */
+/* Draining: /health says so (503) while /live stays 200 and the socket
+ * keeps listening; new work is refused with 503 and Retry-After, so that a
+ * balancer sends it elsewhere, while what runs finishes. */
+void ms_server_set_draining(struct ms_server *s);
 void ms_server_quiesce(struct ms_server *s);
 void ms_server_stop(struct ms_server *s);
 
