@@ -12,6 +12,7 @@ PKGS=(
   hipcc libamdhip64-dev   # the rocm backend's GPU kernels (Debian's HIP 5.2: compiles for gfx90a/gfx940 without a GPU)
   clang   # libFuzzer targets (tests/fuzz, -Dfuzz=enabled): clang-14 and its libclang_rt.fuzzer
   prometheus   # promtool: tests/e2e/metrics_promtool.py parses /metrics as Prometheus does
+  haproxy      # tests/deploy/balancer.py: replicas behind deploy/haproxy.cfg
 )
 
 missing=()
