@@ -214,6 +214,10 @@ const struct opt_def ms_opt_rows[] = {
 	 SERVE, 0, {0}},
 	{"port", 0, T_INT, F(port), 1, 65535, NULL, "8080", NULL, "N", "TCP port",
 	 SERVE, 0, {0}},
+	{"agent-port", 0, T_INT, F(agent_port), 0, 65535, NULL, "0", "0 (off)", "N",
+	 "HAProxy's agent check on this TCP port: a line\nsaying ready with a weight from the free KV\n"
+	 "cache and the queue, drain, or down",
+	 SERVE, 0, {0}},
 	{"api-key", 0, T_STR, F(api_key), 0, 0, NULL, NULL, "none (no authentication)", "KEY",
 	 "require \"Authorization: Bearer KEY\" on /v1/*\nand /tokenize, /detokenize (/health, /live,\n"
 	 "/metrics stay open)",

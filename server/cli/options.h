@@ -70,6 +70,7 @@ struct ms_serve_options {
 	/* HTTP */
 	char *host;                /* listen address, "127.0.0.1" */
 	int port;                  /* 8080, in [1, 65535] */
+	int agent_port;            /* HAProxy's agent check; 0: off */
 	char *api_key;             /* Bearer token the /v1 routes require; NULL: no auth */
 	char *api_key_file;        /* file of keys, one a line (auth.h), reread on SIGHUP; with
 	                              api_key, both are accepted */

@@ -236,6 +236,7 @@ int ms_cmd_serve(int argc, char **argv, const char *default_model)
 		.max_body_bytes = (size_t)o.max_body_bytes, .cors_origin = o.cors_origin,
 		.log_json = o.log_format == MS_LOG_FORMAT_JSON,
 		.no_access_log = o.access_log == MS_ACCESS_LOG_OFF,
+		.agent_port = o.agent_port,
 		.api = {.model_name = name, .keepalive_s = o.keepalive_s ? o.keepalive_s : 1000000,
 			.responses_store = o.responses_store, .max_tokens = o.max_tokens,
 			.grammar_cache = o.grammar_cache},

@@ -887,6 +887,13 @@ int ms_server_start(struct ms_server *s, const struct ms_server_config *cfg,
 		return ms_err_set(err, -EADDRINUSE, "cannot listen on %s:%d (in use, or not allowed)",
 				  cfg->host, cfg->port);
 	}
+	if (cfg->agent_port && (rc = ms_agent_start(&s->agent, s, cfg->host, cfg->agent_port, err))) {
+		MHD_stop_daemon(s->daemon);
+		s->daemon = NULL;
+		ms_auth_free(&s->auth);
+		ms_tls_free();
+		return rc;
+	}
 	ms_metrics_set_transport(metrics, cfg->tls_cert_pem != NULL,
 				 ms_keyset_count(s->auth.set));
 	if (cfg->tls_cert_pem)
@@ -950,6 +957,7 @@ void ms_server_quiesce(struct ms_server *s)
 
 void ms_server_stop(struct ms_server *s)
 {
+	ms_agent_stop(&s->agent);
 	if (s->daemon) {
 		MHD_stop_daemon(s->daemon); /* joins its threads: none reads the reason now */
 		ms_auth_free(&s->auth);

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "agent.h"
 #include "api.h"
 #include "auth.h"
 #include "engine.h"
@@ -42,6 +43,7 @@ struct ms_server_config {
 	const char *cors_origin;        /* NULL: no CORS headers */
 	bool log_json;
 	bool no_access_log;             /* --access-log off */
+	int agent_port;                 /* HAProxy's agent check (agent.h); 0: none */
 	struct ms_api_config api;       /* what the API is told (api.h) */
 };
 
@@ -65,6 +67,7 @@ struct ms_server {
 	struct ms_metrics *metrics;
 	struct ms_auth auth;            /* the API keys (auth.h) */
 	struct ms_api api;              /* the model, the engine and what answers need */
+	struct ms_agent agent;          /* --agent-port (agent.h) */
 };
 
 /* Listen (the model may load afterwards). Errors: -EINVAL a bad API key

@@ -59,10 +59,11 @@ def healthy(port):
 
 
 class Replica:
-    def __init__(self, binary, model, port, work, name):
+    def __init__(self, binary, model, port, agent, work, name):
         self.argv = [binary, "serve", "--model", model, "--port", str(port), "--threads", "1",
-                     "--served-model-name", "m", "--ctx-size", "8192", "--shutdown-timeout-s", "30"]
-        self.port, self.work, self.name, self.starts = port, work, name, 0
+                     "--served-model-name", "m", "--ctx-size", "8192", "--shutdown-timeout-s", "30",
+                     "--agent-port", str(agent)]
+        self.port, self.agent, self.work, self.name, self.starts = port, agent, work, name, 0
         self.start()
 
     def start(self):
@@ -85,14 +86,23 @@ class Replica:
             return "killed"
 
 
-def haproxy_config(example, front, rr, stats, ports):
+def agent_says(port):
+    """The line a replica's agent port writes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        return s.recv(64).decode()
+
+
+def haproxy_config(example, front, rr, stats, ports, agents):
     """The example with this run's ports, plus a round-robin frontend and a
     stats page for the comparison and the figures."""
     text = open(example).read()
     text = re.sub(r"bind :\d+", f"bind 127.0.0.1:{front}", text)
+
     text = re.sub(r"    server r(\d) 127\.0\.0\.1:\d+ check",
                   lambda m: f"    server r{m.group(1)} 127.0.0.1:{ports[int(m.group(1)) - 1]} check", text)
-    servers = "".join(f"    server r{i + 1} 127.0.0.1:{p} check\n" for i, p in enumerate(ports))
+    # the round-robin backend takes the replicas' load from their agent ports
+    servers = "".join(f"    server r{i + 1} 127.0.0.1:{p} check weight 100 agent-check agent-port "
+                      f"{agents[i]} agent-inter 1s\n" for i, p in enumerate(ports))
     return text + (f"\nfrontend roundrobin\n    bind 127.0.0.1:{rr}\n    default_backend rr\n\n"
                    "backend rr\n    option httpchk GET /health\n    http-check expect status 200\n"
                    "    default-server inter 500ms fall 1 rise 2\n    balance roundrobin\n" + servers +
@@ -200,12 +210,14 @@ def main():
             failures.append(what)
         print(f"{'ok  ' if cond else 'FAIL'} {what}")
 
-    ports = [free_port() for _ in range(3)]
+    ports, agents = [free_port() for _ in range(3)], [free_port() for _ in range(3)]
     front, rr, stats = free_port(), free_port(), free_port()
-    reps = [Replica(a.moeserve, a.model, p, work, f"r{i + 1}") for i, p in enumerate(ports)]
+    reps = [Replica(a.moeserve, a.model, p, agents[i], work, f"r{i + 1}") for i, p in enumerate(ports)]
+    said = [agent_says(p) for p in agents]
+    check(all(re.fullmatch(r"up ready \d+%\n", s) for s in said), f"each agent port says ready: {said}")
     cfg = os.path.join(work, "haproxy.cfg")
     with open(cfg, "w") as f:
-        f.write(haproxy_config(a.haproxy_cfg, front, rr, stats, ports))
+        f.write(haproxy_config(a.haproxy_cfg, front, rr, stats, ports, agents))
     hlog = open(os.path.join(work, "haproxy.log"), "w+")
     ha = subprocess.Popen(["haproxy", "-f", cfg, "-db"], stdout=hlog, stderr=subprocess.STDOUT)
     try:
@@ -273,8 +285,10 @@ def report(load, entries, t_kill, t_back, check):
     killed = [r for r in res if r[1] >= t_kill and not r[2]]
     check(len(killed) <= 6, f"after the SIGKILL at most the requests in flight failed ({len(killed)})")
     check(all(r[1] - r[0] < load.timeout for r in killed), "each failed within the client's bound")
+    why = sorted({r[3][:100] for r in killed})[:3]
     check(all(r[0] < t_kill + 2 * INTER_S for r in killed),
-          "only requests sent around the kill failed: " + ", ".join(f"{r[0] - t_kill:+.2f} s" for r in killed))
+          "only requests sent around the kill failed: " + ", ".join(f"{r[0] - t_kill:+.2f} s" for r in killed[:10])
+          + (f"; e.g. {why}" if why else ""))
     late = [e for e in entries if e[2] == "r2" and t_kill + 2 * INTER_S + 0.5 < e[0] < t_back]
     check(not late, f"HAProxy sent the killed replica nothing after its check saw it down ({len(late)})")
 

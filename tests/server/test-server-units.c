@@ -20,6 +20,8 @@
 #include <unistd.h>
 
 #include "check-run.h"
+#include "agent.h"
+#include "http.h"
 #include "kv-plan.h"
 #include "metrics.h"
 #include "options.h"
@@ -1134,6 +1136,27 @@ START_TEST(kv_plan)
 }
 END_TEST
 
+/* HAProxy's agent line (server/http/agent.c) from the state and load. */
+START_TEST(agent_line)
+{
+	char b[64];
+	ms_agent_line(MS_SERVER_READY, 0, 0, b, sizeof(b));
+	ck_assert_str_eq(b, "up ready 100%\n");
+	ms_agent_line(MS_SERVER_READY, 0.75, 0, b, sizeof(b));
+	ck_assert_str_eq(b, "up ready 25%\n");
+	ms_agent_line(MS_SERVER_READY, 0.5, 4, b, sizeof(b));
+	ck_assert_str_eq(b, "up ready 10%\n");
+	ms_agent_line(MS_SERVER_READY, 1, 9, b, sizeof(b));
+	ck_assert_str_eq(b, "up ready 1%\n");  /* never 0: that would be drain */
+	ms_agent_line(MS_SERVER_DRAINING, 0, 0, b, sizeof(b));
+	ck_assert_str_eq(b, "drain\n");
+	ms_agent_line(MS_SERVER_LOADING, 0, 0, b, sizeof(b));
+	ck_assert_str_eq(b, "down\n");
+	ms_agent_line(MS_SERVER_FAILED, 0, 0, b, sizeof(b));
+	ck_assert_str_eq(b, "down\n");
+}
+END_TEST
+
 START_TEST(options_reentrant)
 {
 	pthread_t th[4];
@@ -1165,6 +1188,7 @@ int main(void)
 	tcase_add_test(to, options_help);
 	tcase_add_test(to, options_reentrant);
 	tcase_add_test(to, kv_plan);
+	tcase_add_test(to, agent_line);
 	suite_add_tcase(s, to);
 	return ms_check_run(s);
 }
