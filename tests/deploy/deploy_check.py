@@ -238,7 +238,11 @@ def check_deployment(f, d, df_user, df_ports):
     check(csc.get("allowPrivilegeEscalation") is False, f"{cname}: allowPrivilegeEscalation false")
     grace = pod.get("terminationGracePeriodSeconds", 30)
     drain = int(env.get("MOESERVE_SHUTDOWN_TIMEOUT_S") or 30)
-    check(grace > drain, f"{cname}: terminationGracePeriodSeconds {grace} > the server's drain {drain} s")
+    cmd = (((c.get("lifecycle") or {}).get("preStop") or {}).get("exec") or {}).get("command") or []
+    pre = int(cmd[1]) if len(cmd) == 2 and cmd[0] == "sleep" and str(cmd[1]).isdigit() else 0
+    check(pre > 0, f"{cname}: a preStop sleep lets the endpoints drop the pod before SIGTERM")
+    check(grace > pre + drain, f"{cname}: terminationGracePeriodSeconds {grace} > preStop {pre} s + "
+          f"the server's drain {drain} s")
     return labels, c
 
 
