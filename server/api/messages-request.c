@@ -551,17 +551,10 @@ static int tool_choice_of(const cJSON *req, const cJSON *tools, cJSON *body,
 					"\"tool\" and \"none\"", "tool_choice.type");
 	if ((rc = str_field(tc, "name", true, &name, e, "tool_choice")))
 		return rc;
-	const cJSON *t;
-	bool found = false;
-	cJSON_ArrayForEach(t, tools)
-		found |= !strcmp(jget(jget(t, "function"), "name")->valuestring, name);
-	if (!found)
+	if (!ms_req_has_tool(tools, name))
 		return ms_req_bad_value(e, jget(tc, "name"), "no tool of this name is among the tools",
 					"tool_choice.name");
-	cJSON *c = cJSON_AddObjectToObject(body, "tool_choice");
-	cJSON_AddStringToObject(c, "type", "function");
-	cJSON_AddStringToObject(cJSON_AddObjectToObject(c, "function"), "name", name);
-	return 0;
+	return ms_req_named_choice(body, name) ? 0 : ms_req_oom(e);
 }
 
 static int tools_field(const cJSON *req, struct ms_req_gen *r, cJSON *body, struct ms_req_error *e)

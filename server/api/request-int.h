@@ -54,6 +54,12 @@ cJSON *ms_req_push_message(cJSON *msgs, const char *role, const char *content);
 const char *ms_req_effort(const char *v);
 #define MS_REQ_EFFORTS "\"none\", \"minimal\", \"low\", \"medium\", \"high\", \"xhigh\" or \"max\""
 
+/* Whether chat-form tools ([{"function": {"name"}}], names checked) name
+ * name; and chat's tool_choice naming it, onto body (false: out of
+ * memory). For the APIs made into chat bodies. */
+bool ms_req_has_tool(const cJSON *tools, const char *name);
+bool ms_req_named_choice(cJSON *body, const char *name);
+
 /* 500 "out of memory"; -ENOMEM. */
 int ms_req_oom(struct ms_req_error *e);
 

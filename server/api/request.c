@@ -145,6 +145,24 @@ cJSON *ms_req_push_message(cJSON *msgs, const char *role, const char *content)
 	return ms_json_push(msgs, m) ? m : NULL;
 }
 
+bool ms_req_has_tool(const cJSON *tools, const char *name)
+{
+	const cJSON *t;
+	cJSON_ArrayForEach(t, tools) {
+		const cJSON *n = ms_req_jget(ms_req_jget(t, "function"), "name");
+		if (cJSON_IsString(n) && !strcmp(n->valuestring, name))
+			return true;
+	}
+	return false;
+}
+
+bool ms_req_named_choice(cJSON *body, const char *name)
+{
+	cJSON *c = cJSON_AddObjectToObject(body, "tool_choice");
+	return c && cJSON_AddStringToObject(c, "type", "function") &&
+	       cJSON_AddStringToObject(cJSON_AddObjectToObject(c, "function"), "name", name);
+}
+
 const cJSON *ms_req_jget(const cJSON *o, const char *k)
 {
 	const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, k);

@@ -371,18 +371,6 @@ static int tool_of(const cJSON *t, int i, cJSON *out, struct ms_req_gen *r, stru
 	return 1;
 }
 
-/* Whether the tools name `name`. */
-static bool has_tool(const cJSON *tools, const char *name)
-{
-	const cJSON *t;
-	cJSON_ArrayForEach(t, tools) {
-		const cJSON *f = jget(t, "function");
-		if (!strcmp(str_of(f, "name"), name))
-			return true;
-	}
-	return false;
-}
-
 static int tool_choice_check(const cJSON *req, const cJSON *tools, bool *none,
 			     struct ms_req_error *e)
 {
@@ -406,7 +394,7 @@ static int tool_choice_check(const cJSON *req, const cJSON *tools, bool *none,
 	if (!type || strcmp(type, "function") || !name)
 		return refuse(e, "tool_choice", tc, "\"tool_choice\" must be \"auto\", \"none\", "
 			      "\"required\" or {\"type\": \"function\", \"name\": ...}");
-	if (!has_tool(tools, name))
+	if (!ms_req_has_tool(tools, name))
 		return refuse(e, "tool_choice", NULL, "tool_choice names the function \"%s\", which "
 			      "is not among the function tools", name);
 	return 0;
@@ -422,9 +410,7 @@ static int chat_tool_choice(const cJSON *req, cJSON *body)
 	if (cJSON_IsString(tc) && !strcmp(tc->valuestring, "required")) {
 		cJSON_AddStringToObject(body, "tool_choice", "required");
 	} else if (name && !strcmp(str_of(tc, "type") ? str_of(tc, "type") : "", "function")) {
-		cJSON *c = cJSON_AddObjectToObject(body, "tool_choice");
-		cJSON_AddStringToObject(c, "type", "function");
-		cJSON_AddStringToObject(cJSON_AddObjectToObject(c, "function"), "name", name);
+		ms_req_named_choice(body, name); /* a failure is counted (ms_json_failures) */
 	}
 	return 0;
 }
