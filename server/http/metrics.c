@@ -59,7 +59,6 @@ enum hist_id {
 	H_QUEUE,
 	H_PROMPT,
 	H_GEN,
-	H_ITL2,     /* H_ITL under vLLM's current name */
 	H_PREFILL,
 	H_DECODE,
 	H_COUNT,
@@ -89,10 +88,6 @@ static const struct hist_def {
 	[H_GEN] = {"moeserve:request_generation_tokens",
 		   "Generated tokens per finished request.",
 		   token_bounds, (int)COUNT(token_bounds)},
-	[H_ITL2] = {"moeserve:inter_token_latency_seconds",
-		    "Time between two generated tokens of a request, in seconds (vLLM's current "
-		    "name of time_per_output_token_seconds).",
-		    itl_bounds, (int)COUNT(itl_bounds)},
 	[H_PREFILL] = {"moeserve:request_prefill_time_seconds",
 		       "Time from first scheduling to the first generated token, in seconds.",
 		       latency_bounds, (int)COUNT(latency_bounds)},
@@ -254,7 +249,6 @@ void ms_metrics_inter_token(struct ms_metrics *m, double s)
 		return;
 	pthread_mutex_lock(&m->mu);
 	hist_observe(&m->s.hist[H_ITL], &hist_defs[H_ITL], s);
-	hist_observe(&m->s.hist[H_ITL2], &hist_defs[H_ITL2], s);
 	pthread_mutex_unlock(&m->mu);
 }
 
@@ -558,6 +552,13 @@ int ms_metrics_render(struct ms_metrics *m, const struct ms_engine_stats *st, ch
 	/* histograms */
 	for (int h = 0; h < H_COUNT; h++)
 		histogram(&b, ml, &hist_defs[h], &s->hist[h]);
+	/* the inter-token latency also under vLLM's current name: one
+	 * histogram, rendered twice */
+	struct hist_def itl = hist_defs[H_ITL];
+	itl.name = "moeserve:inter_token_latency_seconds";
+	itl.help = "Time between two generated tokens of a request, in seconds (vLLM's current name "
+		   "of time_per_output_token_seconds).";
+	histogram(&b, ml, &itl, &s->hist[H_ITL]);
 
 	free(s);
 	*len = b.len;
