@@ -69,14 +69,13 @@ static bool bg_gone(void *ctx)
 	return now;
 }
 
-/* What the job wrote, onto the log (each event's offset kept); with the
- * lock held. */
+/* What the job wrote, onto the log, each event's offset kept (events are
+ * whole and end with a blank line; their JSON holds no raw newline); with
+ * the lock held. */
 static void take_events(struct ms_bg *bg, struct ms_job *jb)
 {
 	const char *p = jb->out.p, *end = p + jb->out.len;
-	for (const char *q = p; q && q < end; q = memmem(q, (size_t)(end - q), "\n\nevent: ", 9)) {
-		if (q != p)
-			q += 2;
+	for (const char *q = p; q < end;) {
 		if (bg->n_ev == bg->cap_ev) {
 			size_t nc = bg->cap_ev ? bg->cap_ev * 2 : 64;
 			size_t *no = realloc(bg->ev_off, nc * sizeof(*no));
@@ -87,8 +86,8 @@ static void take_events(struct ms_bg *bg, struct ms_job *jb)
 			bg->ev_off = no, bg->cap_ev = nc;
 		}
 		bg->ev_off[bg->n_ev++] = bg->sse.len + (size_t)(q - p);
-		if (q == p)
-			q++;
+		const char *blank = memmem(q, (size_t)(end - q), "\n\n", 2);
+		q = blank ? blank + 2 : end;
 	}
 	ms_strbuf_add(&bg->sse, jb->out.p, jb->out.len);
 	jb->failed |= bg->sse.oom;
