@@ -92,6 +92,25 @@ def agent_says(port):
         return s.recv(64).decode()
 
 
+def all_up(stats, timeout=20):
+    """Wait until HAProxy's stats page shows every replica UP in both
+    backends (a restarted one needs two checks): a key hashed while one is
+    down would move when it comes back."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", stats, timeout=2)
+            c.request("GET", "/stats;csv")
+            rows = [r.split(",") for r in c.getresponse().read().decode().splitlines()]
+            up = [r for r in rows if len(r) > 17 and r[1] in ("r1", "r2", "r3")]
+            if len(up) == 6 and all(r[17] == "UP" for r in up):
+                return True
+        except OSError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
 def haproxy_config(example, front, rr, stats, ports, agents):
     """The example with this run's ports, plus a round-robin frontend and a
     stats page for the comparison and the figures."""
@@ -249,6 +268,7 @@ def main():
         load.phase = "back"
         time.sleep(2)
         load.finish()
+        check(all_up(stats), "HAProxy sees every replica up again")
         affinity(front, rr, check)
     finally:
         for r in reps:
