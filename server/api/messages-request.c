@@ -26,6 +26,7 @@
  */
 #include "request.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -580,6 +581,14 @@ static int tools_field(const cJSON *req, struct ms_req_gen *r, cJSON *body, stru
 
 /* ---- thinking, sampling ---- */
 
+/* A whole number >= 1; floor, not a cast, since a cast of a double past
+ * long long's range is undefined. */
+static bool is_count(const cJSON *v)
+{
+	return cJSON_IsNumber(v) && isfinite(v->valuedouble) && v->valuedouble >= 1 &&
+	       v->valuedouble == floor(v->valuedouble);
+}
+
 /* thinking and output_config.effort onto harmony's three levels:
  *   thinking disabled                 low (harmony always reasons;
  *                                     the thinking is not shown)
@@ -624,8 +633,7 @@ static int thinking_field(const cJSON *req, struct ms_req_gen *r, const char **e
 	const cJSON *bt = jget(th, "budget_tokens");
 	if (!bt)
 		return ms_req_missing(e, "thinking.budget_tokens");
-	if (!cJSON_IsNumber(bt) || bt->valuedouble != (double)(long long)bt->valuedouble ||
-	    bt->valuedouble < 1)
+	if (!is_count(bt))
 		return ms_req_wrong_type(e, bt, "an integer >= 1", "thinking.budget_tokens");
 	*effort = bt->valuedouble < 8192 ? "low" : bt->valuedouble < 24576 ? "medium" : "high";
 	return 0;
@@ -673,8 +681,7 @@ static int params_field(const cJSON *req, cJSON *body, bool count, struct ms_req
 	const cJSON *mt = jget(req, "max_tokens"), *md = jget(req, "metadata");
 	if (!mt && !count)
 		return ms_req_missing(e, "max_tokens");
-	if (mt && (!cJSON_IsNumber(mt) || mt->valuedouble != (double)(long long)mt->valuedouble ||
-		   mt->valuedouble < 1))
+	if (mt && !is_count(mt))
 		return ms_req_wrong_type(e, mt, "an integer >= 1", "max_tokens");
 	if (md && !cJSON_IsObject(md))
 		return ms_req_wrong_type(e, md, "an object", "metadata");

@@ -350,7 +350,7 @@ static int common_fields(const struct ms_req_model *m, struct ms_req_gen *r, str
 	r->params.max_tokens = r->chat ? m->max_model_len : 16;
 	const char *mt = r->chat && jget(j, "max_completion_tokens") ? "max_completion_tokens"
 								      : "max_tokens";
-	if ((rc = int_field(j, mt, 0, 1e9, "an integer >= 0", &x, e)) < 0)
+	if ((rc = int_field(j, mt, 0, 1e9, "an integer in [0, 1000000000]", &x, e)) < 0)
 		return rc;
 	if (rc)
 		r->params.max_tokens = x;
@@ -363,7 +363,7 @@ static int common_fields(const struct ms_req_model *m, struct ms_req_gen *r, str
 	/* vLLM's, which benchmark tools send */
 	if ((rc = bool_field(j, "ignore_eos", &r->ignore_eos, e)) < 0)
 		return rc;
-	if ((rc = int_field(j, "min_tokens", 0, 1e9, "an integer >= 0", &x, e)) < 0)
+	if ((rc = int_field(j, "min_tokens", 0, 1e9, "an integer in [0, 1000000000]", &x, e)) < 0)
 		return rc;
 	if (rc)
 		r->params.min_tokens = x;

@@ -155,6 +155,8 @@ START_TEST(thinking_to_effort)
 		{"\"thinking\": {\"type\": \"adaptive\"}, \"output_config\": {\"effort\": \"max\"},", "high",
 		 true, false},
 		{"\"output_config\": {\"effort\": \"low\"},", "low", false, false},
+		/* past long long's range: whole, so taken, and no cast overflows */
+		{"\"thinking\": {\"type\": \"enabled\", \"budget_tokens\": 1e300},", "high", true, false},
 	};
 	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
 		char m[512], c[256];
@@ -277,6 +279,10 @@ START_TEST(refusals)
 {
 	MSG_BAD("{" USER_HI "}", "max_tokens", "Missing required parameter");
 	MSG_BAD("{\"max_tokens\": 0, " USER_HI "}", "max_tokens", "integer >= 1");
+	MSG_BAD("{\"max_tokens\": 2.5, " USER_HI "}", "max_tokens", "integer >= 1");
+	MSG_BAD("{\"max_tokens\": 1e300, " USER_HI "}", "max_tokens", "[0, 1000000000]");
+	MSG_BAD("{\"max_tokens\": 9, \"thinking\": {\"type\": \"enabled\", \"budget_tokens\": "
+		"0.5}, " USER_HI "}", "thinking.budget_tokens", "integer >= 1");
 	MSG_BAD("{\"max_tokens\": 9}", "messages", "Missing");
 	MSG_BAD("{\"max_tokens\": 9, \"messages\": []}", "messages", "non-empty");
 	MSG_BAD("{\"max_tokens\": 9, \"messages\": [{\"role\": \"user\", \"content\": 5}]}",

@@ -294,7 +294,7 @@ START_TEST(benchmark_fields)
 	ck_assert_int_eq(r->params.min_tokens, 3);
 	ms_req_gen_free(r);
 	CMPL_BAD("{\"prompt\": \"x\", \"max_tokens\": 5, \"min_tokens\": 6}", "min_tokens", "at most");
-	CMPL_BAD("{\"prompt\": \"x\", \"min_tokens\": -1}", "min_tokens", ">= 0");
+	CMPL_BAD("{\"prompt\": \"x\", \"min_tokens\": -1}", "min_tokens", "[0, 1000000000]");
 	CMPL_BAD("{\"prompt\": \"x\", \"ignore_eos\": 1}", "ignore_eos", "");
 	CMPL_BAD("{\"prompt\": \"x\", \"best_of\": 3}", "best_of", "equal to n");
 	CMPL_BAD("{\"prompt\": \"x\", \"suffix\": \"end\"}", "suffix", "fill-in-the-middle");
@@ -369,7 +369,7 @@ END_TEST
 START_TEST(completion_type_refusals)
 {
 	CMPL_BAD("{\"prompt\": \"x\", \"max_tokens\": \"8\"}", "max_tokens",
-		 "\"max_tokens\" must be an integer >= 0 (got \"8\")");
+		 "\"max_tokens\" must be an integer in [0, 1000000000] (got \"8\")");
 	CMPL_BAD("{\"prompt\": \"x\", \"max_tokens\": 2.5}", "max_tokens", "(got 2.5)");
 	CMPL_BAD("{\"prompt\": \"x\", \"temperature\": \"hot\"}", "temperature",
 		 "\"temperature\" must be a number in [0, 100] (got \"hot\")");
@@ -1038,7 +1038,7 @@ START_TEST(chat_refusals)
 	CHAT_BAD("{" USER_HI ", \"logprobs\": true, \"top_logprobs\": 21}", "top_logprobs",
 		 "\"top_logprobs\" must be an integer in [0, 20] (got 21)");
 	CHAT_BAD("{" USER_HI ", \"max_completion_tokens\": \"x\"}", "max_completion_tokens",
-		 "\"max_completion_tokens\" must be an integer >= 0 (got \"x\")");
+		 "\"max_completion_tokens\" must be an integer in [0, 1000000000] (got \"x\")");
 	CHAT_BAD("{" USER_HI ", \"max_tokens\": -5}", "max_tokens", "(got -5)");
 	CHAT_BAD("{" USER_HI ", \"temperature\": -1}", "temperature", "(got -1)");
 	CHAT_BAD("{" USER_HI ", \"n\": 0}", "n", "(got 0)");
