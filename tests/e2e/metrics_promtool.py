@@ -20,7 +20,11 @@ Checked:
     a repeated prompt);
   - scraping while requests run answers within a few milliseconds, and
     scraping 20 times a second beside a stream leaves its mean
-    inter-token latency within 1.5x (the figures are printed).
+    inter-token latency within 1.5x (the figures are printed);
+  - the three gauges a gateway routes by are current within one engine
+    step: with two batch slots and three streams, every scrape sent one
+    step after the client saw a change (a stream's end, the waiting one's
+    first token) shows it; the lag of each is printed in steps.
 Exits 77 when promtool is not installed.
 """
 import os
@@ -170,6 +174,109 @@ def itl_with_scrapes(d):
     S.check(scraped < alone * 1.5 + 0.001, "scraping 20 times a second moved the inter-token latency")
 
 
+# (running, waiting) -> how far the three streams of gauges_current have
+# got: A and B run and C waits; A's end is published but C is not yet
+# admitted (one step); C runs; one of B and C ended; none is left.
+PHASE = {(2, 1): 0, (1, 1): 0.5, (2, 0): 1, (1, 0): 2, (0, 0): 3}
+
+
+def gauges_current(d, a):
+    d2 = S.Daemon(a.moeserve, a.model, a.workdir, "promtool-slots", "--threads", "2",
+                  "--max-running", "2")
+    try:
+        d2.wait_ready(S.T(60))
+        n = S.tokens_for(d2, 0.25)
+        events, scrapes = gauge_run(d2, n)
+    finally:
+        d2.stop()
+    gauge_verdict(events, scrapes)
+
+
+def gauge_run(d, n):
+    """Streams A (2n tokens) and B (4n) on the two slots, then C (n), which
+    waits for A; /metrics scraped from C's submission on. Returns the
+    client's events [(time, the phase the gauges must show a step later,
+    the step's length)] and the scrapes [(sent, phase, kv usage)]."""
+    times = {k: [] for k in "ABC"}
+    ends, c_in = {}, threading.Event()
+
+    def stream(k, tokens):
+        body = {"prompt": [1, 2, 3, ord(k)], "max_tokens": tokens, "logit_bias": S.NO_EOS,
+                "stream": True, "temperature": 0}
+        s = S.SSE(d, "/v1/completions", body, timeout=S.T(120))
+        times[k].append(time.monotonic())  # its headers follow its submission
+        if k == "C":
+            c_in.set()
+        for j in s.events():
+            times[k].append(time.monotonic())
+            if j["choices"] and j["choices"][0].get("finish_reason"):
+                ends[k] = times[k][-1]
+        s.close()
+
+    scrapes, stop = [], threading.Event()
+
+    def scraper():
+        while not stop.is_set():
+            t = time.monotonic()
+            ms = S.parse_metrics(scrape(d))
+            rw = (S.metric(ms, "moeserve:num_requests_running"),
+                  S.metric(ms, "moeserve:num_requests_waiting"))
+            S.check(rw in PHASE, f"gauges in no phase: {rw[0]:.0f} running, {rw[1]:.0f} waiting")
+            scrapes.append((t, PHASE[rw], S.metric(ms, "moeserve:kv_cache_usage_perc")))
+            time.sleep(0.002)
+
+    ths = [threading.Thread(target=stream, args=k) for k in (("A", 2 * n), ("B", 4 * n), ("C", n))]
+    for i, t in enumerate(ths):
+        t.start()
+        if i < 2:
+            d.wait_running(i + 1, "streams A and B")
+    sc = threading.Thread(target=scraper)
+    S.check(c_in.wait(S.T(30)), "stream C was not answered")
+    sc.start()
+    for t in ths:
+        t.join(S.T(120))
+    time.sleep(0.2)
+    stop.set()
+    sc.join()
+    S.check(set(ends) == set("ABC"), f"streams that did not finish: {set('ABC') - set(ends)}")
+    S.check(times["C"][1] > ends["A"], "C ran before A ended")
+    events = [(times["C"][0], 0), (ends["A"], 0.5), (times["C"][1], 1),
+              (min(ends["B"], ends["C"]), 2), (max(ends["B"], ends["C"]), 3)]
+    return [(t, ph, step_near(times, t)) for t, ph in events], scrapes
+
+
+def step_near(times, t):
+    """One engine step about t: the longest gap between two chunks of any
+    stream within 0.5 s of it (a step's length swings on a busy machine)."""
+    gaps = [b - a for ts in times.values() for a, b in zip(ts[1:], ts[2:]) if abs(b - t) < 0.5]
+    return max(gaps, default=0.05)
+
+
+def gauge_verdict(events, scrapes):
+    """Each scrape sent a step after an event shows it; the scrapes from
+    one step after C's submission never go back (a waiting gauge that
+    missed C would show A and B alone, then C waiting)."""
+    t0 = events[0][0] + events[0][2]
+    phases = [ph for t, ph, _ in scrapes if t >= t0]
+    back = [(a, b) for a, b in zip(phases, phases[1:]) if b < a]
+    S.check(phases and not back, f"the gauges went back from phase {back[:1]} ({len(phases)} scrapes)")
+    worst = 0.0
+    for t, ph, step in events:
+        after = [x for x in scrapes if x[0] >= t + step]
+        S.check(after, f"no scrape a step after phase {ph}")
+        late = [x for x in after if x[1] < ph]
+        S.check(not late, f"phase {ph}: a scrape sent {((late or after)[0][0] - t) / step:.1f} steps "
+                f"after the client saw it showed phase {(late or after)[0][1]}")
+        seen = next(x[0] for x in scrapes if x[1] >= ph)
+        worst = max(worst, (seen - t) / step)
+    busy = [u for _, ph, u in scrapes if ph < 3]
+    idle = [u for t, ph, u in scrapes if t >= events[-1][0] + events[-1][2]]
+    S.check(busy and min(busy) > 0, "kv_cache_usage_perc 0 while requests ran")
+    S.check(idle and max(idle) == 0, f"kv_cache_usage_perc {max(idle or [1])} with nothing running")
+    print(f"     {len(phases)} scrapes beside 3 streams on 2 slots: each change showed at most "
+          f"{max(worst, 0):.2f} steps after the client saw it (bound 1)")
+
+
 def main():
     a = S.script_args(__doc__, "ms-promtool.")
     if not shutil.which("promtool"):
@@ -184,6 +291,7 @@ def main():
         S.case("/metrics through promtool; the families a gateway reads", contract, d, daemon=d)
         S.case("/metrics answers at once under load", scrape_under_load, d, daemon=d)
         S.case("20 scrapes a second leave the inter-token latency alone", itl_with_scrapes, d, daemon=d)
+        S.case("the gateway's gauges are current within one step", gauges_current, d, a, daemon=d)
     finally:
         d.stop()
         if d.failed:
