@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # tests/deploy/container.sh: build the Dockerfile's image, run it on a small checkpoint
 # mounted read-only at /models, and check it from the host: /health, /live, one
-# completion, the HEALTHCHECK, a non-root user, a graceful stop. Then the ROCm
+# completion, the HEALTHCHECK, a non-root user, a graceful stop. Where the
+# engine is podman, `podman kube play` of the CPU Kubernetes example
+# (deploy/kubernetes.yaml, in a copy kube_playable.py makes playable here) on
+# the same image and checkpoint: /health, a completion, /live, uid 10001, a
+# read-only root, the probes podman maps, `kube down`. Then the ROCm
 # variant (--build-arg BACKEND=rocm): it builds, links the HIP runtime, starts,
 # runs the CPU backend, and without a GPU (none here: no /dev/kfd in the
 # container) `serve --backend rocm` exits 69 with "no ROCm/HIP device".
@@ -90,7 +94,22 @@ finish() {
 
 work=$(mktemp -d /tmp/moeserve-container.XXXXXX)
 cname="moeserve-test-$$"
+# `podman kube play` of deploy/kubernetes.yaml (below): the played copy, the
+# Deployment's name in it (this run's own), the pod and container podman
+# names after it (<deployment>-pod-<i>, <pod>-<container>), whether a pod may
+# be up, and the background `podman wait`/`logs -f` of its stop
+kube_yaml="$work/kubernetes-play.yaml"
+kname="$cname-kube"
+kpod="$kname-pod-0"
+kctr="$kpod-moeserve"
+kube_played=0
+kube_bg=""
 cleanup() {
+  if [ "$kube_played" = 1 ]; then
+    $PODMAN kube down "$kube_yaml" >/dev/null 2>&1 || true
+    $PODMAN pod rm -f -t 0 "$kpod" >/dev/null 2>&1 || $PODMAN pod rm -f "$kpod" >/dev/null 2>&1 || true
+  fi
+  for p in $kube_bg; do kill "$p" 2>/dev/null || true; done
   $PODMAN rm -f -t 0 "$cname" >/dev/null 2>&1 || $PODMAN rm -f "$cname" >/dev/null 2>&1 || true
   if [ "$KEEP_IMAGE" != 1 ]; then
     $PODMAN rmi "$IMAGE" >/dev/null 2>&1 || true
@@ -312,6 +331,223 @@ else
   cat "$work/run.log"; bad "container without a mount starts"
 fi
 
+# (the CPU image's last container is done with: its cores go to the kube pod
+# and to the rocm build)
+$PODMAN rm -f -t 0 "$cname" >/dev/null 2>&1 || $PODMAN rm -f "$cname" >/dev/null 2>&1 || true
+
+# ---- the CPU Kubernetes example under `podman kube play` ----------------------------------
+# deploy/kubernetes.yaml as podman plays it on this one machine: a copy made by
+# kube_playable.py (the image built above, the checkpoint above as a read-only
+# hostPath, a free host port for the http port, 2 threads and a CPU/memory
+# request and limit to match, one replica, a name of this run's own; the
+# PersistentVolumeClaim dropped; each change commented there), played, checked
+# from the host, and taken down. What podman 4.3.1 does with the rest (seen):
+#  - Service and PodDisruptionBudget: ignored, without a word (no pod, no error);
+#  - livenessProbe: the container's healthcheck (`curl -f http://localhost:0/live
+#    || exit 1`, with its period, timeout and failureThreshold: checked below);
+#    startupProbe and readinessProbe: not mapped. The named port `http` comes
+#    out as 0 and the image has no curl, so that healthcheck could not pass;
+#    without systemd podman never schedules it, and it is not run here.
+#  - terminationGracePeriodSeconds and lifecycle.preStop: ignored (the stop
+#    timeout stays podman's 10 s); `kube down` stops the pod with a timeout of
+#    0 (SIGKILL, exit 137, no drain, no "stopping" logged): said, not checked;
+#  - the /tmp emptyDir: an anonymous volume, removed with the pod (sizeLimit
+#    ignored); the optional Secret, absent: MOESERVE_API_KEY unset.
+# Where the engine is docker, or a podman without `kube play`, it is skipped
+# with a line saying so.
+kube_smoke() {
+  local kport kbase code rc state t0 t1 ms grace prestop how ex waited
+  kport=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  kbase="http://127.0.0.1:$kport"
+  if "$PY" "$here/kube_playable.py" --yaml "$SRC/deploy/kubernetes.yaml" --image "$IMAGE" \
+       --model "$model" --port "$kport" --threads 2 --memory-request 256Mi --memory-limit 1Gi \
+       --name "$kname" --out "$kube_yaml" >"$work/kube-copy.log" 2>&1; then
+    ok "kube: a playable copy of deploy/kubernetes.yaml: $(paste -sd';' "$work/kube-copy.log" | sed 's/;/; /g')"
+  else
+    cat "$work/kube-copy.log"; bad "kube: a playable copy of deploy/kubernetes.yaml"; return
+  fi
+  # kube play has no --ulimit: the limits the sandbox needs (PODMAN_RUN_FLAGS)
+  # reach the pod's containers, its infra container too, as default_ulimits of
+  # a containers.conf of this run's own, read in place of the system's by
+  # `kube play` only (Debian's holds nothing but podman's defaults)
+  local ulimits kube_env=""
+  ulimits=$(grep -oE -- '--ulimit[= ][^ ]+' <<<" ${PODMAN_RUN_FLAGS:-} " | sed -E 's/^--ulimit[= ]//')
+  if [ -n "$ulimits" ]; then
+    # shellcheck disable=SC2086  # one "nofile=1024:1024" string each
+    { echo "[containers]"
+      printf 'default_ulimits = [%s]\n' "$(printf '"%s", ' $ulimits | sed 's/, $//')"
+    } >"$work/kube-containers.conf"
+    kube_env="CONTAINERS_CONF=$work/kube-containers.conf"
+  fi
+  kube_played=1
+  t0=$(date +%s%N)
+  # shellcheck disable=SC2086
+  env $kube_env $PODMAN kube play "$kube_yaml" >"$work/kube-play.log" 2>&1; rc=$?
+  # podman without systemd adds level=error lines about healthcheck timers
+  echo "container: kube play: $(grep -v '^time=".*level=' "$work/kube-play.log" \
+    | grep -v 'failed to connect to syslog' | paste -sd' ' | sed 's/ *$//')"
+  check "kube play ($rc): the Deployment's one pod $kpod; Service and PodDisruptionBudget in the copy pass" \
+    eval '[ "$rc" = 0 ] && [ "$(grep -c "^Pod:" "$work/kube-play.log")" = 1 ] && $PODMAN pod exists "$kpod" && grep -q "^kind: Service" "$kube_yaml" && grep -q "^kind: PodDisruptionBudget" "$kube_yaml"'
+  [ "$rc" = 0 ] || return
+
+  code=000
+  for _ in $(seq 1 240); do
+    code=$(curl -s -o "$work/kube-health.json" -w '%{http_code}' --max-time 2 "$kbase/health" 2>/dev/null || true)
+    [ "$code" = 200 ] && break
+    state=$($PODMAN inspect --format '{{.State.Status}}' "$kctr" 2>/dev/null || echo gone)
+    case "$state" in running|created|configured|initialized) ;; *) break ;; esac
+    sleep 0.5
+  done
+  t1=$(date +%s%N)
+  if [ "$code" = 200 ]; then
+    ok "kube: GET /health on host port $kport: 200 $(cat "$work/kube-health.json") $(( (t1 - t0) / 1000000 )) ms after kube play"
+  else
+    bad "kube: GET /health on host port $kport: $code (waited up to 120 s, container $state); logs:"
+    $PODMAN logs "$kctr" 2>&1 | tail -20
+    return
+  fi
+  # the copy serves MOESERVE_SERVED_MODEL_NAME gpt-oss-20b, unauthenticated
+  # (the optional Secret is absent); token 4150 exists only in the checkpoint
+  code=$(curl -s -o "$work/kube-completion.json" -w '%{http_code}' --max-time 60 \
+    -H 'Content-Type: application/json' \
+    -d '{"model": "gpt-oss-20b", "prompt": [1, 2, 3, 4150], "max_tokens": 4, "temperature": 0}' \
+    "$kbase/v1/completions" || true)
+  if [ "$code" = 200 ] && "$PY" - "$work/kube-completion.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["object"] == "text_completion" and r["model"] == "gpt-oss-20b", r
+assert r["usage"]["prompt_tokens"] == 4 and 1 <= r["usage"]["completion_tokens"] <= 4, r
+EOF
+  then
+    ok "kube: POST /v1/completions (the hostPath checkpoint, id 4150): 200 $(cat "$work/kube-completion.json")"
+  else
+    bad "kube: POST /v1/completions: $code $(cat "$work/kube-completion.json" 2>/dev/null)"
+  fi
+  code=$(curl -s -o "$work/kube-live.json" -w '%{http_code}' --max-time 5 "$kbase/live" || true)
+  check "kube: GET /live: $code $(cat "$work/kube-live.json" 2>/dev/null)" [ "$code" = 200 ]
+
+  # the container as podman made it from the copy (podman inspect)
+  local kuid
+  kuid=$($PODMAN exec "$kctr" id -u 2>&1)
+  check "kube: the server runs as uid $kuid (runAsUser 10001)" [ "$kuid" = 10001 ]
+  $PODMAN inspect "$kctr" >"$work/kube-inspect.json" 2>"$work/kube-inspect.err" || cat "$work/kube-inspect.err"
+  "$PY" - "$work/kube-inspect.json" "$kube_yaml" "$model" >"$work/kube-checks" 2>&1 <<'EOF'
+import json, sys, yaml
+ins = json.load(open(sys.argv[1]))
+ins = ins[0] if isinstance(ins, list) else ins
+dep = [d for d in yaml.safe_load_all(open(sys.argv[2])) if d and d.get("kind") == "Deployment"][0]
+pod = dep["spec"]["template"]["spec"]
+c = pod["containers"][0]
+cfg, host = ins.get("Config") or {}, ins.get("HostConfig") or {}
+def say(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+def quantity(q):
+    q = str(q)
+    for suf, mul in (("Ki", 1 << 10), ("Mi", 1 << 20), ("Gi", 1 << 30), ("m", 0.001)):
+        if q.endswith(suf):
+            return float(q[:-len(suf)]) * mul
+    return float(q)
+uid = str(pod["securityContext"]["runAsUser"])
+say(str(cfg.get("User", "")).split(":")[0] == uid, f"user {cfg.get('User')!r} (runAsUser {uid})")
+say(host.get("ReadonlyRootfs") is True, f"read-only root filesystem: {host.get('ReadonlyRootfs')}")
+say(not ins.get("EffectiveCaps") and "no-new-privileges" in (host.get("SecurityOpt") or []),
+    f"capabilities {ins.get('EffectiveCaps')}, {host.get('SecurityOpt')} (drop ALL, no privilege escalation)")
+mounts = {m.get("Destination"): m for m in ins.get("Mounts") or []}
+m = mounts.get("/models") or {}
+say(m.get("Source") == sys.argv[3] and m.get("RW") is False, f"/models: {m.get('Source')} read-only (RW {m.get('RW')})")
+t = mounts.get("/tmp") or {}
+say(t.get("RW") is True, f"/tmp: the emptyDir, a {t.get('Type')} (RW {t.get('RW')})")
+lim, req = c["resources"]["limits"], c["resources"]["requests"]
+cpu = (host.get("CpuQuota") or 0) / (host.get("CpuPeriod") or 1)
+say(abs(cpu - quantity(lim["cpu"])) < 0.01 and host.get("Memory") == quantity(lim["memory"])
+    and host.get("MemoryReservation") == quantity(req["memory"]),
+    f"resources: CPU quota {cpu:g} cores, memory limit {host.get('Memory')}, reservation "
+    f"{host.get('MemoryReservation')} (limits {lim}, requests {req})")
+# probes: podman 4.3.1 makes the livenessProbe the container's healthcheck
+hc = cfg.get("Healthcheck") or {}
+test = " ".join(hc.get("Test") or [])
+lp = c["livenessProbe"]
+say(lp["httpGet"]["path"] in test and hc.get("Interval") == lp["periodSeconds"] * 10**9
+    and hc.get("Timeout") == lp["timeoutSeconds"] * 10**9 and hc.get("Retries") == lp["failureThreshold"],
+    f"livenessProbe -> healthcheck {test!r}, every {hc.get('Interval', 0) / 1e9:g} s, "
+    f"timeout {hc.get('Timeout', 0) / 1e9:g} s, {hc.get('Retries')} retries")
+for p in ("startupProbe", "readinessProbe"):
+    path = c[p]["httpGet"]["path"]
+    print(f"note {p} ({path}): {'in the healthcheck' if path in test else 'not mapped by this podman'}")
+print(f"note terminationGracePeriodSeconds {pod.get('terminationGracePeriodSeconds')}: "
+      f"the container's stop timeout is {cfg.get('StopTimeout')} s")
+env = dict(e.split("=", 1) for e in cfg.get("Env") or [])
+print(f"note the optional Secret moeserve-api-key, absent: MOESERVE_API_KEY "
+      f"{'set' if 'MOESERVE_API_KEY' in env else 'unset'}")
+EOF
+  while read -r line; do
+    case "$line" in
+      "ok   "*) ok "kube: ${line#ok   }" ;;
+      "FAIL "*) bad "kube: ${line#FAIL }" ;;
+      "note "*) echo "container: kube: ${line#note }" ;;
+      *) bad "kube inspect: $line" ;;
+    esac
+  done <"$work/kube-checks"
+
+  # ---- kube down: how it stops ----
+  # the grace period, and how long preStop sleeps (a stop shorter than that
+  # did not run it)
+  read -r grace prestop < <("$PY" - "$kube_yaml" <<'EOF'
+import sys, yaml
+pod = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d.get("kind") == "Deployment"][0]["spec"]["template"]["spec"]
+cmd = pod["containers"][0].get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command") or []
+print(pod.get("terminationGracePeriodSeconds", 30), cmd[1] if len(cmd) == 2 and cmd[0] == "sleep" else 0)
+EOF
+)
+  # its exit code and last log lines, read as it stops (kube down removes it)
+  $PODMAN wait "$kctr" >"$work/kube-exit" 2>&1 </dev/null &
+  kube_bg="$kube_bg $!"
+  $PODMAN logs -f "$kctr" >"$work/kube-server.log" 2>&1 </dev/null &
+  kube_bg="$kube_bg $!"
+  sleep 1
+  t0=$(date +%s%N)
+  $PODMAN kube down "$kube_yaml" >"$work/kube-down.log" 2>&1; rc=$?
+  t1=$(date +%s%N)
+  ms=$(( (t1 - t0) / 1000000 ))
+  for _ in $(seq 1 20); do
+    waited=1
+    for p in $kube_bg; do kill -0 "$p" 2>/dev/null && waited=0; done
+    [ "$waited" = 1 ] && break
+    sleep 0.5
+  done
+  ex=$(grep -E '^[0-9]+$' "$work/kube-exit" | tail -1)
+  case "$ex" in
+    0) how="SIGTERM, exit 0" ;;
+    137) how="killed, exit 137 (SIGKILL)" ;;
+    143) how="SIGTERM unhandled, exit 143" ;;
+    "") how="exit code unknown ($(tail -1 "$work/kube-exit"))" ;;
+    *) how="exit $ex" ;;
+  esac
+  if grep -q stopping "$work/kube-server.log"; then
+    how="$how, \"stopping\" logged (drained)"
+  else
+    how="$how, no \"stopping\" in its log (no drain)"
+  fi
+  [ "$prestop" -gt 0 ] && [ "$ms" -lt $((prestop * 1000)) ] && how="$how, preStop (sleep $prestop) not run"
+  check "kube down ($rc): stopped in $ms ms, within terminationGracePeriodSeconds $grace s: $how" \
+    eval '[ "$rc" = 0 ] && [ "$ms" -le $((grace * 1000)) ]'
+  if $PODMAN pod exists "$kpod" || $PODMAN container exists "$kctr"; then
+    bad "kube down: pod $kpod is gone ($($PODMAN pod ps --filter name="$kpod" --format '{{.Name}} {{.Status}}' 2>&1))"
+  else
+    ok "kube down: pod $kpod and its container are gone"
+    kube_played=0
+  fi
+}
+if [ "$is_podman" != 1 ]; then
+  echo "container: skipped kube play: the engine is $PODMAN, and kube play is podman's"
+elif ! $PODMAN kube play --help >/dev/null 2>&1; then
+  echo "container: skipped kube play: $PODMAN has no \`kube play\` (podman 4 or later has)"
+else
+  t_kube=$(date +%s)
+  kube_smoke
+  echo "container: kube play part: $(( $(date +%s) - t_kube )) s"
+fi
+
 # ---- the ROCm variant ------------------------------------------------------------------
 # Built from the same sources with BACKEND=rocm (a larger toolchain, and hipcc
 # compiles the GPU kernels for two targets: ~1 min more). No GPU here, so it is
@@ -319,8 +555,6 @@ fi
 # packages (and has comgr, which that runtime dlopens: ldd cannot see it),
 # runs the CPU backend when asked, and refuses the GPU backend with exit 69,
 # by default too (ENV MOESERVE_BACKEND=rocm).
-# (the CPU image's last container is done with: its cores go to the build)
-$PODMAN rm -f -t 0 "$cname" >/dev/null 2>&1 || $PODMAN rm -f "$cname" >/dev/null 2>&1 || true
 if [ "$ROCM" = 1 ]; then
   echo "container: building $ROCM_IMAGE (BACKEND=rocm; log: build-rocm.log, tail on failure)"
   t0=$(date +%s)
