@@ -236,15 +236,21 @@ else
   cat "$work/run.log"; bad "container starts"; finish
 fi
 
+# wait_health URL CONTAINER OUT: poll URL/health (into OUT) for up to 2
+# minutes while CONTAINER runs; sets code to the last status ("000": none)
+wait_health() {
+  code=000
+  for _ in $(seq 1 240); do
+    code=$(curl -s -o "$3" -w '%{http_code}' --max-time 2 "$1/health" 2>/dev/null || true)
+    [ "$code" = 200 ] && break
+    state=$($PODMAN inspect --format '{{.State.Status}}' "$2" 2>/dev/null || echo gone)
+    case "$state" in running|created|configured|initialized) ;; *) break ;; esac
+    sleep 0.5
+  done
+}
+
 # ---- /health, bounded wait -------------------------------------------------------------
-code=000
-for _ in $(seq 1 240); do
-  code=$(curl -s -o "$work/health.json" -w '%{http_code}' --max-time 2 "$base/health" 2>/dev/null || true)
-  [ "$code" = 200 ] && break
-  state=$($PODMAN inspect --format '{{.State.Status}}' "$cname" 2>/dev/null || echo gone)
-  case "$state" in running|created|configured|initialized) ;; *) break ;; esac
-  sleep 0.5
-done
+wait_health "$base" "$cname" "$work/health.json"
 if [ "$code" = 200 ]; then
   ok "GET /health from the host: 200 $(cat "$work/health.json")"
 else
@@ -390,14 +396,7 @@ kube_smoke() {
     eval '[ "$rc" = 0 ] && [ "$(grep -c "^Pod:" "$work/kube-play.log")" = 1 ] && $PODMAN pod exists "$kpod" && grep -q "^kind: Service" "$kube_yaml" && grep -q "^kind: PodDisruptionBudget" "$kube_yaml"'
   [ "$rc" = 0 ] || return
 
-  code=000
-  for _ in $(seq 1 240); do
-    code=$(curl -s -o "$work/kube-health.json" -w '%{http_code}' --max-time 2 "$kbase/health" 2>/dev/null || true)
-    [ "$code" = 200 ] && break
-    state=$($PODMAN inspect --format '{{.State.Status}}' "$kctr" 2>/dev/null || echo gone)
-    case "$state" in running|created|configured|initialized) ;; *) break ;; esac
-    sleep 0.5
-  done
+  wait_health "$kbase" "$kctr" "$work/kube-health.json"
   t1=$(date +%s%N)
   if [ "$code" = 200 ]; then
     ok "kube: GET /health on host port $kport: 200 $(cat "$work/kube-health.json") $(( (t1 - t0) / 1000000 )) ms after kube play"
