@@ -35,6 +35,7 @@ struct ms_tool_force {
 	struct ms_tmask *final, *args[MAX_NAMES];
 	bool plain;
 	int64_t budget;
+	int64_t reason_budget;     /* the analysis's tokens at most (0: unbounded) */
 	int64_t cost[N_CAND];      /* tokens of each answer, at the fewest (not C_ANALYSIS) */
 	int64_t cost_answer;       /* the cheapest answer's */
 	int32_t seq[];
@@ -56,6 +57,7 @@ struct state {
 	bool reasoned;
 	bool alive[N_CAND];
 	int64_t n_out;
+	int64_t n_reason;         /* the analysis's tokens so far */
 	struct ms_tmask *gt;      /* the body's grammar, or NULL */
 	struct ms_gmatch gm;
 	bool gm_ok;
@@ -197,6 +199,7 @@ int ms_tool_force_new(const struct ms_tokenizer *tok, const struct ms_harmony_id
 	f->n_names = sp->n_names;
 	f->plain = sp->plain;
 	f->budget = sp->budget;
+	f->reason_budget = sp->reason_budget > 0 ? sp->reason_budget : 0;
 	int rc = build(f, cap, tok, ids, eos, n_eos, sp, err);
 	if (rc) {
 		free(f);
@@ -484,11 +487,12 @@ static void st_mask(void *st, float *z, int64_t vocab)
 				a[n++] = s->f.seq[s->f.cand_off[c] + s->pos];
 		break;
 	case PH_REASON:
-		if (left(s) > 1 + s->f.restart_len + s->f.cost_answer) {
+		if (left(s) > 1 + s->f.restart_len + s->f.cost_answer &&
+		    (!s->f.reason_budget || s->n_reason < s->f.reason_budget)) {
 			free_text(s, z, vocab, s->f.end);
 			return;
 		}
-		a[n++] = s->f.end;  /* the answer needs the rest */
+		a[n++] = s->f.end;  /* the answer needs the rest, or the thinking is spent */
 		break;
 	case PH_BODY:
 		body_mask(s, z, vocab);
@@ -564,6 +568,8 @@ static void st_accept(void *st, int32_t tok)
 		if (tok == s->f.end) {
 			s->reasoned = true;
 			fixed(s, s->f.restart_off, s->f.restart_len, PH_PICK);
+		} else {
+			s->n_reason++;
 		}
 		break;
 	case PH_BODY: body_accept(s, tok); break;

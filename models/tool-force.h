@@ -24,6 +24,9 @@
  * Without harmony (plain, /v1/completions) the body is the whole output
  * and an end-of-text token ends it.
  *
+ * A reasoning budget (Messages' thinking.budget_tokens) closes the
+ * analysis at that many tokens of its text; the answer follows.
+ *
  * The budget (the request's max_tokens) is kept: the reasoning is closed,
  * and a grammar's body is driven along its shortest completion, early
  * enough that the answer is complete within it whenever the frame and the
@@ -51,6 +54,7 @@ struct ms_force_spec {
 	struct ms_tmask *final;          /* the final answer's grammar, NULL: free */
 	bool plain;                      /* no harmony: the output is final's body */
 	int64_t budget;                  /* max_tokens (0: unbounded) */
+	int64_t reason_budget;           /* the analysis's tokens at most (0: unbounded) */
 };
 
 struct ms_tool_force; /* the token sequences and grammars (immutable once built) */

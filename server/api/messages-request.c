@@ -599,7 +599,9 @@ static bool is_count(const cJSON *v)
  *                                     are high (it wins over the budget)
  *   none of them                      medium, harmony's default
  * Thinking blocks are shown when thinking is enabled or adaptive, with
- * their text "" under display "omitted". */
+ * their text "" under display "omitted". Enabled, the analysis also ends
+ * at budget_tokens tokens (tool-force.h's reasoning budget), as
+ * Anthropic's budget is the most the thinking may take. */
 static int thinking_field(const cJSON *req, struct ms_req_gen *r, const char **effort,
 			  struct ms_req_error *e)
 {
@@ -636,6 +638,8 @@ static int thinking_field(const cJSON *req, struct ms_req_gen *r, const char **e
 	if (!is_count(bt))
 		return ms_req_wrong_type(e, bt, "an integer >= 1", "thinking.budget_tokens");
 	*effort = bt->valuedouble < 8192 ? "low" : bt->valuedouble < 24576 ? "medium" : "high";
+	/* and the analysis stops there (a whole number >= 1; past any context) */
+	r->reason_budget = bt->valuedouble < 1e15 ? (int64_t)bt->valuedouble : INT64_C(1000000000000000);
 	return 0;
 }
 
@@ -759,7 +763,7 @@ int ms_req_messages(const struct ms_req_model *m, cJSON *req, struct ms_req_gen 
 	struct ms_req_gen tmp = {0};
 	cJSON *body;
 	int rc = chat_body(req, false, &tmp, &body, e);
-	if (!rc && (rc = ms_req_chat_within(m, body, out, e)))
+	if (!rc && (rc = ms_req_chat_within(m, body, tmp.reason_budget, out, e)))
 		rename_param(e);
 	if (rc) {
 		cJSON_Delete(req);

@@ -272,11 +272,25 @@ static int call_targets(const struct ms_req_model *m, const struct ms_req_gen *r
 	return n;
 }
 
+/* The chat body's tools that name a function. */
+static int n_functions(const struct ms_req_gen *r)
+{
+	const cJSON *t;
+	int n = 0;
+	cJSON_ArrayForEach(t, jget(r->req, "tools"))
+		n += cJSON_IsString(jget(jget(t, "function"), "name"));
+	return n;
+}
+
 int ms_req_shape(const struct ms_req_model *m, struct ms_req_gen *r, struct ms_req_error *e)
 {
 	struct ms_tmask *final = NULL, *args[MS_FORCE_MAX_NAMES];
 	const char *names[MS_FORCE_MAX_NAMES];
 	bool any_strict = false;
+	/* a reasoning budget shapes the answer too (any call of any tool), so
+	 * past the most names a shape holds it goes unenforced, not refused */
+	if (r->reason_budget > 0 && r->tool_choice == MS_TC_AUTO && n_functions(r) > MS_FORCE_MAX_NAMES)
+		r->reason_budget = 0;
 	int rc = ms_req_answer_grammar(m, r->req, &final, e), n = 0;
 	if (rc < 0)
 		return rc;
@@ -286,14 +300,15 @@ int ms_req_shape(const struct ms_req_model *m, struct ms_req_gen *r, struct ms_r
 		return n;
 	}
 	bool forced = call_forced(r);
-	if (!forced && !any_strict && !final) {
+	bool budgeted = r->chat && r->reason_budget > 0;
+	if (!forced && !any_strict && !final && !budgeted) {
 		unref_all(args, n);
 		return 0;  /* free: no constraint at all */
 	}
 	struct ms_force_spec sp = {
 		.names = names, .n_names = n, .args = args,
 		.final_ok = !forced, .final = final, .plain = !r->chat,
-		.budget = r->params.max_tokens,
+		.budget = r->params.max_tokens, .reason_budget = budgeted ? r->reason_budget : 0,
 	};
 	struct ms_err err = {0};
 	rc = ms_tool_force_new(m->tok, &m->hids, m->eos, m->n_eos, &sp, &r->force, &err);

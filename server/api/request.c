@@ -1156,7 +1156,7 @@ static int clamp_max_tokens(const struct ms_req_model *m, struct ms_req_gen *r,
 }
 
 static int chat_request(const struct ms_req_model *m, cJSON *req, bool within,
-			struct ms_req_gen **out, struct ms_req_error *e)
+			int64_t reason_budget, struct ms_req_gen **out, struct ms_req_error *e)
 {
 	*out = NULL;
 	if (!m->tok || !m->harmony) {
@@ -1169,6 +1169,7 @@ static int chat_request(const struct ms_req_model *m, cJSON *req, bool within,
 		cJSON_Delete(req);
 		return oom(e);
 	}
+	r->reason_budget = reason_budget;
 	int rc = common_fields(m, r, e);
 	if (!rc)
 		rc = unsupported_fields(r, e);
@@ -1209,13 +1210,13 @@ static int chat_request(const struct ms_req_model *m, cJSON *req, bool within,
 int ms_req_chat(const struct ms_req_model *m, cJSON *req, struct ms_req_gen **out,
 		struct ms_req_error *e)
 {
-	return chat_request(m, req, false, out, e);
+	return chat_request(m, req, false, 0, out, e);
 }
 
-int ms_req_chat_within(const struct ms_req_model *m, cJSON *req, struct ms_req_gen **out,
-		       struct ms_req_error *e)
+int ms_req_chat_within(const struct ms_req_model *m, cJSON *req, int64_t reason_budget,
+		       struct ms_req_gen **out, struct ms_req_error *e)
 {
-	return chat_request(m, req, true, out, e);
+	return chat_request(m, req, true, reason_budget, out, e);
 }
 
 int ms_req_chat_ids(const struct ms_req_model *m, const cJSON *req, int32_t **ids, int64_t *n,

@@ -86,6 +86,7 @@ struct ms_req_gen {
 	bool messages;
 	bool thinking;                  /* the answer shows the analysis as thinking blocks */
 	bool thinking_omitted;          /* ... with their text "" (the signature carries it) */
+	int64_t reason_budget;          /* the analysis's tokens at most (0: unbounded) */
 	/* The answer's shape (request-structured.c): tool_choice, strict
 	 * tools, a grammar for the answer; force NULL when it is free. */
 	enum ms_req_tool_choice { MS_TC_AUTO, MS_TC_NONE, MS_TC_REQUIRED, MS_TC_NAMED } tool_choice;
@@ -139,10 +140,11 @@ int ms_req_messages(const struct ms_req_model *m, cJSON *req, struct ms_req_gen 
 int ms_req_messages_count(const struct ms_req_model *m, const cJSON *req, int64_t *n,
 			  struct ms_req_error *e);
 
-/* The chat parser with max_tokens as a ceiling (see ms_req_messages);
- * req taken as by ms_req_chat. */
-int ms_req_chat_within(const struct ms_req_model *m, cJSON *req, struct ms_req_gen **out,
-		       struct ms_req_error *e);
+/* The chat parser with max_tokens as a ceiling (see ms_req_messages) and
+ * the analysis held to reason_budget tokens (0: free); req taken as by
+ * ms_req_chat. */
+int ms_req_chat_within(const struct ms_req_model *m, cJSON *req, int64_t reason_budget,
+		       struct ms_req_gen **out, struct ms_req_error *e);
 /* A chat body's rendered prompt: its ids (*ids malloc'd; ids may be
  * NULL) and count, as chat encodes it ("messages", "tools",
  * "reasoning_effort", "tool_choice", "response_format"); req not taken. */

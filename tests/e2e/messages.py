@@ -20,7 +20,10 @@ Checked:
   - a client that leaves a stream cancels its generation: the engine is
     idle long before the request's max_tokens could be reached, and the
     daemon still answers;
-  - the access log counts a streamed request's tokens.
+  - the access log counts a streamed request's tokens;
+  - thinking.budget_tokens caps the thinking: over seeds, every thinking
+    block re-tokenizes to at most the budget (a token or two of slack for
+    the re-tokenizing), where a large budget lets the same model think on.
 Uses tests/e2e/server.py's daemon and checks (the standard library only).
 """
 import json
@@ -133,6 +136,31 @@ def logged_tokens(d):
     S.check(len(streamed) == len(lines), f"lines without their prompt tokens: {lines}")
 
 
+def thought_tokens(d, thinking, k):
+    """The tokens of the thinking of one sampled answer (None: it did not
+    think)."""
+    msgs = [{"role": "user", "content": f"Hi {k}"}]
+    st, _, j = d.post("/v1/messages", body(max_tokens=200, temperature=1, thinking=thinking,
+                                           messages=msgs), headers=AUTH)
+    S.check(st == 200, f"{st} {j}")
+    text = "".join(b.get("thinking", "") for b in j["content"] if b["type"] == "thinking")
+    if not text:
+        return None
+    st, _, t = d.post("/tokenize", {"prompt": text, "add_special_tokens": False}, headers=AUTH)
+    S.check(st == 200, f"/tokenize: {st} {t}")
+    return t["count"]
+
+
+def thinking_budget(d):
+    capped = [thought_tokens(d, {"type": "enabled", "budget_tokens": 6}, s) for s in range(8)]
+    free = [thought_tokens(d, {"type": "enabled", "budget_tokens": 10000}, s) for s in range(8)]
+    capped, free = [n for n in capped if n], [n for n in free if n]
+    print(f"     thinking tokens with budget_tokens 6: {capped}; with 10000: {free}")
+    S.check(capped, "no answer thought at all under the budget")
+    S.check(max(capped) <= 6 + 2, f"a thinking of {max(capped)} tokens under budget_tokens 6")
+    S.check(free and max(free) > 8, f"the thinking under budget_tokens 10000 no longer: {free}")
+
+
 def main():
     a = S.script_args(__doc__, "ms-messages.")
     t0 = time.monotonic()
@@ -152,6 +180,7 @@ def main():
         S.case("pings while a stream waits its turn", pings_while_queued, d, n_long, daemon=d)
         S.case("a client that leaves cancels its stream", disconnect_cancels, d, n_long * 4, daemon=d)
         S.case("the access log counts a stream's tokens", logged_tokens, d, daemon=d)
+        S.case("budget_tokens caps the thinking", thinking_budget, d, daemon=d)
     finally:
         d.stop()
         if d.failed:

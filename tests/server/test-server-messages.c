@@ -165,8 +165,18 @@ START_TEST(thinking_to_effort)
 		struct ms_req_gen *r = MSG(m);
 		ck_assert_msg(r->thinking == cases[k].shown && r->thinking_omitted == cases[k].omitted,
 			      "%s: thinking %d omitted %d", m, r->thinking, r->thinking_omitted);
+		/* budget_tokens also caps the analysis: a constraint that only an
+		 * enabled thinking brings here */
+		bool budgeted = strstr(m, "budget_tokens") != NULL;
+		ck_assert_msg((r->reason_budget > 0) == budgeted && (r->params.constraint != NULL) == budgeted,
+			      "%s: reasoning budget %lld, constraint %p", m, (long long)r->reason_budget,
+			      (const void *)r->params.constraint);
 		same_prompt(r, CHAT(c), m);
 	}
+	struct ms_req_gen *r = MSG("{\"max_tokens\": 9, \"thinking\": {\"type\": \"enabled\", "
+				   "\"budget_tokens\": 4000}, " USER_HI "}");
+	ck_assert_int_eq(r->reason_budget, 4000);
+	ms_req_gen_free(r);
 }
 END_TEST
 

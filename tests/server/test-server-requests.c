@@ -775,6 +775,85 @@ START_TEST(tool_choice_forces_a_call)
 }
 END_TEST
 
+/* A reasoning budget (Messages' thinking.budget_tokens) over hundreds of
+ * runs of random logits: a model that would think on is stopped at the
+ * budget, one that stops sooner is not cut, and the answer (a call or the
+ * final text) follows either way, well formed. */
+START_TEST(reasoning_budget_ends_the_analysis)
+{
+	struct ms_req_model m = model();
+	const struct ms_harmony_ids *h = &m.hids;
+	const char *names[] = {"get_weather", "get_time", "get"};
+	uint32_t seed = 7u;
+	int capped = 0, ended = 0;
+	static float z[VOCAB];
+	for (int run = 0; run < 600; run++) {
+		int64_t rb = 1 + (int64_t)(lcg(&seed) % 80);
+		int think = run % 3 == 0 ? (int)(lcg(&seed) % (uint32_t)(2 * rb)) : 1 << 30;
+		struct ms_force_spec sp = {.names = names, .n_names = 3, .final_ok = true,
+					   .budget = run % 2 ? 0 : rb + 120, .reason_budget = rb};
+		struct ms_tool_force *f;
+		struct ms_err err = {0};
+		ck_assert_int_eq(ms_tool_force_new(tok, h, eos, 2, &sp, &f, &err), 0);
+		struct ms_constraint c = ms_tool_force_constraint(f);
+		void *st = c.init(c.arg);
+		ms_tool_force_free(f);
+		struct calls_seen seen = {0};
+		struct ms_harmony_parser hp;
+		ms_harmony_parser_init(&hp, h, on_parsed, &seen);
+		int32_t seq[4096];
+		int n = 0;
+		for (; n < 4096 && hp.state != MS_HARMONY_DONE; n++) {
+			for (int i = 0; i < VOCAB; i++)
+				z[i] = (float)(lcg(&seed) % 1000) / 100.0f;
+			z[eos[0]] = z[eos[1]] = 0.0f; /* (<|return|> may be one of them) */
+			z[h->ret] = z[h->call] = lcg(&seed) % 8 == 0 ? 50.0f : 0.0f;
+			z[h->end] = n >= think ? 40.0f : 0.0f;
+			c.mask(st, z, VOCAB);
+			int best = 0;
+			for (int i = 1; i < VOCAB; i++)
+				best = z[i] > z[best] ? i : best;
+			c.accept(st, best);
+			seq[n] = best;
+			size_t len = 0;
+			const char *b = ms_tokenizer_bytes(tok, best, &len);
+			ms_harmony_parser_push(&hp, best, b ? b : "", b ? len : 0);
+		}
+		c.free(st);
+		ck_assert_msg(hp.state == MS_HARMONY_DONE && hp.n_malformed == 0,
+			      "run %d: no well-formed answer in %d tokens", run, n);
+		/* the header after <|channel|>: analysis, or the answer's */
+		char head[64] = "";
+		int mi = 1;
+		for (size_t hl = 0; mi < n && seq[mi] != h->message; mi++) {
+			size_t len = 0;
+			const char *b = ms_tokenizer_bytes(tok, seq[mi], &len);
+			for (size_t k = 0; b && k < len && hl + 1 < sizeof(head); k++)
+				head[hl++] = b[k];
+			head[hl] = 0;
+		}
+		if (strcmp(head, "analysis"))
+			continue;
+		int ei = mi + 1;
+		while (ei < n && seq[ei] != h->end)
+			ei++;
+		int64_t said = ei - mi - 1;
+		ck_assert_msg(said <= rb, "run %d: %lld tokens of analysis, budget %lld", run,
+			      (long long)said, (long long)rb);
+		/* the model pulls towards <|end|> from step `think` on; the text
+		 * starts after <|message|> */
+		bool on = think >= mi + 1 + rb;
+		if (on)
+			ck_assert_msg(said == rb, "run %d: the analysis stopped at %lld of %lld", run,
+				      (long long)said, (long long)rb);
+		capped += on;
+		ended += said < rb;
+		ms_harmony_parser_free(&hp);
+	}
+	ck_assert_msg(capped > 20 && ended > 5, "%d capped, %d ended by the model", capped, ended);
+}
+END_TEST
+
 /* The answer's text, collected by the harmony parser. */
 struct answer_seen {
 	char text[8192];
@@ -1245,6 +1324,7 @@ int main(void)
 	tcase_add_test(th, chat_messages_parsed);
 	tcase_add_test(th, chat_tool_choice);
 	tcase_add_test(th, tool_choice_forces_a_call);
+	tcase_add_test(th, reasoning_budget_ends_the_analysis);
 	tcase_add_test(th, grammar_answers_within_budget);
 	tcase_add_test(th, structured_fields);
 	tcase_add_test(th, chat_refusals);
