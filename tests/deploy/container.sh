@@ -261,24 +261,29 @@ fi
 code=$(curl -s -o "$work/live.json" -w '%{http_code}' --max-time 5 "$base/live" || true)
 check "GET /live: $code $(cat "$work/live.json" 2>/dev/null)" [ "$code" = 200 ]
 
-# ---- one completion ------------------------------------------------------------------
-code=$(curl -s -o "$work/completion.json" -w '%{http_code}' --max-time 60 \
-  -H 'Content-Type: application/json' \
-  -d '{"model": "ckpt-test", "prompt": [1, 2, 3, 4150], "max_tokens": 4, "temperature": 0}' \
-  "$base/v1/completions" || true)
-if [ "$code" = 200 ] && "$PY" - "$work/completion.json" <<'EOF'
+# completes URL MODEL OUT: one completion of a token prompt (id 4150 exists
+# only in the test checkpoint) answered 200 by URL as MODEL, into OUT;
+# sets code to its status
+completes() {
+  code=$(curl -s -o "$3" -w '%{http_code}' --max-time 60 -H 'Content-Type: application/json' \
+    -d "{\"model\": \"$2\", \"prompt\": [1, 2, 3, 4150], \"max_tokens\": 4, \"temperature\": 0}" \
+    "$1/v1/completions" || true)
+  [ "$code" = 200 ] && "$PY" - "$3" "$2" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
 c = r["choices"][0]
 u = r["usage"]
 assert r["object"] == "text_completion", r
-assert r["model"] == "ckpt-test", r["model"]
+assert r["model"] == sys.argv[2], r["model"]
 assert c["finish_reason"] in ("length", "stop"), c
 assert u["prompt_tokens"] == 4, u
 assert 1 <= u["completion_tokens"] <= 4, u
 assert c["finish_reason"] == "stop" or u["completion_tokens"] == 4, r
 EOF
-then
+}
+
+# ---- one completion ------------------------------------------------------------------
+if completes "$base" ckpt-test "$work/completion.json"; then
   ok "POST /v1/completions (token prompt, id 4150 exists only in the mounted model): $(cat "$work/completion.json")"
 else
   bad "POST /v1/completions: $code $(cat "$work/completion.json" 2>/dev/null)"
@@ -407,17 +412,7 @@ kube_smoke() {
   fi
   # the copy serves MOESERVE_SERVED_MODEL_NAME gpt-oss-20b, unauthenticated
   # (the optional Secret is absent); token 4150 exists only in the checkpoint
-  code=$(curl -s -o "$work/kube-completion.json" -w '%{http_code}' --max-time 60 \
-    -H 'Content-Type: application/json' \
-    -d '{"model": "gpt-oss-20b", "prompt": [1, 2, 3, 4150], "max_tokens": 4, "temperature": 0}' \
-    "$kbase/v1/completions" || true)
-  if [ "$code" = 200 ] && "$PY" - "$work/kube-completion.json" <<'EOF'
-import json, sys
-r = json.load(open(sys.argv[1]))
-assert r["object"] == "text_completion" and r["model"] == "gpt-oss-20b", r
-assert r["usage"]["prompt_tokens"] == 4 and 1 <= r["usage"]["completion_tokens"] <= 4, r
-EOF
-  then
+  if completes "$kbase" gpt-oss-20b "$work/kube-completion.json"; then
     ok "kube: POST /v1/completions (the hostPath checkpoint, id 4150): 200 $(cat "$work/kube-completion.json")"
   else
     bad "kube: POST /v1/completions: $code $(cat "$work/kube-completion.json" 2>/dev/null)"
