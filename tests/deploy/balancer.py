@@ -92,6 +92,17 @@ def agent_says(port):
         return s.recv(64).decode()
 
 
+def replica_rows(stats):
+    """HAProxy's stats CSV rows of the replicas, in both backends."""
+    c = http.client.HTTPConnection("127.0.0.1", stats, timeout=2)
+    try:
+        c.request("GET", "/stats;csv")
+        rows = [r.split(",") for r in c.getresponse().read().decode().splitlines()]
+    finally:
+        c.close()
+    return [r for r in rows if len(r) > 22 and r[1] in ("r1", "r2", "r3")]
+
+
 def all_up(stats, timeout=20):
     """Wait until HAProxy's stats page shows every replica UP in both
     backends (a restarted one needs two checks) and no request on any: a
@@ -103,16 +114,18 @@ def all_up(stats, timeout=20):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            c = http.client.HTTPConnection("127.0.0.1", stats, timeout=2)
-            c.request("GET", "/stats;csv")
-            rows = [r.split(",") for r in c.getresponse().read().decode().splitlines()]
-            up = [r for r in rows if len(r) > 17 and r[1] in ("r1", "r2", "r3")]
+            up = replica_rows(stats)
             if len(up) == 6 and all(r[17] == "UP" and r[4] == "0" for r in up):
                 return True
         except OSError:
             pass
         time.sleep(0.1)
     return False
+
+
+def downs(stats):
+    """How often a check has taken a replica of the hashed backend down."""
+    return sum(int(r[22] or 0) for r in replica_rows(stats) if r[0] == "replicas")
 
 
 def haproxy_config(example, front, rr, stats, ports, agents):
@@ -227,6 +240,7 @@ def main():
     work = a.workdir or tempfile.mkdtemp(prefix="ms-balancer.")
     os.makedirs(work, exist_ok=True)
     failures = []
+    t_hash, hash_shares = 0, []
 
     def check(cond, what):
         if not cond:
@@ -273,7 +287,7 @@ def main():
         time.sleep(2)
         load.finish()
         check(all_up(stats), "HAProxy sees every replica up again, none busy")
-        affinity(front, rr, check)
+        t_hash, hash_shares = affinity(front, rr, stats, ports[0], check)
     finally:
         for r in reps:
             if r.proc.poll() is None:
@@ -286,6 +300,7 @@ def main():
     hlog.seek(0)
     entries = log_entries(hlog.read())
     report(load, entries, t_kill, t_back, check)
+    routes(entries, t_hash, hash_shares)
     print(f"balancer: {'FAIL' if failures else 'ok'} ({len(failures)} failed checks)")
     return 1 if failures else 0
 
@@ -319,6 +334,16 @@ def report(load, entries, t_kill, t_back, check):
 
 # ---- prefix affinity ----
 
+def routes(entries, t_hash, shares):
+    """Where each missed follow-up's two turns went: the hashed
+    conversations are the only requests of the replicas backend since
+    t_hash, two by two."""
+    hops = [e[2] for e in entries if e[1] == "replicas" and e[0] >= t_hash]
+    for s, share in enumerate(shares):
+        if share < 0.9:
+            print(f"     hashed conversation {s} ({share:.2f} cached): its turns went to "
+                  f"{', '.join(hops[2 * s:2 * s + 2]) or 'nowhere in the log'}")
+
 def chat(c, session, msgs):
     c.request("POST", "/v1/chat/completions", body=json.dumps(
         {"model": "m", "messages": msgs, "max_tokens": 4, "temperature": 0}),
@@ -330,7 +355,9 @@ def chat(c, session, msgs):
 def first_turn(port, msgs):
     """How many tokens of the follow-up's prompt render the first turn, its
     prompt and answer: the common start of the follow-up's ids and those
-    of the conversation up to the answer (/tokenize renders as chat does)."""
+    of the conversation up to the answer (/tokenize renders as chat does).
+    Asked of a replica directly: through HAProxy these keyless requests
+    would count against the bounded load of the next conversation's turn."""
     ids = []
     for m in (msgs[:3], msgs):
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
@@ -344,7 +371,10 @@ def first_turn(port, msgs):
     return n
 
 
-def affinity(front, rr, check):
+def affinity(front, rr, stats, replica, check):
+    """The follow-ups' cached shares through each frontend; returns when
+    the hashed conversations began, for the routes in HAProxy's log."""
+    t_hash, down0 = time.time(), downs(stats)
     words = "the sea and the sky and the land under the sun of a long summer day".split()
     shares = {}
     for name, port in (("hash", front), ("round robin", rr)):
@@ -352,6 +382,10 @@ def affinity(front, rr, check):
         for s in range(12):
             system = " ".join(words[(s + i) % len(words)] for i in range(500)) + f" ({name} {s})"
             msgs = [{"role": "system", "content": system}, {"role": "user", "content": "Go on."}]
+            # the last conversation's transactions closed in HAProxy: one it
+            # still counts could push this turn past its replica's bound
+            if not all_up(stats, 5):
+                check(False, f"{name} {s}: HAProxy idle, every replica up")
             # one keep-alive connection per conversation, as an SDK's pool
             # has: on it the next turn follows the end of the last one's
             # transaction in HAProxy, which counts against bounded load
@@ -361,14 +395,18 @@ def affinity(front, rr, check):
                      {"role": "user", "content": "And then?"}]
             j2 = chat(c, f"{name}-{s}", msgs)
             c.close()
-            got.append(j2["usage"]["prompt_tokens_details"]["cached_tokens"] / first_turn(front, msgs))
+            got.append(j2["usage"]["prompt_tokens_details"]["cached_tokens"] / first_turn(replica, msgs))
         shares[name] = got
         print(f"     {name}: second turns' cached share of the first turn (prompt and answer as the "
               f"second renders them): mean {statistics.mean(got):.2f}, min {min(got):.2f}")
+        if name == "hash":
+            went_down = downs(stats) - down0
     check(min(shares["hash"]) >= 0.9, "with the example's hashing every follow-up hits its prefix (>= 90%): "
-          + " ".join(f"{x:.2f}" for x in shares["hash"]))
+          + " ".join(f"{x:.2f}" for x in shares["hash"])
+          + (f"; a check took a replica down {went_down} times meanwhile" if went_down else ""))
     check(statistics.mean(shares["hash"]) > statistics.mean(shares["round robin"]),
           "hashing beats round robin on cached tokens")
+    return t_hash, shares["hash"]
 
 
 if __name__ == "__main__":
