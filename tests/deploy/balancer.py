@@ -41,6 +41,7 @@ import threading
 import time
 
 INTER_S = 0.5          # the example's health-check interval (fall 1)
+HIT = 0.9              # a follow-up's least cached share of its first turn
 
 
 def free_port():
@@ -340,9 +341,10 @@ def routes(entries, t_hash, shares):
     t_hash, two by two."""
     hops = [e[2] for e in entries if e[1] == "replicas" and e[0] >= t_hash]
     for s, share in enumerate(shares):
-        if share < 0.9:
+        if share < HIT:
             print(f"     hashed conversation {s} ({share:.2f} cached): its turns went to "
                   f"{', '.join(hops[2 * s:2 * s + 2]) or 'nowhere in the log'}")
+
 
 def chat(c, session, msgs):
     c.request("POST", "/v1/chat/completions", body=json.dumps(
@@ -401,7 +403,7 @@ def affinity(front, rr, stats, replica, check):
               f"second renders them): mean {statistics.mean(got):.2f}, min {min(got):.2f}")
         if name == "hash":
             went_down = downs(stats) - down0
-    check(min(shares["hash"]) >= 0.9, "with the example's hashing every follow-up hits its prefix (>= 90%): "
+    check(min(shares["hash"]) >= HIT, f"with the example's hashing every follow-up hits its prefix (>= {HIT:.0%}): "
           + " ".join(f"{x:.2f}" for x in shares["hash"])
           + (f"; a check took a replica down {went_down} times meanwhile" if went_down else ""))
     check(statistics.mean(shares["hash"]) > statistics.mean(shares["round robin"]),
